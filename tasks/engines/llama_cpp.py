@@ -1,0 +1,117 @@
+"""llama.cpp through llama-cpp-python: GGUF requantization builds and its OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from tasks.engines import Artifact, Engine, build_key, register_engine, sha256_file
+
+if TYPE_CHECKING:
+    from tasks.config import ModelSpec, Variant
+
+# llama.cpp's llama_ftype values (include/llama.h), by the names users write.
+FTYPES: dict[str, int] = {
+    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+    "q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15,
+    "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30, "bf16": 32,
+}
+# KV-cache element types (ggml_type) accepted by the server's --type_k/--type_v.
+KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+SERVER_OPTIONS = frozenset({"n_threads", "n_threads_batch", "n_batch", "n_ubatch", "n_ctx", "flash_attn",
+                            "type_k", "type_v", "logits_all", "use_mmap", "seed", "n_gpu_layers"})
+
+
+def gguf_file_type(path: Path) -> int | None:
+    """The `general.file_type` of a GGUF file, read through llama.cpp's own loader (vocab only)."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        value = llm.metadata.get("general.file_type")
+        return int(value) if value is not None else None
+    finally:
+        llm.close()
+
+
+def quantize_gguf(src: Path, dst: Path, ftype: int, nthread: int = 0) -> None:
+    """Requantize a GGUF with llama_model_quantize (allow_requantize: the source may be quantized)."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = nthread
+    tmp = dst.with_suffix(".partial")
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+    if rc != 0 or not tmp.exists():
+        raise RuntimeError(f"llama_model_quantize failed with code {rc} for {src} -> {dst}")
+    tmp.replace(dst)
+
+
+@register_engine
+class LlamaCpp(Engine):
+    name: ClassVar[str] = "llama.cpp"
+    quantizations: ClassVar[frozenset[str]] = frozenset(FTYPES)
+    speculative_methods: ClassVar[frozenset[str]] = frozenset({"prompt-lookup"})
+    forces_output_len: ClassVar[str | None] = "min_tokens"  # the server ignores ignore_eos
+    has_in_process_logits: ClassVar[bool] = True
+
+    def check_variant(self, variant: "Variant", model: "ModelSpec") -> str | None:
+        problem = super().check_variant(variant, model)
+        if problem:
+            return problem
+        unknown = sorted(set(variant.engine_args) - SERVER_OPTIONS)
+        if unknown:
+            return f"engine_args.{unknown[0]}: not a llama.cpp option tradeoff passes on; use one of {', '.join(sorted(SERVER_OPTIONS))}"
+        for k in ("type_k", "type_v"):
+            if k in variant.engine_args and str(variant.engine_args[k]).lower() not in KV_TYPES:
+                return f"engine_args.{k}: unknown KV-cache type '{variant.engine_args[k]}'; use one of {', '.join(KV_TYPES)}"
+        if model.hub is not None:
+            return "model: llama.cpp needs a local GGUF (path or package_file), not a hub name"
+        return None
+
+    def build(self, variant: "Variant", model: "ModelSpec", cache_dir: Path) -> Artifact:
+        src = model.local_path()
+        assert src is not None
+        t0 = time.perf_counter()
+        src_sha = sha256_file(src)
+        target = FTYPES[variant.quantization]
+        meta = {"source": str(src), "source_sha256": src_sha, "ftype": target}
+        if gguf_file_type(src) == target:
+            # As shipped: the source already has the requested format.
+            return Artifact(variant.name, src, src_sha, src.stat().st_size, True, time.perf_counter() - t0,
+                            {**meta, "built": False})
+        key = build_key(src_sha, {"engine": self.name, "ftype": target, "allow_requantize": True})
+        out_dir = cache_dir / key
+        dst = out_dir / f"{src.stem}.{variant.quantization}.gguf"
+        cached = dst.exists()
+        if not cached:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            quantize_gguf(src, dst, target)
+        return Artifact(variant.name, dst, sha256_file(dst), dst.stat().st_size, cached,
+                        time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
+
+    def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
+        args = {"n_ctx": model.max_context, "n_threads": max(1, os.cpu_count() or 1),
+                "logits_all": False, **variant.engine_args}
+        for k in ("type_k", "type_v"):
+            if k in args:
+                args[k] = KV_TYPES[str(args[k]).lower()]
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(artifact.path),
+               "--model_alias", self.served_model_name(variant), "--host", host, "--port", str(port),
+               # One request at a time; without this a new request cuts the running one short.
+               "--interrupt_requests", "false"]
+        if variant.speculative:
+            cmd += ["--draft_model", "prompt-lookup-decoding",
+                    "--draft_model_num_pred_tokens", str(variant.speculative.num_speculative_tokens)]
+        for k, v in sorted(args.items()):
+            cmd += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+        return cmd
+

@@ -1,0 +1,93 @@
+"""The one server launcher: start an engine's server on a free loopback port, wait for health, stop it by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+
+class ServerError(RuntimeError):
+    """A server that did not come up; the message carries its log tail."""
+
+
+@dataclass
+class Server:
+    base_url: str
+    pid: int
+    log_path: Path
+    startup_s: float
+    proc: subprocess.Popen
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float,
+                 health_path: str = "/v1/models", env: dict[str, str] | None = None) -> Server:
+    """Start `cmd` (an argument list, no shell), logging to `log_path`; wait until `health_path` answers 200."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    server = Server(base_url, proc.pid, log_path, 0.0, proc)
+    deadline = t0 + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.perf_counter() < deadline:
+            if proc.poll() is not None:
+                raise ServerError(f"server exited with code {proc.returncode} before it was healthy; log tail:\n{log_tail(log_path)}")
+            try:
+                if client.get(base_url + health_path).status_code == 200:
+                    server.startup_s = time.perf_counter() - t0
+                    return server
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+    stop_server(server)
+    raise ServerError(f"server not healthy after {timeout_s:.0f} s; log tail:\n{log_tail(log_path)}")
+
+
+def stop_server(server: Server, grace_s: float = 10.0) -> None:
+    """Stop the server by its own PID (SIGTERM, then SIGKILL after `grace_s`)."""
+    if server.proc.poll() is not None:
+        return
+    os.kill(server.pid, signal.SIGTERM)
+    try:
+        server.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.kill(server.pid, signal.SIGKILL)
+        server.proc.wait(timeout=grace_s)
+
+
+@contextmanager
+def serving(cmd: list[str], base_url: str, log_path: Path, timeout_s: float) -> Iterator[Server]:
+    """Context manager: the server runs inside the block and is stopped on success and on failure."""
+    server = start_server(cmd, base_url, log_path, timeout_s)
+    try:
+        yield server
+    finally:
+        stop_server(server)
