@@ -205,6 +205,8 @@ def _format_validation_error(err: ValidationError) -> str:
         msg = "unknown field; remove it or check its spelling"
     elif e["type"] == "missing":
         msg = "required field is missing; add it"
+    elif not isinstance(e.get("input"), (dict, list)):
+        msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
     return f"{loc}: {msg}"
 
 

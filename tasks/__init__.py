@@ -1,0 +1,1 @@
+"""Units of work of tradeoff: configs, engines, measurement, quality suites, validation, reports."""
