@@ -102,23 +102,24 @@ def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
 
 
 @task(name="load-warehouse", cache_policy=NONE, retries=2, retry_delay_seconds=[2, 10])
-def load_results_task(paths: RunPaths, warehouse: Path, tables: list[str] | None = None) -> dict[str, int]:
+def load_results_task(paths: RunPaths, warehouse: Path, only: list[str] | None = None) -> dict[str, int]:
     from warehouse.db import load_run
 
-    return load_run(paths.root, warehouse, tables=tables)
+    return load_run(paths.root, warehouse, only=only)
 
 
 @task(name="report", cache_policy=NONE)
 def report_task(warehouse: Path, run_id: str) -> str:
     """Text report, plus the trade-off table and takeaways as Prefect artifacts."""
-    from tasks.report import format_report, takeaways, tradeoff_frame
+    from tasks.report import format_report, quality_unit, takeaways, tradeoff_frame
     from warehouse.db import open_warehouse
 
     con = open_warehouse(warehouse, read_only=True)
     try:
         df = tradeoff_frame(con, run_id)
         text = format_report(con, run_id)
-        lines = takeaways(con, df)
+        metric = df["quality_metric"].dropna().iloc[0] if df["quality_metric"].notna().any() else None
+        lines = takeaways(df, quality_unit(con, run_id, metric))
     finally:
         con.close()
     create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records")),
@@ -163,7 +164,7 @@ def nightly(config: str = "configs/demo.yaml", run_id: str | None = None) -> dic
         bad = [t.table for t in report.tables if not t.success]
         problems = "; ".join(report.failures()[:5])
         write_run_row(cfg, paths, started, "failed", f"validation failed: {problems}")
-        load_results_task(paths, warehouse, tables=[t for t in ("runs", "variants") if t not in bad])
+        load_results_task(paths, warehouse, only=[t for t in ("runs", "variants") if t not in bad])
         raise RuntimeError(f"run {paths.run_id}: results failed validation, tables {', '.join(bad)} not loaded "
                            f"(raw results kept in {paths.results}): {problems}")
     counts = load_results_task(paths, warehouse)

@@ -110,7 +110,7 @@ class PerfSpec(_Strict):
     @classmethod
     def _nonempty(cls, v: list[int]) -> list[int]:
         if not v:
-            raise ValueError("list at least one concurrency level, e.g. [1, 2]")
+            raise ValueError("no concurrency level; list at least one, e.g. [1, 2]")
         return v
 
 
@@ -200,12 +200,12 @@ def _check_semantics(cfg: RunConfig) -> None:
 def _format_validation_error(err: ValidationError) -> str:
     e = err.errors()[0]
     loc = ".".join(str(p) for p in e["loc"]) or "config"
-    msg = e["msg"]
+    msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
         msg = "unknown field; remove it or check its spelling"
     elif e["type"] == "missing":
         msg = "required field is missing; add it"
-    elif not isinstance(e.get("input"), (dict, list)):
+    elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
         msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
     return f"{loc}: {msg}"
 

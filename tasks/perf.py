@@ -1,8 +1,9 @@
 """The one streaming client for OpenAI-compatible servers, synthetic workloads, and the concurrency sweep.
 
 Timestamps are taken at the client with `perf_counter_ns`: send, every text chunk, end.
-Output tokens come from the server's `usage` when it sends one, otherwise from the
-model's tokenizer; each request records which.
+Output tokens come from the server's `usage` when it sends one; otherwise, when the
+stream finished for `length`, they are the requested max_tokens; otherwise they are
+counted with the model's tokenizer. Each request records which.
 """
 
 from __future__ import annotations
@@ -74,14 +75,14 @@ def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | N
     return body
 
 
-def _chunk_text(kind: str, obj: dict) -> tuple[str, bool]:
-    """(text of this SSE chunk, whether it carries a finish_reason)."""
+def _chunk_text(kind: str, obj: dict) -> tuple[str, str | None]:
+    """(text of this SSE chunk, its finish_reason or None)."""
     choices = obj.get("choices") or []
     if not choices:
-        return "", False
+        return "", None
     c = choices[0]
     text = (c.get("delta") or {}).get("content") if kind == "chat" else c.get("text")
-    return text or "", c.get("finish_reason") is not None
+    return text or "", c.get("finish_reason")
 
 
 async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: str, index: int,
@@ -92,7 +93,8 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
     rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens)
     parts: list[str] = []
     usage = None
-    done = finished = False
+    done = False
+    finish_reason = None
     try:
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
@@ -118,7 +120,7 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
                     return rec
                 usage = obj.get("usage") or usage
                 text, fin = _chunk_text(kind, obj)
-                finished = finished or fin
+                finish_reason = fin or finish_reason
                 if text:
                     rec.chunk_offsets_ms.append((now - t_send) / 1e6)
                     parts.append(text)
@@ -136,11 +138,15 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
     if usage and usage.get("completion_tokens"):
         rec.output_tokens, rec.output_tokens_source = int(usage["completion_tokens"]), "usage"
         rec.prompt_tokens = int(usage.get("prompt_tokens") or 0) or prompt_tokens
+    elif finish_reason == "length" and body.get("max_tokens"):
+        # Stopped by max_tokens: exactly that many tokens were generated. Re-tokenizing
+        # the text can merge tokens across boundaries and undercount.
+        rec.output_tokens, rec.output_tokens_source = int(body["max_tokens"]), "max_tokens"
     elif count_tokens is not None:
         rec.output_tokens, rec.output_tokens_source = count_tokens(rec.text), "tokenizer"
     else:
         rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "chunks"
-    if not (done or finished):
+    if not (done or finish_reason):
         rec.status, rec.error = "incomplete", "stream closed before [DONE]"
         return rec
     rec.status = "ok"

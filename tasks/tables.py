@@ -72,7 +72,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("e2el_ms", pa.float64()),
         ("prompt_tokens", pa.int32()),
         ("output_tokens", pa.int32()),
-        ("output_tokens_source", pa.string()),  # usage | tokenizer | chunks
+        ("output_tokens_source", pa.string()),  # usage | max_tokens | tokenizer | chunks
         ("chunk_offsets_ms", pa.list_(pa.float32())),  # each text chunk's arrival from send
     ]),
     # One row per (variant, scenario).

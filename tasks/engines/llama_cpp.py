@@ -23,7 +23,7 @@ FTYPES: dict[str, int] = {
 KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 SERVER_OPTIONS = frozenset({"n_threads", "n_threads_batch", "n_batch", "n_ubatch", "n_ctx", "flash_attn",
-                            "type_k", "type_v", "logits_all", "use_mmap", "seed", "n_gpu_layers"})
+                            "type_k", "type_v", "logits_all", "use_mmap", "seed", "n_gpu_layers", "verbose"})
 
 
 def gguf_file_type(path: Path) -> int | None:
@@ -99,8 +99,9 @@ class LlamaCpp(Engine):
                         time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
 
     def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
+        # logits_all off: the server would otherwise copy every prompt position's logits.
         args = {"n_ctx": model.max_context, "n_threads": max(1, os.cpu_count() or 1),
-                "logits_all": False, **variant.engine_args}
+                "logits_all": False, "verbose": False, **variant.engine_args}
         for k in ("type_k", "type_v"):
             if k in args:
                 args[k] = KV_TYPES[str(args[k]).lower()]

@@ -1,0 +1,151 @@
+"""The trade-off report of one run: its variants side by side from v_tradeoff, then one takeaway each.
+
+Plain Python over a warehouse connection (no Prefect), so the CLI, the flows' artifacts and
+tests all print the same text.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import duckdb
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from warehouse.db import WarehouseError, identifier
+
+
+def _value(x: Any) -> Any:
+    """A DataFrame cell with NaN/NaT/None as None, so a clause can test for a missing value."""
+    return None if x is None or (not isinstance(x, str) and pd.isna(x)) else x
+
+
+def _warehouse_path(con: duckdb.DuckDBPyConnection) -> str:
+    return con.execute("select path from duckdb_databases() where database_name = current_database()").fetchone()[0]
+
+
+def _latest_run_ids(con: duckdb.DuckDBPyConnection, limit: int) -> list[str]:
+    return [r for (r,) in con.execute(
+        "select run_id from runs order by started_at desc nulls last, run_id desc limit ?", [limit]).fetchall()]
+
+
+def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The run that started last, None in an empty warehouse."""
+    ids = _latest_run_ids(con, 1)
+    return ids[0] if ids else None
+
+
+def tradeoff_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's rows of v_tradeoff, reference first."""
+    return con.execute(
+        "select * from v_tradeoff where run_id = ? order by is_reference desc, variant", [run_id]
+    ).df()
+
+
+def quality_unit(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None) -> str | None:
+    """Unit of a 'suite.metric' in the run's quality_scores (fraction | nats | ratio | count)."""
+    row = con.execute(
+        "select unit from quality_scores where run_id = ? and suite || '.' || metric = ? and unit is not null limit 1",
+        [run_id, metric],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _quality_clause(label: str, delta: float, unit: str | None) -> str:
+    if unit == "fraction":
+        return f"{label} {delta * 100:+.1f} points"
+    return f"{label} {delta:+.3g}" + (f" {unit}" if unit else "")
+
+
+def _energy_clause(j_per_token: float | None, reference_j_per_token: float | None) -> str:
+    # Said even when missing: readers expect energy, and "n/a" tells them it was not measured.
+    if j_per_token is None:
+        return "energy n/a"
+    if reference_j_per_token:
+        return f"energy {j_per_token / reference_j_per_token:.2f}x J/token"
+    return f"energy {j_per_token:.3g} J/token"
+
+
+def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
+    """One sentence per variant of a tradeoff_frame: failed ones say why, ok ones compare with the reference.
+
+    A clause whose value is NULL is left out. `quality_unit` is the primary metric's unit:
+    'fraction' deltas are printed in points (x100), others in their unit.
+    """
+    is_ref = [bool(_value(x)) for x in df["is_reference"]]
+    refs = df[is_ref]
+    ref = refs.iloc[0] if len(refs) == 1 else None
+    ref_name = ref["variant"] if ref is not None else "reference"
+    ref_energy = _value(ref["energy_j_per_token"]) if ref is not None else None
+    out = []
+    for (_, row), row_is_ref in zip(df.iterrows(), is_ref):
+        if row["status"] != "ok":
+            error = _value(row["error"])
+            out.append(f"{row['variant']}: failed" + (f" ({error.strip().splitlines()[0]})" if error else ""))
+            continue
+        if row_is_ref:
+            continue
+        speedup, ttft, jitter, dq = (_value(row[f"{c}_vs_reference"]) for c in (
+            "speedup", "ttft_change_pct", "jitter_ratio", "quality_delta"))
+        clauses = [
+            f"{speedup:.2f}x tokens/s" if speedup is not None else None,
+            f"TTFT {ttft:+.0f} %" if ttft is not None else None,
+            f"jitter {jitter:.1f}x" if jitter is not None else None,
+            _quality_clause(identifier(row["quality_metric"]), dq, quality_unit) if dq is not None else None,
+            _energy_clause(_value(row["energy_j_per_token"]), ref_energy),
+        ]
+        out.append(f"{row['variant']} vs {ref_name}: " + ", ".join(c for c in clauses if c))
+    return out
+
+
+def _fmt(x: Any, spec: str) -> str:
+    x = _value(x)
+    return "NULL" if x is None else format(x, spec)
+
+
+def _table(df: pd.DataFrame, quality_header: str) -> str:
+    """The variants as a markdown-shaped text table."""
+    table = Table(box=box.MARKDOWN, show_edge=True)
+    headers = ["variant", "engine", "quant", "spec", "TPS peak", "TPS mean", "TTFT ms mean", "TTFT ms p99",
+               "jitter %", quality_header, "energy J/token"]
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if i < 4 else "right")
+    for _, r in df.iterrows():
+        table.add_row(
+            r["variant"], _value(r["engine"]) or "", _value(r["quantization"]) or "", _value(r["speculative"]) or "",
+            _fmt(r["tps_peak"], ".1f"), _fmt(r["tps_mean"], ".1f"), _fmt(r["ttft_ms_mean"], ".1f"),
+            _fmt(r["ttft_ms_p99"], ".1f"), _fmt(r["jitter_pct"], ".1f"), _fmt(r["quality"], ".3f"),
+            _fmt(r["energy_j_per_token"], ".4g"),
+        )
+    console = Console(file=io.StringIO(), width=240, color_system=None)
+    console.print(table)
+    # rich pads lines to the width and draws an empty top edge for this box: drop both.
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
+
+
+def _energy_footnotes(df: pd.DataFrame) -> list[str]:
+    """One line per distinct reason energy is NULL, naming the variants it applies to."""
+    missing = df[df["energy_j_per_token"].isna() & df["energy_note"].notna()]
+    groups = missing.groupby("energy_note", sort=False)
+    return [f"energy NULL for {', '.join(g['variant'])}: {note}" for note, g in groups]
+
+
+def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> str:
+    """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways."""
+    path = _warehouse_path(con)
+    latest = _latest_run_ids(con, 5)
+    if not latest:
+        raise WarehouseError(f"no runs in {path}; run `tradeoff run configs/demo.yaml` first")
+    run_id = run_id or latest[0]
+    if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchone()[0]:
+        raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
+    df = tradeoff_frame(con, run_id)
+    metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
+    started = _value(df["started_at"].iloc[0]) if len(df) else None
+    lines = [f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""), "",
+             _table(df, metric or "quality"), *_energy_footnotes(df), ""]
+    lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
+    return "\n".join(lines)

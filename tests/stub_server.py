@@ -1,0 +1,75 @@
+"""A local OpenAI-style SSE server used as a measuring instrument and to feed the client bad streams.
+
+The request's `model` picks the behaviour: ok (finish_reason length), stop (finish_reason
+stop), usage, html, garbage, http500, cut, empty.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _chunk(text: str, finish: str | None = None) -> bytes:
+    obj = {"choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    tokens = 5
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "stub"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _start(self, ctype="text/event-stream"):
+        self.send_response(200)
+        self.send_header("content-type", ctype)
+        self.end_headers()
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        mode = req.get("model", "ok")
+        if mode == "http500":
+            self.send_response(500)
+            self.send_header("content-length", "4")
+            self.end_headers()
+            self.wfile.write(b"boom")
+            return
+        if mode == "html":
+            self._start("text/html")
+            self.wfile.write(b"<html>nope</html>")
+            return
+        self._start()
+        if mode == "garbage":
+            self.wfile.write(b"data: {not json\n\n")
+            return
+        if mode == "empty":
+            self.wfile.write(_chunk("", "stop") + b"data: [DONE]\n\n")
+            return
+        n = req.get("max_tokens", self.tokens)
+        for i in range(n):
+            last = i == n - 1 and mode != "cut"
+            self.wfile.write(_chunk(f" t{i}", ("stop" if mode == "stop" else "length") if last else None))
+            self.wfile.flush()
+            if mode == "cut" and i == 1:
+                return  # connection closes mid-stream, no [DONE]
+        if mode == "usage":
+            usage = {"prompt_tokens": 7, "completion_tokens": 42, "total_tokens": 49}
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def start_stub() -> tuple[ThreadingHTTPServer, str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.protocol_version = "HTTP/1.0"  # close after each response: a cut stream ends the connection
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"

@@ -1,0 +1,106 @@
+-- v_tradeoff: one row per (run_id, variant) of `variants`, failed variants included. Columns:
+--   run_id
+--   started_at                     run start, UTC (timestamp without time zone)
+--   variant, engine, model, quantization, speculative (method, NULL when none)
+--   is_reference                   the variant the others are compared with
+--   status                         ok | failed
+--   error                          first error of a failed variant
+--   tps_peak                       output tokens/s, best window, max over the variant's scenarios
+--   tps_mean                       output tokens/s, best sustained: max over its scenarios
+--   ttft_ms_mean, ttft_ms_p99      ms, time to first token, headline scenario
+--   jitter_pct                     %, TTFT coefficient of variation, headline scenario
+--   itl_ms_mean                    ms, inter-token latency, headline scenario
+--   tpot_ms_mean                   ms per output token, headline scenario
+--   energy_j_per_token             joules per output token, in the scenario that gave tps_mean
+--   energy_note                    why energy_j_per_token is NULL
+--   quality                        value of the run's primary quality metric, in its own unit
+--   quality_metric                 that metric, 'suite.metric' (runs.primary_quality_metric)
+--   speedup_vs_reference           ratio, tps_mean / reference tps_mean
+--   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
+--   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
+--   quality_delta_vs_reference     quality - reference quality, in the metric's own unit
+--   then every metric column of v_quality_wide (<suite>_<metric>, own unit)
+-- The headline scenario is the lowest-concurrency one: the latency a single user sees.
+-- Comparisons are NULL when either side is NULL, a denominator is 0, or a run has not exactly
+-- one reference variant.
+
+with headline as (
+    select *
+    from perf_summary
+    qualify row_number() over (partition by run_id, variant order by concurrency, scenario) = 1
+),
+
+best_sustained as (
+    select *
+    from perf_summary
+    qualify row_number() over (
+        partition by run_id, variant order by output_throughput desc nulls last, concurrency, scenario
+    ) = 1
+),
+
+peak as (
+    select run_id, variant, max(peak_output_throughput) as tps_peak
+    from perf_summary
+    group by run_id, variant
+),
+
+primary_quality as (
+    select s.run_id, s.variant, s.value as quality
+    from quality_scores as s
+    join runs as r
+        on s.run_id = r.run_id and s.suite || '.' || s.metric = r.primary_quality_metric
+),
+
+measured as (
+    select
+        v.run_id,
+        timezone('UTC', r.started_at) as started_at,
+        v.variant,
+        v.engine,
+        v.model,
+        v.quantization,
+        v.speculative,
+        v.is_reference,
+        v.status,
+        v.error,
+        p.tps_peak,
+        b.output_throughput as tps_mean,
+        h.ttft_ms_mean,
+        h.ttft_ms_p99,
+        h.ttft_cv_pct as jitter_pct,
+        h.itl_ms_mean,
+        h.tpot_ms_mean,
+        b.energy_j_per_token,
+        b.energy_note,
+        q.quality,
+        r.primary_quality_metric as quality_metric
+    from variants as v
+    join runs as r on v.run_id = r.run_id
+    left join peak as p on v.run_id = p.run_id and v.variant = p.variant
+    left join best_sustained as b on v.run_id = b.run_id and v.variant = b.variant
+    left join headline as h on v.run_id = h.run_id and v.variant = h.variant
+    left join primary_quality as q on v.run_id = q.run_id and v.variant = q.variant
+),
+
+reference as (
+    select run_id, tps_mean, ttft_ms_mean, jitter_pct, quality
+    from measured
+    where is_reference
+    -- two references would duplicate every row; compare with none instead
+    qualify count(*) over (partition by run_id) = 1
+),
+
+final as (
+    select
+        m.*,
+        m.tps_mean / nullif(ref.tps_mean, 0) as speedup_vs_reference,
+        (m.ttft_ms_mean / nullif(ref.ttft_ms_mean, 0) - 1) * 100 as ttft_change_pct_vs_reference,
+        m.jitter_pct / nullif(ref.jitter_pct, 0) as jitter_ratio_vs_reference,
+        m.quality - ref.quality as quality_delta_vs_reference,
+        w.* exclude (run_id, variant)
+    from measured as m
+    left join reference as ref on m.run_id = ref.run_id
+    left join v_quality_wide as w on m.run_id = w.run_id and m.variant = w.variant
+)
+
+select * from final
