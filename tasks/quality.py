@@ -2,7 +2,8 @@
 
 Built-in suites need no download; their data is generated from a seed and they carry a
 version that is bumped whenever a change could move scores.
-- arithmetic: GPT-3-style few-shot arithmetic ("Q: What is 48 plus 76? A: 124") over the
+- arithmetic: GPT-3-style few-shot arithmetic ("Q: What is 48 plus 76? A: 124"; GPT-3's
+  2D+ ... 5D-, 2Dx, plus 1-digit tasks that a 135M model can partly solve) over the
   variant's endpoint, greedy, exact match on the first integer of the answer.
 - fidelity: next-token distributions of the variant vs the reference on a fixed text,
   from real logits computed in-process from each artifact (llama.cpp `Llama.scores`):
@@ -83,7 +84,7 @@ def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
 
 _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
 # GPT-3 arithmetic task names -> (digits, operation).
-ARITH_TASKS = {"2D+": (2, "plus"), "2D-": (2, "minus"), "3D+": (3, "plus"), "3D-": (3, "minus"),
+ARITH_TASKS = {"1D+": (1, "plus"), "1D-": (1, "minus"), "1Dx": (1, "times"), "2D+": (2, "plus"), "2D-": (2, "minus"), "3D+": (3, "plus"), "3D-": (3, "minus"),
                "4D+": (4, "plus"), "4D-": (4, "minus"), "5D+": (5, "plus"), "5D-": (5, "minus"),
                "2Dx": (2, "times")}
 _INT = re.compile(r"-?\d[\d,]*")
@@ -123,7 +124,7 @@ class Arithmetic(Suite):
     version = "1"
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
-        tasks = ctx.params.get("tasks", ["2D+", "2D-", "3D+", "2Dx"])
+        tasks = ctx.params.get("tasks", ["1D+", "1D-", "1Dx", "2D+"])
         unknown = [t for t in tasks if t not in ARITH_TASKS]
         if unknown:
             raise ValueError(f"arithmetic.params.tasks: unknown task {unknown[0]!r}; use some of {', '.join(ARITH_TASKS)}")

@@ -44,6 +44,11 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+def _last_line(path: Path) -> str:
+    tail = [ln.strip() for ln in log_tail(path, 40).splitlines() if ln.strip()]
+    return tail[-1][:300] if tail else "(empty log)"
+
+
 def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float,
                  health_path: str = "/v1/models", env: dict[str, str] | None = None) -> Server:
     """Start `cmd` (an argument list, no shell), logging to `log_path`; wait until `health_path` answers 200."""
@@ -59,7 +64,8 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
     with httpx.Client(timeout=2.0) as client:
         while time.perf_counter() < deadline:
             if proc.poll() is not None:
-                raise ServerError(f"server exited with code {proc.returncode} before it was healthy; log tail:\n{log_tail(log_path)}")
+                raise ServerError(f"server exited with code {proc.returncode} before it was healthy: "
+                                  f"{_last_line(log_path)} (log: {log_path})\n{log_tail(log_path)}")
             try:
                 if client.get(base_url + health_path).status_code == 200:
                     server.startup_s = time.perf_counter() - t0
@@ -68,7 +74,8 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
                 pass
             time.sleep(0.25)
     stop_server(server)
-    raise ServerError(f"server not healthy after {timeout_s:.0f} s; log tail:\n{log_tail(log_path)}")
+    raise ServerError(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} (log: {log_path})\n"
+                      f"{log_tail(log_path)}")
 
 
 def stop_server(server: Server, grace_s: float = 10.0) -> None:
