@@ -48,14 +48,63 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tasks.report import format_report
+    from tasks.report import format_report, latest_run_id
     from warehouse.db import open_warehouse
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_report(con, args.run))
+        print(format_report(con, args.run))  # also rejects an unknown run id
+        if args.html:
+            from tasks.report_html import write_html
+
+            path = write_html(con, args.run or latest_run_id(con), args.html)
+            print(f"html report: {path}")
     finally:
         con.close()
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Run one SQL statement read-only and print its result as a table."""
+    import duckdb
+
+    from warehouse.db import open_warehouse
+
+    con = open_warehouse(_warehouse(args), read_only=True)
+    try:
+        rel = con.sql(args.query)
+        if rel is not None:
+            rel.show(max_width=args.max_width, max_rows=args.max_rows)
+    except duckdb.Error as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        con.close()
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a table or view (or a query) to Parquet or CSV, by the output's extension."""
+    import duckdb
+
+    from warehouse.db import open_warehouse
+
+    out = Path(args.output)
+    fmt = {".parquet": "parquet", ".csv": "csv"}.get(out.suffix.lower())
+    if fmt is None:
+        print(f"error: --output: unknown format '{out.suffix}'; use a .parquet or .csv file name", file=sys.stderr)
+        return 2
+    what = args.name if args.name.strip().lower().startswith("select") else f"select * from {args.name}"
+    con = open_warehouse(_warehouse(args), read_only=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"copy ({what}) to '{str(out).replace(chr(39), chr(39) * 2)}' (format {fmt})")
+    except duckdb.Error as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        con.close()
+    print(f"wrote {out}")
     return 0
 
 
@@ -75,8 +124,20 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_load)
     c = sub.add_parser("report", help="print a run's trade-off table and takeaways")
     c.add_argument("--run", help="run id (default: the latest)")
+    c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_report)
+    c = sub.add_parser("sql", help="run a SQL query on the warehouse (read-only) and print the result")
+    c.add_argument("query")
+    c.add_argument("--max-rows", type=int, default=100)
+    c.add_argument("--max-width", type=int, default=200)
+    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    c.set_defaults(func=cmd_sql)
+    c = sub.add_parser("export", help="write a table, view or select query to .parquet or .csv")
+    c.add_argument("name", help="table or view name (e.g. v_tradeoff), or a select query")
+    c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
+    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    c.set_defaults(func=cmd_export)
     return p
 
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from tasks.config import RunConfig, Variant, load_config
@@ -109,19 +109,24 @@ def load_results_task(paths: RunPaths, warehouse: Path, only: list[str] | None =
 
 
 @task(name="report", cache_policy=NONE)
-def report_task(warehouse: Path, run_id: str) -> str:
-    """Text report, plus the trade-off table and takeaways as Prefect artifacts."""
+def report_task(warehouse: Path, paths: RunPaths) -> str:
+    """Text and HTML reports, plus the trade-off table, takeaways and a link to the HTML as Prefect artifacts."""
     from tasks.report import format_report, quality_unit, takeaways, tradeoff_frame
+    from tasks.report_html import write_html
     from warehouse.db import open_warehouse
 
+    run_id = paths.run_id
     con = open_warehouse(warehouse, read_only=True)
     try:
         df = tradeoff_frame(con, run_id)
         text = format_report(con, run_id)
         metric = df["quality_metric"].dropna().iloc[0] if df["quality_metric"].notna().any() else None
         lines = takeaways(df, quality_unit(con, run_id, metric))
+        html_path = write_html(con, run_id, paths.root / "report.html").resolve()
     finally:
         con.close()
+    create_link_artifact(key="tradeoff-report", link=html_path.as_uri(), link_text=f"HTML report of {run_id}",
+                         description="Self-contained page: tables and plots (open on the host that ran the flow)")
     create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records")),
                           description=f"Trade-off table of run {run_id}")
     create_markdown_artifact(key="tradeoff-takeaways", markdown="\n".join(f"- {t}" for t in lines) or "(no takeaways)",
@@ -168,8 +173,9 @@ def nightly(config: str = "configs/demo.yaml", run_id: str | None = None) -> dic
         raise RuntimeError(f"run {paths.run_id}: results failed validation, tables {', '.join(bad)} not loaded "
                            f"(raw results kept in {paths.results}): {problems}")
     counts = load_results_task(paths, warehouse)
-    text = report_task(warehouse, paths.run_id)
+    text = report_task(warehouse, paths)
     print(text)
+    print(f"html report: {paths.root / 'report.html'}")
     return {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
             "warehouse": str(warehouse), "run_dir": str(paths.root)}
 

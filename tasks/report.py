@@ -24,7 +24,7 @@ def _value(x: Any) -> Any:
 
 
 def _warehouse_path(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute("select path from duckdb_databases() where database_name = current_database()").fetchone()[0]
+    return con.execute("select path from duckdb_databases() where database_name = current_database()").fetchall()[0][0]
 
 
 def _latest_run_ids(con: duckdb.DuckDBPyConnection, limit: int) -> list[str]:
@@ -50,8 +50,8 @@ def quality_unit(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None
     row = con.execute(
         "select unit from quality_scores where run_id = ? and suite || '.' || metric = ? and unit is not null limit 1",
         [run_id, metric],
-    ).fetchone()
-    return row[0] if row else None
+    ).fetchall()
+    return row[0][0] if row else None
 
 
 def _quality_clause(label: str, delta: float, unit: str | None) -> str:
@@ -140,7 +140,7 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     if not latest:
         raise WarehouseError(f"no runs in {path}; run `tradeoff run configs/demo.yaml` first")
     run_id = run_id or latest[0]
-    if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchone()[0]:
+    if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchall()[0][0]:
         raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
     df = tradeoff_frame(con, run_id)
     metric = _value(df["quality_metric"].iloc[0]) if len(df) else None

@@ -74,7 +74,7 @@ def write_run(root: Path, run_id: str = "r1", started_at: datetime = STARTED, qu
 
 def counts(db: Path) -> dict[str, int]:
     with duckdb.connect(str(db), read_only=True) as con:
-        return {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLES}
+        return {t: con.execute(f"select count(*) from {t}").fetchall()[0][0] for t in TABLES}
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
@@ -126,7 +126,7 @@ def test_read_only_does_not_migrate(db: Path) -> None:
     db.parent.mkdir(parents=True)
     duckdb.connect(str(db)).close()
     with open_warehouse(db, read_only=True) as con:
-        assert con.execute("select count(*) from duckdb_tables()").fetchone()[0] == 0
+        assert con.execute("select count(*) from duckdb_tables()").fetchall()[0][0] == 0
 
 
 def test_missing_warehouse_read_only(db: Path) -> None:
@@ -264,7 +264,7 @@ def test_quality_columns_follow_the_data(tmp_path: Path, db: Path) -> None:
     load_run(write_run(tmp_path / "a", quality={}), db)
     with open_warehouse(db, read_only=True) as con:
         assert [d[0] for d in con.execute("select * from v_quality_wide").description] == ["run_id", "variant"]
-        assert con.execute("select count(*) from v_tradeoff").fetchone()[0] == 3
+        assert con.execute("select count(*) from v_tradeoff").fetchall()[0][0] == 3
     odd = {("o'brien", "a/b"): 2.0, ("arithmetic", "accuracy"): 0.5}
     load_run(write_run(tmp_path / "b", run_id="r2", quality={"q4_1": odd, "q2_k": odd}), db)
     with open_warehouse(db, read_only=True) as con:

@@ -20,7 +20,7 @@ from tasks.tables import SCHEMAS, TABLES, read_table, table_parts
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
 # Creation order: a view comes after the views it selects from.
-VIEWS = ("v_quality_wide", "v_tradeoff")
+VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy")
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
 METRIC_COLUMNS = "/* metric_columns */"
 
@@ -63,10 +63,10 @@ def _schema_version(con: duckdb.DuckDBPyConnection) -> int:
     has_table = con.execute(
         "select count(*) from duckdb_tables()"
         " where table_name = 'schema_version' and database_name = current_database()"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not has_table:
         return 0
-    return con.execute("select coalesce(max(version), 0) from schema_version").fetchone()[0]
+    return con.execute("select coalesce(max(version), 0) from schema_version").fetchall()[0][0]
 
 
 def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
