@@ -67,7 +67,10 @@ def variant_row(run_id: str, cfg: RunConfig, v: Variant, art: Artifact | str, ou
             "artifact_bytes": art.bytes if ok_art else None, "build_cached": art.cached if ok_art else None,
             "build_s": art.build_s if ok_art else None,
             "server_startup_s": outcome.get("server_startup_s") if isinstance(outcome, dict) else None,
-            "engine_args": engine_args_json(v)}
+            "engine_args": engine_args_json(v),
+            "usd_per_hour": v.cost.usd_per_hour if v.cost else None,
+            "usd_per_1m_input_tok": v.cost.usd_per_1m_input_tokens if v.cost else None,
+            "usd_per_1m_output_tok": v.cost.usd_per_1m_output_tokens if v.cost else None}
 
 
 @task(name="write-run-row", cache_policy=NONE)

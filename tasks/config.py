@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tasks.engines import ENGINES, engine_for
 
@@ -75,6 +75,20 @@ class Speculative(_Strict):
     draft_model: str | None = None
 
 
+class Cost(_Strict):
+    """What serving a variant costs: an hourly rate for own hardware, or a hosted API's token prices."""
+
+    usd_per_hour: float | None = Field(default=None, gt=0, description="hardware cost (USD/hour)")
+    usd_per_1m_input_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M input tokens)")
+    usd_per_1m_output_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M output tokens)")
+
+    @model_validator(mode="after")
+    def _some_price(self) -> "Cost":
+        if self.usd_per_hour is None and self.usd_per_1m_output_tokens is None:
+            raise ValueError("no price; give usd_per_hour or usd_per_1m_output_tokens")
+        return self
+
+
 class Variant(_Strict):
     """One engine variant: model x engine x quantization x speculative decoding."""
 
@@ -85,6 +99,7 @@ class Variant(_Strict):
     speculative: Speculative | None = None
     engine_args: dict[str, Any] = Field(default_factory=dict, description="extra engine options")
     reference: bool = False
+    cost: Cost | None = Field(default=None, description="prices, for v_cost")
 
     @field_validator("quantization")
     @classmethod
@@ -92,26 +107,109 @@ class Variant(_Strict):
         return v.lower()
 
 
-class PerfSpec(_Strict):
-    """Streaming load at fixed concurrency levels; warm-up requests are excluded from the metrics."""
+# Named goodput SLOs (ms). MLPerf Inference's Llama-2-70B latency limits: the server
+# scenario (TTFT 2 s, TPOT 200 ms) and the interactive one (TTFT 450 ms, TPOT 40 ms).
+SLO_PRESETS: dict[str, dict[str, float]] = {
+    "mlperf-llama2-70b-server": {"ttft_ms": 2000.0, "tpot_ms": 200.0},
+    "mlperf-llama2-70b-interactive": {"ttft_ms": 450.0, "tpot_ms": 40.0},
+}
 
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2])
-    num_prompts: int = Field(default=8, ge=1, description="measured requests per concurrency level")
-    warmup_requests: int = Field(default=1, ge=0, description="requests sent first and excluded")
+
+class SloSpec(_Strict):
+    """Per-request latency limits for goodput: a request is good when it meets every limit given.
+
+    In YAML either a preset name (`slo: mlperf-llama2-70b-server`) or a mapping; explicit
+    limits override the preset's.
+    """
+
+    preset: str | None = Field(default=None, description=f"one of {', '.join(SLO_PRESETS)}")
+    ttft_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit (ms)")
+    tpot_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit (ms)")
+    e2el_ms: float | None = Field(default=None, gt=0, description="end-to-end latency limit (ms)")
+
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, v: str | None) -> str | None:
+        if v is not None and v not in SLO_PRESETS:
+            raise ValueError(f"unknown SLO preset '{v}'; use one of {', '.join(SLO_PRESETS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> "SloSpec":
+        if not self.limits():
+            raise ValueError("no limit; give a preset or at least one of ttft_ms, tpot_ms, e2el_ms")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        """{'ttft_ms': ..., 'tpot_ms': ..., 'e2el_ms': ...}, only the limits that apply."""
+        out = dict(SLO_PRESETS.get(self.preset or "", {}))
+        out.update({k: getattr(self, k) for k in ("ttft_ms", "tpot_ms", "e2el_ms") if getattr(self, k) is not None})
+        return out
+
+    def label(self) -> str:
+        return self.preset or ",".join(f"{k}<={v:g}" for k, v in self.limits().items())
+
+
+class PerfSpec(_Strict):
+    """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
+
+    Steps run in this order: each concurrency level, each Poisson request rate, then the
+    sweep (synchronous -> maximum throughput -> `sweep` rates evenly in between, as
+    guidellm). Every step sends `num_prompts` measured requests (its maximum), stops
+    sending after `max_duration_s`, and is repeated `repeats` times (repeats interleave:
+    all steps once, then all again, so slow drift does not favour one step).
+    """
+
+    # rates and sweep come before concurrency: concurrency's check reads them.
+    rates: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=list, description="request rates (requests/s), Poisson arrivals (gamma with burstiness)")
+    sweep: int | None = Field(default=None, ge=0, description="sweep: synchronous, max throughput and N rates between")
+    concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="fixed concurrency levels; default [1, 2] when no rates and no sweep")
+    burstiness: float = Field(default=1.0, gt=0, description="gamma shape of inter-arrival times; 1 = Poisson")
+    max_concurrency: int | None = Field(default=None, ge=1, description="cap on requests in flight in rate steps")
+    num_prompts: int = Field(default=8, ge=1, description="measured requests per step and repeat (its maximum)")
+    max_duration_s: float | None = Field(default=None, gt=0, description="stop sending a step's requests after (s)")
+    warmup_requests: int = Field(default=1, ge=0, description="requests sent first, one by one, and excluded")
+    warmup_s: float = Field(default=0.0, ge=0, description="requests sent in a step's first seconds are excluded (s)")
+    repeats: int = Field(default=1, ge=1, description="times each step runs; CIs over repeats need >= 2")
     input_len: int = Field(default=64, ge=1, description="prompt length (tokens)")
     output_len: int = Field(default=32, ge=2, description="output length (tokens), forced where the engine can")
+    len_spread: float = Field(default=0.0, ge=0, lt=1,
+                              description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]")
+    dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
     endpoint: Literal["completions", "chat"] = "completions"
     unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
+    force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
+        default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
     seed: int = 0
     request_timeout_s: float = Field(default=300.0, gt=0)
     peak_window_s: float = Field(default=1.0, gt=0, description="window for peak output tokens/s (seconds)")
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="percentiles reported (0 < p <= 100)")
+    slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
+                                description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
+    bootstrap_resamples: int = Field(default=1000, ge=100, description="bootstrap resamples per interval")
+    power_interval_s: float = Field(default=0.1, gt=0, description="power sampling interval (s)")
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _preset_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
 
     @field_validator("concurrency")
     @classmethod
-    def _nonempty(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("no concurrency level; list at least one, e.g. [1, 2]")
+    def _nonempty(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is not None and not v and not info.data.get("rates") and info.data.get("sweep") is None:
+            raise ValueError("no concurrency level and no rates or sweep; list at least one, e.g. [1, 2]")
         return v
+
+    @model_validator(mode="after")
+    def _default_steps(self) -> "PerfSpec":
+        if self.concurrency is None:
+            self.concurrency = [1, 2] if not self.rates and self.sweep is None else []
+        return self
 
 
 class SuiteSpec(_Strict):

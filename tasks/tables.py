@@ -55,6 +55,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("build_s", pa.float64()),
         ("server_startup_s", pa.float64()),
         ("engine_args", pa.string()),  # JSON
+        ("usd_per_hour", pa.float64()),  # config cost: hardware USD/hour
+        ("usd_per_1m_input_tok", pa.float64()),  # config cost: hosted USD per 1M input tokens
+        ("usd_per_1m_output_tok", pa.float64()),  # config cost: hosted USD per 1M output tokens
     ]),
     # One row per request, warm-up included (flagged) so counts can be checked.
     "perf_requests": pa.schema([

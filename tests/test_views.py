@@ -89,3 +89,31 @@ def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: 
     console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
     assert not console, console
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
+    from tasks.tables import write_table
+
+    run_dir = write_run(tmp_path / "runs", "c1")
+    res = run_dir / "results"
+    # q4_1 on own hardware at 3.6 USD/hour; q2_k as a hosted API with token prices
+    prices = {"q4_1": {"usd_per_hour": 3.6}, "q2_k": {"usd_per_1m_input_tok": 1.0, "usd_per_1m_output_tok": 2.0}}
+    for v, price in prices.items():
+        write_table(res, "variants", v, [{"run_id": "c1", "variant": v, "engine": "llama.cpp", "quantization": v,
+                                          "is_reference": v == "q4_1", "status": "ok", **price}])
+        write_table(res, "quality_samples", v, [
+            {"run_id": "c1", "variant": v, "suite": "arithmetic", "sample_id": str(i), "score": 1.0, "valid": True,
+             "details": '{"prompt_tokens": 100, "output_tokens": 10}'} for i in range(2)])
+    db = tmp_path / "wh.duckdb"
+    load_run(run_dir, db)
+    con = open_warehouse(db, read_only=True)
+    got = {r["variant"]: r for r in rows(con, "select * from v_cost")}
+    assert set(got) == {"q4_1", "q2_k"}
+    own, hosted = got["q4_1"], got["q2_k"]
+    # own hardware: 3.6 USD/h at 120 tok/s -> 3.6 / (120 * 3600) * 1e6 USD per 1M tokens
+    assert own["cost_basis"] == "hourly rate at tps_mean"
+    assert own["usd_per_1m_tok"] == pytest.approx(3.6 / (120 * 3600) * 1e6)
+    # one answer = 10 output tokens at 120 tok/s; accuracy 0.80
+    assert own["usd_per_correct_answer"] == pytest.approx(3.6 / 3600 * 10 / 120 / 0.80)
+    assert hosted["usd_per_1m_tok"] == 2.0 and hosted["cost_basis"] == "token prices"
+    assert hosted["usd_per_correct_answer"] == pytest.approx((1.0 * 100 + 2.0 * 10) / 1e6 / 0.68)

@@ -20,7 +20,7 @@ from tasks.tables import SCHEMAS, TABLES, read_table, table_parts
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
 # Creation order: a view comes after the views it selects from.
-VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy")
+VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy", "v_cost")
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
 METRIC_COLUMNS = "/* metric_columns */"
 
@@ -83,8 +83,11 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> Non
     con.execute(
         "create table if not exists schema_version (version integer primary key, name varchar, applied_at timestamp)"
     )
+    applied = {v for (v,) in con.execute("select version from schema_version").fetchall()}
+    # Apply every migration not yet recorded (not just those above the highest one), so a
+    # migration numbered below one already applied on a development database is not skipped.
     for version, name, file in migrations():
-        if version <= current:
+        if version in applied:
             continue
         con.begin()
         try:
