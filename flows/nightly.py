@@ -1,11 +1,19 @@
-"""The nightly flow: build -> serve and measure (per variant) -> validate -> load -> report.
+"""The nightly flow: measure every variant (in-process, or fanned out on a work pool) -> validate -> load -> report.
 
-One variant failing is recorded as failed and the others go on. The reference variant
-is measured first because the fidelity suite compares every variant with it.
+Each variant is one run of the `variant` flow (flows/variant.py): a subflow in this process, or
+with `scale_out.work_pool` one flow run of the `variant` deployment per variant, spread over the
+pool's workers (one per GPU host). Variants write their Parquet results to the results location;
+this flow waits for all, fetches them and loads them into DuckDB in one step. One variant
+failing is recorded as failed and the others go on. The reference goes first because the other
+variants' quality deltas compare with its results.
+
+Re-running a run id (`tradeoff run CONFIG --run-id ID`, or Prefect's retry of a nightly flow run)
+skips the variants whose results are already complete and measures only the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,64 +21,124 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
+from prefect.runtime import flow_run
 
-from tasks.config import RunConfig, Variant, load_config
-from tasks.engines import Artifact, engine_for
-from tasks.measure import build_variant, engine_args_json, measure_perf, measure_quality
-from tasks.runinfo import RunPaths, build_cache_dir, host_info, make_run_paths, new_run_id
-from tasks.serve import free_port, serving
-from tasks.tables import write_table
+from flows.variant import variant_flow, variant_row
+from tasks.config import ConfigError, RunConfig, Variant, load_config, read_config_data
+from tasks.fanout import check_pool, submit_variant, wait_for_runs
+from tasks.measure import expected_perf_rows
+from tasks.notify import deliver, load_block, regressions, run_message, send
+from tasks.results import ResultsLocation
+from tasks.runinfo import RunPaths, host_info, make_run_paths, new_run_id
+from tasks.tables import read_table, write_table
 
 
-@flow(name="build-variants")
-def build_variants(cfg: RunConfig) -> dict[str, Artifact | str]:
-    """Build every variant; a failed build maps the variant to its error text."""
-    cache = build_cache_dir()
-    out: dict[str, Artifact | str] = {}
+def preflight(cfg: RunConfig) -> tuple[ResultsLocation, str | None]:
+    """Fail before any variant starts: results location not writable, pool or deployment or notify block missing.
+
+    Returns the results location and a warning (no worker online) or None.
+    """
+    location = ResultsLocation.resolve(cfg.scale_out.location())
+    location.check_writable()
+    warning = check_pool(cfg.scale_out) if cfg.scale_out.work_pool else None
+    if cfg.notify:
+        load_block(cfg.notify.block)
+    return location, warning
+
+
+def with_work_pool(cfg: RunConfig, work_pool: str | None) -> RunConfig:
+    """The config with scale_out.work_pool overridden (a flow or CLI parameter); '' means in-process."""
+    if work_pool is None:
+        return cfg
+    return cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(update={"work_pool": work_pool or None})})
+
+
+def default_run_id(config_name: str) -> str:
+    """A run id that a retry of the same Prefect flow run reproduces (so it resumes), else a fresh one."""
+    run_uuid = flow_run.get_id()
+    start = flow_run.get_scheduled_start_time()
+    if not run_uuid or start is None:
+        return new_run_id(config_name)
+    return f"{start.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{config_name}-{run_uuid.replace('-', '')[:4]}"
+
+
+def config_fingerprint(cfg: RunConfig) -> str:
+    """What makes two runs' results comparable: everything but where they run and who is told."""
+    blob = cfg.model_dump_json(exclude={"scale_out", "notify", "warehouse"})
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def record_config(paths: RunPaths, config: str, cfg: RunConfig) -> None:
+    """Keep the config in the run folder; refuse to resume a run folder that another config started."""
+    mark = paths.root / "config.sha256"
+    fingerprint = config_fingerprint(cfg)
+    if mark.exists() and mark.read_text().strip() != fingerprint:
+        raise ConfigError(f"run {paths.run_id}: its folder holds results of another config; re-run it with the config "
+                          f"it was started with ({paths.root / 'config.yaml'}) or drop --run-id")
+    (paths.root / "config.yaml").write_text(Path(config).read_text())
+    mark.write_text(fingerprint + "\n")
+
+
+def first_started_at(paths: RunPaths, now: datetime) -> datetime:
+    """A resumed run keeps the start time of its first attempt."""
+    runs = read_table(paths.results, "runs")
+    return runs["started_at"].iloc[0].to_pydatetime() if len(runs) else now
+
+
+def measured_variants(location: ResultsLocation, paths: RunPaths) -> set[str]:
+    """Variants of this run whose results are complete (an ok row) at the results location."""
+    location.fetch(paths)
+    rows = read_table(paths.results, "variants")
+    return set(rows.loc[rows["status"] == "ok", "variant"])
+
+
+def _ordered(cfg: RunConfig) -> list[Variant]:
+    return [cfg.reference] + [v for v in cfg.variants if not v.reference]
+
+
+def run_in_process(raw: dict, paths: RunPaths, todo: list[Variant], location: ResultsLocation) -> dict[str, str]:
+    """Each variant as a subflow, one after another; variant -> what its flow run ended with."""
+    ended: dict[str, str] = {}
+    for v in todo:
+        state = variant_flow(config=raw, variant=v.name, run_id=paths.run_id, results_url=location.url,
+                             return_state=True)
+        ended[v.name] = f"flow run {state.name}: {state.message or state.type.value}"
+        print(f"{v.name}: {'ok' if state.is_completed() else 'FAILED: ' + ended[v.name].splitlines()[0][:300]}")
+    return ended
+
+
+def run_fanned_out(cfg: RunConfig, raw: dict, paths: RunPaths, todo: list[Variant],
+                   location: ResultsLocation) -> dict[str, str]:
+    """One flow run per variant on the work pool, the reference's first; variant -> what its flow run ended with."""
+    spec = cfg.scale_out
+    attempt = f"{flow_run.get_id() or 'local'}:{flow_run.get_run_count()}"
+    ended: dict[str, str] = {}
+    for wave in ([v for v in todo if v.reference], [v for v in todo if not v.reference]):
+        if not wave:
+            continue
+        ids = {v.name: submit_variant(spec, {"config": raw, "variant": v.name, "run_id": paths.run_id,
+                                             "results_url": location.url}, f"{attempt}:{v.name}") for v in wave}
+        for name, st in wait_for_runs(ids, spec.variant_timeout_s).items():
+            ended[name] = f"flow run {st['name']} {st['state'].lower()}" + (f": {st['message']}" if st["message"] else "")
+            print(f"{name}: {'ok' if st['state'] == 'COMPLETED' else 'FAILED: ' + ended[name]}")
+    return ended
+
+
+def collect_rows(cfg: RunConfig, paths: RunPaths, location: ResultsLocation, ended: dict[str, str]) -> list[dict]:
+    """Every variant's row; a variant whose flow run left none (crashed, cancelled, never ran) gets a failed one."""
+    written = {r["variant"]: r for r in read_table(paths.results, "variants").to_dict("records")}
+    rows = []
     for v in cfg.variants:
-        state = build_variant.with_options(task_run_name=f"build-{v.name}")(cfg, v, cache, return_state=True)
-        out[v.name] = state.result() if state.is_completed() else _error_line(state)
-    return out
-
-
-@flow(name="measure-variant", flow_run_name="measure-{variant.name}")
-def measure_variant(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact,
-                    ref_artifact: Artifact | None, paths: RunPaths) -> dict:
-    """Serve one variant, run its perf sweep and quality suites, stop its server (also on failure)."""
-    engine = engine_for(variant.engine)
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    cmd = engine.server_command(artifact, variant, cfg.models[variant.model], "127.0.0.1", port)
-    with serving(cmd, base_url, paths.logs / f"{variant.name}.server.log", cfg.server_start_timeout_s) as server:
-        get_run_logger().info("%s serving at %s (pid %d, up in %.1f s)", variant.name, base_url, server.pid, server.startup_s)
-        perf = measure_perf(cfg, run_id, variant, artifact, base_url, paths.results)
-        quality = measure_quality(cfg, run_id, variant, artifact, ref_artifact, base_url,
-                                  paths.root / "quality" / variant.name, paths.results)
-    return {"server_startup_s": server.startup_s, "perf": perf, "quality": quality}
-
-
-def _error_line(state) -> str:
-    try:
-        state.result()
-    except BaseException as err:  # noqa: BLE001 - we record any failure of a variant
-        return f"{type(err).__name__}: {err}".strip()
-    return str(state.message or state.type)
-
-
-def variant_row(run_id: str, cfg: RunConfig, v: Variant, art: Artifact | str, outcome: dict | str) -> dict:
-    ok_art = isinstance(art, Artifact)
-    error = art if not ok_art else (outcome if isinstance(outcome, str) else None)
-    return {"run_id": run_id, "variant": v.name, "model": v.model, "engine": v.engine, "quantization": v.quantization,
-            "speculative": v.speculative.method if v.speculative else None, "is_reference": v.reference,
-            "status": "failed" if error else "ok", "error": error,
-            "artifact_path": str(art.path) if ok_art else None, "artifact_sha256": art.sha256 if ok_art else None,
-            "artifact_bytes": art.bytes if ok_art else None, "build_cached": art.cached if ok_art else None,
-            "build_s": art.build_s if ok_art else None,
-            "server_startup_s": outcome.get("server_startup_s") if isinstance(outcome, dict) else None,
-            "engine_args": engine_args_json(v),
-            "usd_per_hour": v.cost.usd_per_hour if v.cost else None,
-            "usd_per_1m_input_tok": v.cost.usd_per_1m_input_tokens if v.cost else None,
-            "usd_per_1m_output_tok": v.cost.usd_per_1m_output_tokens if v.cost else None}
+        row = written.get(v.name)
+        if row is None:
+            why = ended.get(v.name, "no result")
+            if why.split(":")[0].endswith("completed"):
+                why += f"; but it left no results in {location.url}: set scale_out.results_url to a location every worker can write"
+            row = variant_row(paths.run_id, cfg, v, None, None, why)
+            write_table(paths.results, "variants", v.name, [row])
+            location.publish(paths, v.name)
+        rows.append(row)
+    return rows
 
 
 @task(name="write-run-row", cache_policy=NONE)
@@ -84,13 +152,13 @@ def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: st
 
 def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
     """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
-    from tasks.tables import read_table
-
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
-    per_variant = {"perf_requests": len(cfg.perf.concurrency) * (cfg.perf.warmup_requests + cfg.perf.num_prompts),
-                   "perf_summary": len(cfg.perf.concurrency)}
+    per_variant = expected_perf_rows(cfg.perf)  # None: the count depends on timing (a time limit)
     out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
     for table, n in per_variant.items():
+        if n is None:
+            out[table] = None
+            continue
         written = read_table(paths.results, table)
         failed_rows = int((~written["variant"].isin(ok)).sum()) if len(written) else 0
         out[table] = n * len(ok) + failed_rows
@@ -104,7 +172,7 @@ def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
     return validate_results(paths.results, expected)
 
 
-@task(name="load-warehouse", cache_policy=NONE, retries=2, retry_delay_seconds=[2, 10])
+@task(name="load-warehouse", cache_policy=NONE, retries=2, retry_delay_seconds=[2, 10], timeout_seconds=900)
 def load_results_task(paths: RunPaths, warehouse: Path, only: list[str] | None = None) -> dict[str, int]:
     from warehouse.db import load_run
 
@@ -137,32 +205,57 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
     return text
 
 
-def _ordered(cfg: RunConfig) -> list[Variant]:
-    return [cfg.reference] + [v for v in cfg.variants if not v.reference]
+@task(name="notify-outcome", cache_policy=NONE)
+def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, rows: list[dict]) -> str | None:
+    """Tell the notify block about a failed or partial run and about regressions flagged in v_regressions."""
+    if cfg.notify is None:
+        return None
+    failed = [r["variant"] for r in rows if r["status"] == "failed"]
+    errors = {r["variant"]: str(r["error"] or "failed") for r in rows if r["status"] == "failed"}
+    flagged = regressions(warehouse, run_id) if cfg.notify.on_regression else []
+    message = run_message(run_id, status, failed, errors, flagged, cfg.notify.on_partial, cfg.notify.on_regression)
+    if message is None:
+        return None
+    send(cfg.notify.block, *message)
+    return message[0]
 
 
-@flow(name="nightly", log_prints=True)
-def nightly(config: str = "configs/demo.yaml", run_id: str | None = None) -> dict:
-    """Measure every variant of CONFIG, validate, load into the warehouse and report."""
-    cfg = load_config(config)
-    started = datetime.now(timezone.utc)
-    paths = make_run_paths(run_id or new_run_id(cfg.name))
-    (paths.root / "config.yaml").write_text(Path(config).read_text())
-    print(f"run {paths.run_id}: {len(cfg.variants)} variants, folder {paths.root}")
-    artifacts = build_variants(cfg)
-    ref_art = artifacts.get(cfg.reference.name)
-    ref_art = ref_art if isinstance(ref_art, Artifact) else None
-    outcomes: dict[str, dict | str] = {}
-    for v in _ordered(cfg):
-        art = artifacts[v.name]
-        if not isinstance(art, Artifact):
-            outcomes[v.name] = art
-            continue
-        state = measure_variant(cfg, paths.run_id, v, art, ref_art, paths, return_state=True)
-        outcomes[v.name] = state.result() if state.is_completed() else _error_line(state)
-        print(f"{v.name}: {'ok' if isinstance(outcomes[v.name], dict) else 'FAILED: ' + outcomes[v.name]}")
-    rows = [variant_row(paths.run_id, cfg, v, artifacts[v.name], outcomes[v.name]) for v in cfg.variants]
-    write_table(paths.results, "variants", "run", rows)
+def notify_crash(flow, run, state) -> None:
+    """State hook of a nightly that failed or crashed: tell the config's notify block, if it has one."""
+    try:
+        cfg = load_config(run.parameters.get("config", "configs/demo.yaml"))
+        if cfg.notify is not None:
+            deliver(cfg.notify.block, f"tradeoff nightly {run.name}: {state.type.value.lower()}",
+                    (state.message or state.type.value).splitlines()[0][:1000])
+    except Exception as err:  # noqa: BLE001 - a hook must not mask the run's own failure
+        get_run_logger().warning("could not send the failure notification: %s", err)
+
+
+@flow(name="nightly", log_prints=True, on_failure=[notify_crash], on_crashed=[notify_crash])
+def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_pool: str | None = None) -> dict:
+    """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report."""
+    cfg = with_work_pool(load_config(config), work_pool)
+    raw = read_config_data(config)
+    location, warning = preflight(cfg)
+    if warning:
+        get_run_logger().warning(warning)
+    paths = make_run_paths(run_id or default_run_id(cfg.name))
+    record_config(paths, config, cfg)
+    started = first_started_at(paths, datetime.now(timezone.utc))
+    done = measured_variants(location, paths)
+    todo = [v for v in _ordered(cfg) if v.name not in done]
+    where = f"work pool {cfg.scale_out.work_pool}" if cfg.scale_out.work_pool else "in-process"
+    print(f"run {paths.run_id}: {len(cfg.variants)} variants ({len(todo)} to measure {where}"
+          + (f", {len(done)} already measured: {', '.join(sorted(done))}" if done else "")
+          + f"), folder {paths.root}, results {location.url}")
+    for v in todo:
+        location.clear(paths, v.name)
+    if cfg.scale_out.work_pool:
+        ended = run_fanned_out(cfg, raw, paths, todo, location)
+    else:
+        ended = run_in_process(raw, paths, todo, location)
+    location.fetch(paths)
+    rows = collect_rows(cfg, paths, location, ended)
     failed = [r["variant"] for r in rows if r["status"] == "failed"]
     status = "failed" if len(failed) == len(rows) else ("partial" if failed else "ok")
     write_run_row(cfg, paths, started, status, f"failed variants: {', '.join(failed)}" if failed else None)
@@ -172,13 +265,16 @@ def nightly(config: str = "configs/demo.yaml", run_id: str | None = None) -> dic
         bad = [t.table for t in report.tables if not t.success]
         problems = "; ".join(report.failures()[:5])
         write_run_row(cfg, paths, started, "failed", f"validation failed: {problems}")
+        location.publish(paths, "run")
         load_results_task(paths, warehouse, only=[t for t in ("runs", "variants") if t not in bad])
         raise RuntimeError(f"run {paths.run_id}: results failed validation, tables {', '.join(bad)} not loaded "
                            f"(raw results kept in {paths.results}): {problems}")
+    location.publish(paths, "run")
     counts = load_results_task(paths, warehouse)
     text = report_task(warehouse, paths)
     print(text)
     print(f"html report: {paths.root / 'report.html'}")
+    notified = notify_outcome(cfg, warehouse, paths.run_id, status, rows)
     return {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
-            "warehouse": str(warehouse), "run_dir": str(paths.root)}
-
+            "warehouse": str(warehouse), "run_dir": str(paths.root), "measured": [v.name for v in todo],
+            "skipped": sorted(done), "notified": notified}

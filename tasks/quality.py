@@ -8,22 +8,53 @@ version that is bumped whenever a change could move scores.
 - fidelity: next-token distributions of the variant vs the reference on a fixed text,
   from real logits computed in-process from each artifact (llama.cpp `Llama.scores`):
   top-1 agreement, mean and p99 KL(reference || variant) in nats, perplexity ratio.
+More suites live in `tasks/suites/` (long context, long generation, code, multi-turn, greedy
+identity, lm-evaluation-harness tasks, the log-likelihood check) and register on import.
+
+Every suite has a pydantic `Params` model, validated when the config loads. Every score says
+how it is computed from the suite's samples (`sample_stat`), so `tasks.stats` can put a paired
+confidence interval on its delta against the reference.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import math
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal
 
 import httpx
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-SUITES: dict[str, type["Suite"]] = {}
+if TYPE_CHECKING:
+    from tasks.config import ModelSpec, Variant
+    from tasks.engines import Artifact
+
+
+class _Registry(dict):
+    """Suites by name. A name ending in ':' registers a family: 'helm:' runs 'helm:gsm', 'helm:mmlu', ..."""
+
+    def __missing__(self, name: str) -> type["Suite"]:
+        family = name.split(":", 1)[0] + ":"
+        if ":" in name and family != name and dict.__contains__(self, family):
+            return dict.__getitem__(self, family)
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+
+SUITES: dict[str, type["Suite"]] = _Registry()
 
 
 def register_suite(cls: type["Suite"]) -> type["Suite"]:
@@ -31,9 +62,29 @@ def register_suite(cls: type["Suite"]) -> type["Suite"]:
     return cls
 
 
+def close_matches(name: str, known: list[str] | set[str], what: str) -> str:
+    """One line: `unknown <what> 'x' (did you mean a, b?); known: ...` (long lists only counted)."""
+    known = sorted(known)
+    near = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    shown = ", ".join(known) if len(known) <= 30 else f"{len(known)} names"
+    return f"unknown {what} '{name}'{hint}; known: {shown}"
+
+
+class SuiteParams(BaseModel):
+    """Base of every suite's parameters: unknown keys are errors, caught when the config loads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 @dataclass
 class SuiteContext:
-    """What a suite may use: the variant's endpoint and artifact, and the reference's artifact."""
+    """What a suite may use: the variant's endpoint and artifact, and the reference's artifact.
+
+    `variant_spec`, `model_spec` and `engine` are set inside a nightly run (None for a bare
+    endpoint); suites that start a sibling server (the same variant without speculation, or
+    with prompt logits on) need them.
+    """
 
     variant: str
     base_url: str | None
@@ -45,6 +96,23 @@ class SuiteContext:
     params: dict[str, Any]
     work_dir: Path
     n_ctx: int = 2048
+    engine: str | None = None
+    artifact: "Artifact | None" = None  # what the engine serves (any engine); artifact_path: a GGUF for in-process use
+    variant_spec: "Variant | None" = None
+    model_spec: "ModelSpec | None" = None
+    server_start_timeout_s: float = 120.0
+    request_timeout_s: float = 300.0
+
+    def tokenizer(self):
+        """The model's own tokenizer from the artifact, or None for a bare endpoint."""
+        if self.artifact_path is None:
+            return None
+        from tasks.tokenizer import load_tokenizer
+
+        return load_tokenizer(str(self.artifact_path))
+
+
+UNITS = ("fraction", "nats", "ratio", "count", "tokens", "rating", "distance", "seconds")
 
 
 @dataclass
@@ -53,8 +121,13 @@ class Score:
     value: float | None
     stderr: float | None
     n: int
-    unit: str  # fraction | nats | ratio | count
+    unit: str  # one of UNITS
     higher_is_better: bool
+    # How the value follows from the suite's samples, e.g. "mean(score)", "p99(kl) where ctx=512"
+    # (tasks.stats); None when it does not (no confidence interval on its delta then).
+    sample_stat: str | None = None
+    # Why the value is NULL or what to know about it (e.g. "judge endpoint down: ...").
+    note: str | None = None
 
 
 @dataclass
@@ -66,9 +139,23 @@ class SuiteResult:
 class Suite:
     name: ClassVar[str]
     version: ClassVar[str]
+    Params: ClassVar[type[SuiteParams]] = SuiteParams
+
+    def params(self, ctx: SuiteContext) -> Any:
+        return self.Params.model_validate(ctx.params)
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
+
+
+def binary_scores(samples: list[dict], metric: str = "accuracy") -> list[Score]:
+    """Accuracy over 0/1 sample scores plus the share of invalid (empty/unparseable/errored) answers."""
+    acc, se = mean_stderr([s["score"] for s in samples])
+    n = len(samples)
+    invalid = sum(not s["valid"] for s in samples)
+    return [Score(metric, acc, se, n, "fraction", True, "mean(score)"),
+            Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",
+                  note=f"{invalid} of {n} answers empty, unparseable or errored" if invalid else None)]
 
 
 def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
@@ -108,45 +195,100 @@ def parse_int(text: str) -> int | None:
 
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
-             timeout_s: float = 120.0) -> str:
-    """One greedy, non-streaming /v1/completions call; returns the text."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+             timeout_s: float = 120.0, min_tokens: int | None = None, usage: dict | None = None) -> str:
+    """One greedy, non-streaming /v1/completions call; returns the text.
+
+    `min_tokens` (llama.cpp and vLLM honour it) keeps a long generation going past EOS. A
+    `usage` dict receives the server's token counts (what a hosted API bills).
+    """
+    from tasks.engines import endpoint_headers  # a hosted endpoint's Authorization; empty for local servers
+
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
     if stop:
         body["stop"] = stop
-    r = httpx.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout_s)
+    if min_tokens:
+        body["min_tokens"] = min_tokens
+    r = httpx.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout_s,
+                   headers=endpoint_headers(base_url))
     r.raise_for_status()
+    if usage is not None:
+        usage.update(r.json().get("usage") or {})
     return r.json()["choices"][0].get("text") or ""
+
+
+def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeout_s: float = 120.0,
+         temperature: float = 0.0) -> str:
+    """One non-streaming /v1/chat/completions call (greedy by default); returns the message text."""
+    from tasks.engines import endpoint_headers
+
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    r = httpx.post(base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s,
+                   headers=endpoint_headers(base_url))
+    r.raise_for_status()
+    return r.json()["choices"][0]["message"].get("content") or ""
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:200]
+
+
+@contextlib.contextmanager
+def sibling_server(ctx: SuiteContext, log_name: str, **variant_changes: Any) -> Iterator[str]:
+    """A second server of the same variant with some settings changed (e.g. no speculation); yields its URL.
+
+    Started with the one launcher (tasks.serve) on a free port, stopped on exit.
+    """
+    if ctx.variant_spec is None or ctx.model_spec is None or ctx.engine is None or ctx.artifact is None:
+        raise ValueError("needs a variant built by tradeoff (engine, model, artifact); not available on a bare endpoint")
+    from tasks.engines import engine_for
+
+    variant = ctx.variant_spec.model_copy(update=variant_changes)
+    with engine_for(ctx.engine).serving(ctx.artifact, variant, ctx.model_spec, ctx.work_dir / f"{log_name}.server.log",
+                                        ctx.server_start_timeout_s) as endpoint:
+        yield endpoint.base_url
+
+
+class ArithmeticParams(SuiteParams):
+    tasks: list[str] = Field(default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
+                             description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}")
+    num_fewshot: int = Field(default=3, ge=0)
+
+    def model_post_init(self, _: Any) -> None:
+        unknown = [t for t in self.tasks if t not in ARITH_TASKS]
+        if unknown:
+            raise ValueError(close_matches(unknown[0], list(ARITH_TASKS), "arithmetic task"))
 
 
 @register_suite
 class Arithmetic(Suite):
     name = "arithmetic"
     version = "1"
+    Params = ArithmeticParams
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
-        tasks = ctx.params.get("tasks", ["1D+", "1D-", "1Dx", "2D+"])
-        unknown = [t for t in tasks if t not in ARITH_TASKS]
-        if unknown:
-            raise ValueError(f"arithmetic.params.tasks: unknown task {unknown[0]!r}; use some of {', '.join(ARITH_TASKS)}")
-        shots = arithmetic_problems(int(ctx.params.get("num_fewshot", 3)), ctx.seed + 1_000_003, tasks)
+        p = self.params(ctx)
+        tasks = p.tasks
+        shots = arithmetic_problems(p.num_fewshot, ctx.seed + 1_000_003, tasks)
         header = "".join(f"Q: {s['question']}\nA: {s['answer']}\n\n" for s in shots)
         res = SuiteResult()
         for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks):
             prompt = f"{header}Q: {p['question']}\nA:"
+            usage: dict = {}
             try:
-                text, error = complete(ctx.base_url, ctx.served_model, prompt, 12, stop=["\n", "Q:"]), None
+                text, error = complete(ctx.base_url, ctx.served_model, prompt, 12, stop=["\n", "Q:"],
+                                       timeout_s=ctx.request_timeout_s, usage=usage), None
             except (httpx.HTTPError, KeyError, ValueError) as err:
-                text, error = "", f"{type(err).__name__}: {err}"[:200]
+                text, error = "", error_text(err)
             got = parse_int(text)
+            valid = got is not None and error is None
+            # The server's token counts per answer: v_cost prices an answer with them.
             res.samples.append({"sample_id": p["id"], "prompt": prompt, "target": str(p["answer"]), "response": text,
-                                "score": float(got == p["answer"]), "valid": got is not None and error is None,
-                                "details": json.dumps({"task": p["task"], "parsed": got, "error": error})})
-        scores = [s["score"] for s in res.samples]
-        acc, se = mean_stderr(scores)
-        n = len(scores)
-        invalid = sum(not s["valid"] for s in res.samples)
-        res.scores = [Score("accuracy", acc, se, n, "fraction", True),
-                      Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False)]
+                                "score": float(got == p["answer"]), "valid": valid,
+                                "details": json.dumps({"task": p["task"], "parsed": got, "error": error,
+                                                       "invalid": int(not valid),
+                                                       "prompt_tokens": usage.get("prompt_tokens"),
+                                                       "output_tokens": usage.get("completion_tokens")})})
+        res.scores = binary_scores(res.samples)
         return res
 
 
@@ -197,15 +339,45 @@ def fidelity_rows(ref_logp: np.ndarray, var_logp: np.ndarray, toks: list[int]) -
     return rows
 
 
+class FidelityParams(SuiteParams):
+    text: str | None = Field(default=None, description="the fixed corpus (default: the built-in text)")
+    text_file: str | None = Field(default=None, description="read the corpus from this local file instead")
+    corpus: Literal["builtin", "wikitext"] = Field(
+        default="builtin", description="wikitext: WikiText-2's test split from the hub (needs the network)")
+
+    def corpus_text(self) -> str:
+        if self.text_file:
+            return Path(self.text_file).read_text()
+        if self.text:
+            return self.text
+        if self.corpus == "wikitext":
+            return wikitext_text()
+        return FIDELITY_TEXT
+
+
+def wikitext_text() -> str:
+    """WikiText-2 (raw) test split joined, as perplexity evaluations use it; from the hub or its cache."""
+    import datasets
+
+    try:
+        rows = datasets.load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="test")
+    except Exception as err:  # noqa: BLE001 - offline: say what to do instead
+        raise ValueError(f"fidelity: wikitext needs the hub ({type(err).__name__}); offline, give text_file: "
+                         f"a local copy, or the built-in corpus") from None
+    return "".join(rows["text"])
+
+
 @register_suite
 class Fidelity(Suite):
     name = "fidelity"
     version = "1"
+    Params = FidelityParams
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         if ctx.artifact_path is None or ctx.reference_artifact_path is None:
             raise ValueError("fidelity: needs the variant's and the reference's artifacts (an engine with in-process logits)")
-        text = ctx.params.get("text", FIDELITY_TEXT)
+        p = self.params(ctx)
+        text = p.corpus_text()
         n = ctx.limit or 256
         ref, toks = next_token_logprobs(ctx.reference_artifact_path, text, n, ctx.n_ctx)
         var, toks_v = next_token_logprobs(ctx.artifact_path, text, n, ctx.n_ctx)
@@ -223,14 +395,43 @@ class Fidelity(Suite):
         ppl_ref = math.exp(float(np.mean([r["nll_ref"] for r in rows])))
         ppl_var = math.exp(float(np.mean([r["nll_var"] for r in rows])))
         k = len(rows)
-        res.scores = [Score("top1_agreement", agree, agree_se, k, "fraction", True),
-                      Score("kl_mean", kl_mean, kl_se, k, "nats", False),
-                      Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False),
-                      Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False)]
+        res.scores = [Score("top1_agreement", agree, agree_se, k, "fraction", True, "mean(score)"),
+                      Score("kl_mean", kl_mean, kl_se, k, "nats", False, "mean(kl)"),
+                      Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False, "p99(kl)"),
+                      Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False, "exp_mean_diff(nll_var,nll_ref)")]
         return res
 
 
 def suite_for(name: str) -> Suite:
-    return SUITES[name]()
+    if name not in SUITES:
+        raise ValueError(close_matches(name, list(SUITES), "suite"))
+    suite = SUITES[name]()
+    suite.name = name  # a family's member ('helm:gsm') runs under its own name
+    return suite
+
+
+def check_params(name: str, params: dict[str, Any]) -> str | None:
+    """None when `params` suit suite `name`, else one line 'params.<field>: problem'."""
+    from pydantic import ValidationError
+
+    try:
+        SUITES[name].Params.model_validate(params)
+    except ValidationError as err:
+        e = err.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown parameter of suite {name}; known: {', '.join(SUITES[name].Params.model_fields)}"
+        elif e["type"] == "missing":
+            msg = "required; add it"
+        elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
+            msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
+        return f"params{'.' + loc if loc else ''}: {msg}"
+    return None
+
+
+# The other suites register on import.
+from tasks import suites as _suites  # noqa: E402,F401
+from tasks import helm as _helm  # noqa: E402,F401  (the helm: family, crfm-helm)
 
 

@@ -79,15 +79,35 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
 
 
 def stop_server(server: Server, grace_s: float = 10.0) -> None:
-    """Stop the server by its own PID (SIGTERM, then SIGKILL after `grace_s`)."""
-    if server.proc.poll() is not None:
-        return
-    os.kill(server.pid, signal.SIGTERM)
-    try:
-        server.proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.kill(server.pid, signal.SIGKILL)
-        server.proc.wait(timeout=grace_s)
+    """Stop the server by its own PID (SIGTERM, then SIGKILL after `grace_s`).
+
+    The server leads its own session (process group id = its PID), so workers it spawned (vLLM's
+    engine core) are stopped through that group when they outlive it.
+    """
+    if server.proc.poll() is None:
+        os.kill(server.pid, signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.kill(server.pid, signal.SIGKILL)
+            server.proc.wait(timeout=grace_s)
+    _stop_group(server.pid, grace_s)
+
+
+def _stop_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL, what is left of the process group `pgid` that the server led."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return  # nothing left
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.2)
 
 
 @contextmanager

@@ -126,6 +126,28 @@ def perf_summary_suite(expected: int | None):
         gxe.ExpectColumnValuesToBeBetween(column="energy_j_per_token", min_value=0, max_value=MAX_FINITE,
                                           strict_min=True),
         gxe.ExpectColumnValuesToNotBeNull(column="energy_note", row_condition=col("energy_j_per_token").is_null()),
+        # 002_perf: goodput never exceeds throughput; intervals are ordered; roofline and energy ratios positive.
+        gxe.ExpectColumnValuesToBeBetween(column="request_goodput", min_value=0, max_value=MAX_FINITE),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="request_throughput", column_B="request_goodput",
+                                                    or_equal=True, ignore_row_if="either_value_is_missing"),
+        *[gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=f"{m}_ci_hi", column_B=f"{m}_ci_lo", or_equal=True,
+                                                      ignore_row_if="either_value_is_missing")
+          for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct")],
+        gxe.ExpectColumnValuesToBeBetween(column="mbu_pct", min_value=0, max_value=MAX_FINITE, strict_min=True),
+        gxe.ExpectColumnValuesToBeBetween(column="tokens_per_j", min_value=0, max_value=MAX_FINITE, strict_min=True),
+        gxe.ExpectColumnValuesToNotBeNull(column="mem_bandwidth_method", row_condition=col("mbu_pct").is_not_null()),
+    ])
+
+
+def perf_power_suite(expected: int | None):
+    gx, gxe, _ = _gx()
+    return gx.ExpectationSuite(name="perf_power", expectations=[
+        *_row_count(expected),
+        gxe.ExpectColumnValuesToNotBeNull(column="device"),
+        gxe.ExpectColumnValuesToBeInSet(column="source", value_set=["nvml", "rapl"]),
+        gxe.ExpectColumnValuesToBeBetween(column="t_s", min_value=0, max_value=MAX_FINITE),
+        gxe.ExpectColumnValuesToBeBetween(column="power_w", min_value=0, max_value=MAX_FINITE),
+        gxe.ExpectColumnValuesToBeBetween(column="energy_j", min_value=0, max_value=MAX_FINITE),
     ])
 
 
@@ -142,10 +164,12 @@ def quality_samples_suite(expected: int | None):
 
 def quality_scores_suite(expected: int | None):
     gx, gxe, col = _gx()
+    from tasks.quality import UNITS
+
     unit = col("unit")
     return gx.ExpectationSuite(name="quality_scores", expectations=[
         *_row_count(expected),
-        gxe.ExpectColumnValuesToBeInSet(column="unit", value_set=["fraction", "nats", "ratio", "count"]),
+        gxe.ExpectColumnValuesToBeInSet(column="unit", value_set=list(UNITS)),
         gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=1, row_condition=unit == "fraction"),
         gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
                                           row_condition=unit == "nats"),
@@ -153,9 +177,49 @@ def quality_scores_suite(expected: int | None):
                                           row_condition=unit == "ratio"),
         gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
                                           row_condition=unit == "count"),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
+                                          row_condition=unit == "tokens"),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
+                                          row_condition=unit == "seconds"),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=1, max_value=10, row_condition=unit == "rating"),
+        # 1 - cosine similarity
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=2, row_condition=unit == "distance"),
+        # A NULL score says why (e.g. the judge endpoint was down).
+        gxe.ExpectColumnValuesToNotBeNull(column="note", row_condition=col("value").is_null()),
         gxe.ExpectColumnValuesToBeBetween(column="n", min_value=1),
         gxe.ExpectColumnValuesToNotBeNull(column="metric"),
         gxe.ExpectColumnValuesToNotBeNull(column="suite"),
+    ])
+
+
+def quality_deltas_suite(expected: int | None):
+    gx, gxe, _ = _gx()
+    from tasks.stats import VERDICTS
+
+    return gx.ExpectationSuite(name="quality_deltas", expectations=[
+        *_row_count(expected),
+        gxe.ExpectColumnValuesToNotBeNull(column="verdict"),
+        gxe.ExpectColumnValuesToBeInSet(column="verdict", value_set=list(VERDICTS)),
+        gxe.ExpectColumnValuesToBeBetween(column="p_value", min_value=0, max_value=1),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ci_low", or_equal=True),
+        gxe.ExpectColumnValuesToBeBetween(column="confidence", min_value=0, max_value=1, strict_min=True,
+                                          strict_max=True),
+        gxe.ExpectColumnValuesToBeBetween(column="n", min_value=0),
+        gxe.ExpectColumnValuesToNotBeNull(column="reference_variant"),
+    ])
+
+
+def engine_metrics_suite(expected: int | None):
+    gx, gxe, col = _gx()
+    unit = col("unit")
+    return gx.ExpectationSuite(name="engine_metrics", expectations=[
+        *_row_count(expected),
+        gxe.ExpectColumnValuesToNotBeNull(column="metric"),
+        gxe.ExpectColumnValuesToNotBeNull(column="value"),
+        gxe.ExpectColumnValuesToBeInSet(column="stat", value_set=["mean", "max", "delta", "ratio", "count"]),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=100, row_condition=unit == "pct"),
+        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=1, row_condition=unit == "fraction"),
     ])
 
 
@@ -164,8 +228,11 @@ SUITES: dict[str, Callable[[int | None], Any]] = {
     "variants": variants_suite,
     "perf_requests": perf_requests_suite,
     "perf_summary": perf_summary_suite,
+    "perf_power": perf_power_suite,
     "quality_samples": quality_samples_suite,
     "quality_scores": quality_scores_suite,
+    "quality_deltas": quality_deltas_suite,
+    "engine_metrics": engine_metrics_suite,
 }
 
 

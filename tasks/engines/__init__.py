@@ -1,19 +1,31 @@
-"""Engine registry: each engine builds a variant's artifact and says how to serve it.
+"""Engine registry and the one engine interface: build -> serve -> scrape -> stop.
 
-Engines register by name with `@register_engine`; configs name them. The server
-process itself is started and stopped by `tasks.serve`, the one launcher.
+Engines register by name with `@register_engine`; configs name them. Each engine
+- checks a variant at config load (`check_variant`: one line naming the field and the fix),
+- builds the variant's artifact (`build`, content-addressed in the build cache),
+- serves it (`serve` -> `Endpoint`; the process is started and stopped by `tasks.serve`,
+  the one launcher; a hosted engine starts nothing),
+- reads its own metrics from the running server (`scrape`, e.g. Prometheus `/metrics`),
+- and stops it (`stop`).
+Authorization headers of an endpoint (a hosted API's key) live only in this process, in
+`endpoint_headers`, which the HTTP clients read; they are never logged or written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+
+from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
+    from tasks.serve import Server
 
 ENGINES: dict[str, type["Engine"]] = {}
 
@@ -25,6 +37,58 @@ def register_engine(cls: type["Engine"]) -> type["Engine"]:
 
 def engine_for(name: str) -> "Engine":
     return ENGINES[name]()
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot build or serve this variant on this host (not installed, no GPU); says why."""
+
+
+_HEADERS: dict[str, dict[str, str]] = {}
+_HEADERS_LOCK = threading.Lock()
+
+
+def endpoint_headers(base_url: str) -> dict[str, str]:
+    """Extra HTTP headers (e.g. Authorization) the clients send to `base_url`; empty for local servers."""
+    with _HEADERS_LOCK:
+        return dict(_HEADERS.get(base_url.rstrip("/"), {}))
+
+
+def _set_headers(base_url: str, headers: dict[str, str] | None) -> None:
+    with _HEADERS_LOCK:
+        if headers:
+            _HEADERS[base_url.rstrip("/")] = dict(headers)
+        else:
+            _HEADERS.pop(base_url.rstrip("/"), None)
+
+
+@dataclass
+class Endpoint:
+    """A served variant: where to send requests, and the server process when tradeoff started one."""
+
+    base_url: str
+    served_model: str
+    server: "Server | None" = None  # None: not started here (a hosted endpoint)
+    startup_s: float = 0.0  # start until healthy (s); a hosted endpoint: until it first answered
+    # No headers here: an Endpoint is a task result that Prefect may persist; a key stays in
+    # `endpoint_headers` (this process's memory) only.
+
+    def alive(self) -> bool:
+        return self.server is None or self.server.alive()
+
+
+def ensure_alive(endpoint: Endpoint, during: str) -> None:
+    """Raise ServerError (exit code, last log line, log tail) when the endpoint's server died `during` a step.
+
+    What the step measured is already written; its requests in flight errored with the transport's reason.
+    """
+    from tasks.serve import ServerError, _last_line, log_tail
+
+    if endpoint.alive():
+        return
+    assert endpoint.server is not None
+    log = endpoint.server.log_path
+    raise ServerError(f"server exited with code {endpoint.server.proc.returncode} during {during}: "
+                      f"{_last_line(log)} (log: {log})\n{log_tail(log)}")
 
 
 @dataclass
@@ -64,6 +128,21 @@ class Engine:
     forces_output_len: ClassVar[str | None] = None
     # Whether `logprobs_in_process` gives real next-token logits from the artifact.
     has_in_process_logits: ClassVar[bool] = False
+    # Python modules the engine needs on the host that builds and serves it -> the pip requirement providing each.
+    requires: ClassVar[dict[str, str]] = {}
+
+    def missing_dependency(self) -> str | None:
+        """'engine X needs pip-requirement (module m is not importable here)' for the first missing module, else None."""
+        import importlib.util
+
+        for module, requirement in self.requires.items():
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                return f"engine {self.name} needs {requirement} (python module {module} is not importable here); pip install '{requirement}'"
+        return None
 
     def check_variant(self, variant: "Variant", model: "ModelSpec") -> str | None:
         """Return 'field: problem; fix' when this engine cannot run the variant."""
@@ -86,6 +165,102 @@ class Engine:
     def served_model_name(self, variant: "Variant") -> str:
         return variant.name
 
+    # Serving: the health path the launcher polls, seconds a server gets to stop after SIGTERM,
+    # and the Prometheus path `scrape` reads (None: the server exposes no metrics).
+    health_path: ClassVar[str] = "/v1/models"
+    stop_grace_s: ClassVar[float] = 10.0
+    metrics_path: ClassVar[str | None] = None
+
+    def tokenizer_file(self, artifact: Artifact) -> Path | None:
+        """The GGUF whose vocabulary counts this variant's tokens (None: no local tokenizer)."""
+        if artifact.path.suffix == ".gguf":
+            return artifact.path
+        tok = artifact.meta.get("tokenizer_gguf")
+        return Path(tok) if tok else None
+
+    def serve(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
+              timeout_s: float) -> Endpoint:
+        """Start the variant's server on a free loopback port and wait until it is healthy."""
+        from tasks.serve import free_port, start_server
+
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        cmd = self.server_command(artifact, variant, model, "127.0.0.1", port)
+        server = start_server(cmd, base_url, log_path, timeout_s, health_path=self.health_path)
+        return Endpoint(base_url, self.served_model_name(variant), server, server.startup_s)
+
+    def stop(self, endpoint: Endpoint) -> None:
+        """Stop what `serve` started (by PID) and forget the endpoint's headers."""
+        from tasks.serve import stop_server
+
+        _set_headers(endpoint.base_url, None)
+        if endpoint.server is not None:
+            stop_server(endpoint.server, grace_s=self.stop_grace_s)
+
+    @contextmanager
+    def serving(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
+                timeout_s: float) -> Iterator[Endpoint]:
+        """The variant served inside the block; stopped on success and on failure."""
+        endpoint = self.serve(artifact, variant, model, log_path, timeout_s)
+        try:
+            yield endpoint
+        finally:
+            self.stop(endpoint)
+
+    def scrape(self, endpoint: Endpoint, timeout_s: float = 5.0) -> dict[str, float]:
+        """One reading of the server's own metrics, by the names of `tasks.engines.metrics.METRICS`.
+
+        Gauges are current values, counters are cumulative since the server started. Empty when
+        the engine exposes no metrics.
+        """
+        if self.metrics_path is None:
+            return {}
+        import httpx
+
+        from tasks.engines.metrics import parse_prometheus
+
+        r = httpx.get(endpoint.base_url + self.metrics_path, headers=endpoint_headers(endpoint.base_url),
+                      timeout=timeout_s)
+        r.raise_for_status()
+        return self.normalize_metrics(parse_prometheus(r.text))
+
+    def exposes_metrics(self) -> bool:
+        """Whether `scrape` reads anything (the sampler starts no thread otherwise)."""
+        return self.metrics_path is not None
+
+    def normalize_metrics(self, samples: list[tuple[str, dict[str, str], float]]) -> dict[str, float]:
+        """Prometheus samples -> {metric: value} by tradeoff's names; engines with metrics override it."""
+        return {}
+
+
+def check_args(args: dict[str, Any], model: type[BaseModel], engine: str) -> str | None:
+    """None when `args` fit the engine's options model, else 'engine_args.<field>: problem; fix'."""
+    try:
+        model.model_validate(args)
+    except ValidationError as err:
+        e = err.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            return (f"engine_args.{loc}: not an option of {engine}; use one of "
+                    f"{', '.join(sorted(model.model_fields))}")
+        msg = e["msg"].removeprefix("Value error, ")
+        return f"engine_args.{loc}: {msg} (got {e.get('input')!r}); fix the value"
+    return None
+
+
+def gpu_visible() -> bool:
+    """Whether NVML sees an NVIDIA GPU on this host."""
+    from tasks.runinfo import gpu_names
+
+    return gpu_names() is not None
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
 
 # Engines register on import.
 from tasks.engines import llama_cpp as _llama_cpp  # noqa: E402,F401
+from tasks.engines import openai_compatible as _openai_compatible  # noqa: E402,F401
+from tasks.engines import tensorrt_llm as _tensorrt_llm  # noqa: E402,F401
+from tasks.engines import vllm as _vllm  # noqa: E402,F401

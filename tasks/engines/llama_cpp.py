@@ -62,6 +62,8 @@ class LlamaCpp(Engine):
     speculative_methods: ClassVar[frozenset[str]] = frozenset({"prompt-lookup"})
     forces_output_len: ClassVar[str | None] = "min_tokens"  # the server ignores ignore_eos
     has_in_process_logits: ClassVar[bool] = True
+    requires: ClassVar[dict[str, str]] = {"llama_cpp": "llama-cpp-python", "uvicorn": "llama-cpp-python[server]",
+                                          "sse_starlette": "llama-cpp-python[server]"}
 
     def check_variant(self, variant: "Variant", model: "ModelSpec") -> str | None:
         problem = super().check_variant(variant, model)

