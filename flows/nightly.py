@@ -198,7 +198,7 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
         con.close()
     create_link_artifact(key="tradeoff-report", link=html_path.as_uri(), link_text=f"HTML report of {run_id}",
                          description="Self-contained page: tables and plots (open on the host that ran the flow)")
-    create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records")),
+    create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records", date_format="iso")),
                           description=f"Trade-off table of run {run_id}")
     create_markdown_artifact(key="tradeoff-takeaways", markdown="\n".join(f"- {t}" for t in lines) or "(no takeaways)",
                              description=f"Takeaways of run {run_id} against the reference")

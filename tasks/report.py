@@ -54,10 +54,17 @@ def quality_unit(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None
     return row[0][0] if row else None
 
 
-def _quality_clause(label: str, delta: float, unit: str | None) -> str:
-    if unit == "fraction":
-        return f"{label} {delta * 100:+.1f} points"
-    return f"{label} {delta:+.3g}" + (f" {unit}" if unit else "")
+def _quality_clause(label: str, delta: float, unit: str | None, ci: tuple[Any, Any] = (None, None),
+                    verdict: str | None = None) -> str:
+    """'<metric> -4.6 points (95 % CI -9.0..-0.2, worse)'; the interval and verdict only where they exist."""
+    scale, fmt = (100, ".1f") if unit == "fraction" else (1, ".3g")
+    text = f"{label} {delta * scale:+{fmt}}" + (" points" if unit == "fraction" else f" {unit}" if unit else "")
+    extra = []
+    if ci[0] is not None and ci[1] is not None:
+        extra.append(f"95 % CI {ci[0] * scale:+{fmt}}..{ci[1] * scale:+{fmt}}")
+    if verdict:
+        extra.append(verdict)
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _energy_clause(j_per_token: float | None, reference_j_per_token: float | None) -> str:
@@ -94,7 +101,9 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
             f"TTFT {ttft:+.0f} %" if ttft is not None else None,
             f"jitter {jitter:.1f}x" if jitter is not None else None,
-            _quality_clause(identifier(row["quality_metric"]), dq, quality_unit) if dq is not None else None,
+            _quality_clause(identifier(row["quality_metric"]), dq, quality_unit,
+                            (_value(row.get("quality_delta_ci_low")), _value(row.get("quality_delta_ci_high"))),
+                            _value(row.get("quality_verdict"))) if dq is not None else None,
             _energy_clause(_value(row["energy_j_per_token"]), ref_energy),
         ]
         out.append(f"{row['variant']} vs {ref_name}: " + ", ".join(c for c in clauses if c))

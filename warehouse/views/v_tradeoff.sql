@@ -22,6 +22,10 @@
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
 --   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
 --   quality_delta_vs_reference     quality - reference quality, in the metric's own unit
+--   quality_delta_ci_low, _ci_high paired bootstrap interval of the primary metric's delta over the
+--                                  samples both variants have (quality_deltas; own unit)
+--   quality_delta_n                paired samples behind that interval
+--   quality_verdict                better | worse | inconclusive | identical | no_ci | no_data
 --   then every metric column of v_quality_wide (<suite>_<metric>, own unit)
 -- The headline scenario is the lowest-concurrency one: the latency a single user sees.
 -- Comparisons are NULL when either side is NULL, a denominator is 0, or a run has not exactly
@@ -89,6 +93,13 @@ measured as (
     left join primary_quality as q on v.run_id = q.run_id and v.variant = q.variant
 ),
 
+primary_delta as (
+    select d.run_id, d.variant, d.ci_low, d.ci_high, d.n, d.verdict
+    from quality_deltas as d
+    join runs as r
+        on d.run_id = r.run_id and d.suite || '.' || d.metric = r.primary_quality_metric
+),
+
 reference as (
     select run_id, tps_mean, ttft_ms_mean, jitter_pct, quality
     from measured
@@ -104,9 +115,14 @@ final as (
         (m.ttft_ms_mean / nullif(ref.ttft_ms_mean, 0) - 1) * 100 as ttft_change_pct_vs_reference,
         m.jitter_pct / nullif(ref.jitter_pct, 0) as jitter_ratio_vs_reference,
         m.quality - ref.quality as quality_delta_vs_reference,
+        pd.ci_low as quality_delta_ci_low,
+        pd.ci_high as quality_delta_ci_high,
+        pd.n as quality_delta_n,
+        pd.verdict as quality_verdict,
         w.* exclude (run_id, variant)
     from measured as m
     left join reference as ref on m.run_id = ref.run_id
+    left join primary_delta as pd on m.run_id = pd.run_id and m.variant = pd.variant
     left join v_quality_wide as w on m.run_id = w.run_id and m.variant = w.variant
 )
 
