@@ -128,7 +128,7 @@ def variant_row(run_id: str, cfg: RunConfig, v: Variant, art: Artifact | None, o
 def summary_markdown(row: dict, outcome: dict | None, host: str, took_s: float) -> str:
     """The variant's sub-run summary shown in the Prefect UI."""
     lines = [f"### {row['variant']}: {row['status']}", "",
-             f"- host `{host}`" + (f", GPU limit `{outcome['gpu_limit']}`" if outcome else "") + f", {took_s:.0f} s",
+             f"- host `{host}`" + (f", GPU limit `{outcome['gpu_limit']}`" if outcome and outcome['gpu_limit'] else "") + f", {took_s:.0f} s",
              f"- {row['engine']} {row['quantization']}" + (f", speculative {row['speculative']}" if row["speculative"] else "")]
     if row["artifact_sha256"]:
         lines.append(f"- artifact `{Path(row['artifact_path']).name}` sha256 `{row['artifact_sha256'][:12]}`, "

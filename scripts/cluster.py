@@ -49,7 +49,10 @@ def server_command(host: str = "127.0.0.1", port: int = 4200) -> list[str]:
 
 def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     # Telemetry off: the server would otherwise phone home (no network here) and log errors.
-    return {**(base or os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # Concurrency leases on disk (PREFECT_HOME/concurrency_leases) instead of in the server's memory:
+    # after a server restart, the GPU slots of a holder that died still expire and are given back.
+    return {**(base or os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem"}
 
 
 def worker_command(pool: str, queue: str, name: str, limit: int | None) -> list[str]:

@@ -51,9 +51,25 @@ async def ensure_gpu_limit(client, name: str) -> None:
                             f"run `python scripts/cluster.py setup` (it sets every gpu-* limit to {GPU_SLOTS})")
 
 
+def shared_api() -> bool:
+    """Whether flows report to a Prefect server that others share (PREFECT_API_URL), not an ephemeral API."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
 @contextmanager
-def gpu_slots(engines_per_gpu: int, timeout_s: float | None) -> Iterator[str]:
-    """Hold this host's share of its GPU limit inside the block; yields the limit's name."""
+def gpu_slots(engines_per_gpu: int, timeout_s: float | None) -> Iterator[str | None]:
+    """Hold this host's share of its GPU limit inside the block; yields the limit's name.
+
+    On Prefect's ephemeral API (no PREFECT_API_URL) it holds nothing and yields None: the variants
+    of that nightly run one after another in this process, so there is no one to share the GPU
+    with, and that API keeps its leases in memory only: a run killed with it would leave the
+    slots taken in the database with no lease left to expire, and every later run would wait.
+    """
+    if not shared_api():
+        yield None
+        return
     from prefect.client.orchestration import get_client
     from prefect.concurrency.sync import concurrency
     from prefect.utilities.asyncutils import run_coro_as_sync

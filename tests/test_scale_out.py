@@ -218,6 +218,18 @@ def test_gpu_limit_keeps_engines_apart_unless_the_config_shares(prefect_harness,
         t.join(60)
 
 
+def test_an_ephemeral_api_holds_no_gpu_limit(prefect_harness) -> None:
+    """Without a shared server the nightly's variants run one at a time in one process: no limit is
+    taken, so a run killed with its ephemeral API (leases in memory) cannot leave slots taken forever."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tasks.gpu import gpu_slots
+
+    with temporary_settings(updates={PREFECT_API_URL: None}):
+        with gpu_slots(1, timeout_s=1) as name:
+            assert name is None
+
+
 def test_a_gpu_limit_of_another_size_is_refused(prefect_harness, monkeypatch) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
