@@ -106,6 +106,19 @@ def art(path: str, **meta) -> Artifact:
     return Artifact("x", Path(path), "sha", 1, True, 0.0, {"python": "/venv/bin/python", **meta})
 
 
+@pytest.mark.parametrize("speculative, logits_all", [(None, "false"), ({"method": "prompt-lookup"}, "true")])
+def test_llama_cpp_keeps_all_logits_only_with_a_draft_model(speculative, logits_all) -> None:
+    """With a draft model llama-cpp-python keeps every position's logits, in a buffer it sizes by
+    logits_all at load: off, any prompt over n_batch tokens failed with HTTP 500."""
+    cfg = parse_config({"name": "t", "models": {"smol": {**GGUF, "max_context": 2048}},
+                        "variants": [{"name": "x", "model": "smol", "quantization": "q4_1", "reference": True,
+                                      **({"speculative": speculative} if speculative else {})}]})
+    v = cfg.variant("x")
+    cmd = engine_for("llama.cpp").server_command(art("/m.gguf"), v, cfg.models["smol"], "127.0.0.1", 1)
+    assert cmd[cmd.index("--logits_all") + 1] == logits_all
+    assert ("--draft_model" in cmd) == (speculative is not None)
+
+
 def test_vllm_cpu_server_command() -> None:
     from tasks.engines.vllm import LAUNCHER
 

@@ -72,6 +72,8 @@ def test_every_suite_scored_every_variant(nightly_run):
             assert (v, s) in got
     assert ("q4_1-spec", "greedy_identity") in got and ("q4_1", "greedy_identity") not in got  # speculative only
     assert not q(db, "select * from quality_scores where metric = 'suite_failed'")
+    # no request failed at the server: a prompt longer than n_batch (512) once broke the speculative server
+    assert not q(db, "select variant, suite, details from quality_samples where json_extract_string(details, '$.error') is not null")
 
 
 def test_deltas_with_confidence_and_verdicts(nightly_run):

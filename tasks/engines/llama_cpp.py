@@ -101,9 +101,12 @@ class LlamaCpp(Engine):
                         time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
 
     def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
-        # logits_all off: the server would otherwise copy every prompt position's logits.
+        # logits_all off: the server would otherwise copy every prompt position's logits. On with a
+        # draft model: llama-cpp-python then keeps every position's logits but sizes that buffer by
+        # logits_all at load (n_batch rows when off), so any prompt longer than n_batch (512) failed
+        # with HTTP 500 "could not broadcast input array" (seen in the demo's long-context suite).
         args = {"n_ctx": model.max_context, "n_threads": max(1, os.cpu_count() or 1),
-                "logits_all": False, "verbose": False, **variant.engine_args}
+                "logits_all": variant.speculative is not None, "verbose": False, **variant.engine_args}
         for k in ("type_k", "type_v"):
             if k in args:
                 args[k] = KV_TYPES[str(args[k]).lower()]
