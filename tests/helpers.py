@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 import yaml
 
@@ -30,3 +31,9 @@ def run_nightly(config: dict, tmp: Path, **env: str) -> dict:
         return nightly(config=str(path))
     finally:
         mp.undo()
+
+
+def q(db: Path, sql: str) -> list[tuple]:
+    """Rows of SQL on the warehouse file DB, opened read-only."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from tests.helpers import run_nightly, smollm2
+from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
@@ -41,14 +40,6 @@ def nightly_run(tmp_path_factory, prefect_harness):
     mp.setenv("TRADEOFF_WAREHOUSE", str(tmp / "wh.duckdb"))  # `tradeoff load` / `report` below read it
     yield run_nightly(TINY, tmp), tmp
     mp.undo()
-
-
-def q(db: Path, sql: str):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_run_is_partial_with_the_broken_variant_failed(nightly_run):

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-import duckdb
 import httpx
 import pytest
 
 from tasks.config import ModelSpec, Variant
 from tasks.engines import ENGINES, Artifact, Engine
-from tests.helpers import run_nightly, smollm2
+from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
@@ -107,11 +106,6 @@ def run(stand_in, tmp_path_factory, prefect_harness):
     finally:
         mp.undo()
     return summary, tmp
-
-
-def q(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def test_the_stand_in_wants_the_key(stand_in) -> None:

@@ -11,11 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
 
-from tests.helpers import run_nightly, smollm2
+from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
@@ -47,14 +46,6 @@ TINY_QUALITY = {
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "gsm8k"
 needs_gsm8k = pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(),
                                  reason="../shared/datasets/gsm8k is absent (a fresh clone has no shared datasets)")
-
-
-def q(db: Path, sql: str):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

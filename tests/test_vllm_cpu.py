@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from tasks.engines import EngineUnavailable
 from tasks.engines.vllm import vllm_python
-from tests.helpers import run_nightly, smollm2
+from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -52,11 +51,6 @@ def run(tmp_path_factory, prefect_harness):
     tmp = tmp_path_factory.mktemp("vllm-cpu")
     summary = run_nightly(CONFIG, tmp)
     return summary, tmp
-
-
-def q(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def test_both_engines_side_by_side(run) -> None:
