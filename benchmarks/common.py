@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -25,8 +26,10 @@ def demo_config():
 
 
 @contextmanager
-def demo_server(log_dir: Path) -> Iterator[tuple[str, str, Path]]:
-    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf)."""
+def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
+    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
+    verbose: the server also prints llama.cpp's own timings of every request into its log
+    (`server_timings` reads them)."""
     from tasks.engines import engine_for
     from tasks.serve import free_port, serving
 
@@ -37,8 +40,25 @@ def demo_server(log_dir: Path) -> Iterator[tuple[str, str, Path]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = engine.server_command(art, v, cfg.models[v.model], "127.0.0.1", port)
+    if verbose:
+        cmd[cmd.index("--verbose") + 1] = "true"
     with serving(cmd, url, log_dir / "llama_cpp.server.log", 120) as _:
         yield url, engine.served_model_name(v), art.path
+
+
+_EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")
+_PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+
+
+def server_timings(log: Path, offset: int) -> tuple[list[float], list[float], int]:
+    """llama.cpp's own timings of each request logged after byte `offset` of a verbose server's
+    log: prompt evaluation (ms per request), decode time per token (ms), and the log's new end.
+    The server's view of its speed, which no client timing touches."""
+    data = log.read_bytes()
+    text = data[offset:].decode(errors="replace")
+    prefill = [float(ms) for ms, _ in _PROMPT_EVAL.findall(text)]
+    decode = [float(ms) / int(n) for ms, n in _EVAL.findall(text) if int(n) > 0]
+    return prefill, decode, len(data)
 
 
 def vllm_bench_serve(args: list[str], result: Path, timeout_s: float = 900) -> dict:

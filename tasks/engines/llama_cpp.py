@@ -55,6 +55,12 @@ def quantize_gguf(src: Path, dst: Path, ftype: int, nthread: int = 0) -> None:
     tmp.replace(dst)
 
 
+def decode_threads() -> int:
+    """Cores this process may run on, less one for the load generator and the HTTP server (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
+
+
 @register_engine
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llama.cpp"
@@ -105,7 +111,13 @@ class LlamaCpp(Engine):
         # draft model: llama-cpp-python then keeps every position's logits but sizes that buffer by
         # logits_all at load (n_batch rows when off), so any prompt longer than n_batch (512) failed
         # with HTTP 500 "could not broadcast input array" (seen in the demo's long-context suite).
-        args = {"n_ctx": model.max_context, "n_threads": max(1, os.cpu_count() or 1),
+        # Decode threads: all cores but one. The load generator and the server's own Python thread
+        # run on this host too; with every core decoding they preempt the decode threads, and on
+        # 2 cores the server's own timer (llama_perf, verbose) showed decode switching between
+        # 8.2 and ~13 ms per token for stretches of requests, depending on how the client's wake-ups
+        # fell; one decode thread gave a steady 13.1-13.9 ms. Prompts are still evaluated on every
+        # core (n_threads_batch, llama-cpp-python's default). engine_args.n_threads overrides.
+        args = {"n_ctx": model.max_context, "n_threads": decode_threads(),
                 "logits_all": variant.speculative is not None, "verbose": False, **variant.engine_args}
         for k in ("type_k", "type_v"):
             if k in args:
