@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-tpot-ms", type=float)
     p.add_argument("--slo-e2el-ms", type=float)
     p.add_argument("--percentiles", help="percentiles to report, e.g. 50,90,99 (0 < p <= 100)")
-    p.add_argument("--timeout-s", type=float, help="per-request timeout (s)")
+    p.add_argument("--timeout-s", type=float, help="longest wait for a response's next bytes, the first included (s)")
     p.add_argument("--connect-timeout-s", type=float, default=10.0, help="wait at most this long for the endpoint")
     p.add_argument("--tokenizer", help="GGUF file whose vocabulary counts tokens (its size also gives MBU)")
     p.add_argument("--model-bytes", type=int, help="bytes of weights read per token, for MBU")

@@ -184,7 +184,9 @@ class PerfSpec(_Strict):
     force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
         default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
     seed: int = 0
-    request_timeout_s: float = Field(default=300.0, gt=0)
+    request_timeout_s: float = Field(
+        default=300.0, gt=0, description="longest wait for a response's next bytes, the first included (seconds); "
+                                         "a request that waits longer is errored (or incomplete after its first chunk)")
     peak_window_s: float = Field(default=1.0, gt=0, description="window for peak output tokens/s (seconds)")
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="percentiles reported (0 < p <= 100)")

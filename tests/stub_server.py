@@ -1,13 +1,14 @@
 """A local OpenAI-style SSE server used as a measuring instrument and to feed the client bad streams.
 
 The request's `model` picks the behaviour: ok (finish_reason length), stop (finish_reason
-stop), usage, html, garbage, http500, cut, empty.
+stop), usage, html, garbage, http500, cut, empty, stall (two chunks, then 3 s of silence).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -62,6 +63,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if mode == "cut" and i == 1:
                 return  # connection closes mid-stream, no [DONE]
+            if mode == "stall" and i == 1:
+                time.sleep(3)  # the server hangs mid-stream; the client's read timeout ends the request
         if mode == "usage":
             usage = {"prompt_tokens": 7, "completion_tokens": 42, "total_tokens": 49}
             self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())

@@ -1,6 +1,7 @@
 """The streaming client against a local stub: timings, token counting, and bad streams counted apart."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -52,6 +53,15 @@ def test_bad_streams_are_counted_apart(stub, model, status, reason):
     assert r.status == status and reason in r.error
     s = summarize([r])
     assert s["num_ok"] == 0 and s["ttft_ms_mean"] is None
+
+
+def test_stalled_stream_ends_at_the_read_timeout(stub):
+    """timeout_s bounds each wait for bytes: a server that hangs mid-stream gives an incomplete
+    request after about timeout_s, with its chunks so far, not a hung sweep."""
+    t0 = time.perf_counter()
+    (r,) = asyncio.run(run_concurrency(stub, "stall", [Prompt("p", 3)], 1, 5, timeout_s=0.5))
+    assert r.status == "incomplete" and "Timeout" in r.error and len(r.chunk_offsets_ms) == 2
+    assert time.perf_counter() - t0 < 2.5
 
 
 def test_concurrency_keeps_order_and_counts(stub):
