@@ -24,7 +24,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 from flows.variant import variant_flow, variant_row
-from tasks.config import ConfigError, RunConfig, Variant, load_config, read_config_data
+from tasks.config import ConfigError, RunConfig, Variant, load_config, parse_config, read_config
 from tasks.fanout import check_pool, submit_variant, wait_for_runs
 from tasks.measure import expected_perf_rows
 from tasks.notify import deliver, load_block, regressions, run_message, send
@@ -68,14 +68,15 @@ def config_fingerprint(cfg: RunConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def record_config(paths: RunPaths, config: str, cfg: RunConfig) -> None:
-    """Keep the config in the run folder; refuse to resume a run folder that another config started."""
+def record_config(paths: RunPaths, config_text: str, cfg: RunConfig) -> None:
+    """Keep the config (the file's text) in the run folder; refuse to resume a run folder that another
+    config started."""
     mark = paths.root / "config.sha256"
     fingerprint = config_fingerprint(cfg)
     if mark.exists() and mark.read_text().strip() != fingerprint:
         raise ConfigError(f"run {paths.run_id}: its folder holds results of another config; re-run it with the config "
                           f"it was started with ({paths.root / 'config.yaml'}) or drop --run-id")
-    (paths.root / "config.yaml").write_text(Path(config).read_text())
+    (paths.root / "config.yaml").write_text(config_text)
     mark.write_text(fingerprint + "\n")
 
 
@@ -234,13 +235,15 @@ def notify_crash(flow, run, state) -> None:
 @flow(name="nightly", log_prints=True, on_failure=[notify_crash], on_crashed=[notify_crash])
 def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_pool: str | None = None) -> dict:
     """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report."""
-    cfg = with_work_pool(load_config(config), work_pool)
-    raw = read_config_data(config)
+    # One read of the file: the validated config, the mapping each variant's flow run gets and the
+    # copy in the run folder are then the same config even if the file changes meanwhile.
+    text, raw = read_config(config)
+    cfg = with_work_pool(parse_config(raw), work_pool)
     location, warning = preflight(cfg)
     if warning:
         get_run_logger().warning(warning)
     paths = make_run_paths(run_id or default_run_id(cfg.name))
-    record_config(paths, config, cfg)
+    record_config(paths, text, cfg)
     started = first_started_at(paths, datetime.now(timezone.utc))
     done = measured_variants(location, paths)
     todo = [v for v in _ordered(cfg) if v.name not in done]

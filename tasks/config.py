@@ -417,18 +417,20 @@ def parse_config(data: Any) -> RunConfig:
 
 def load_config(path: str | Path) -> RunConfig:
     """Load and validate a YAML config file; raises ConfigError with one line on any problem."""
-    return parse_config(read_config_data(path))
+    return parse_config(read_config(path)[1])
 
 
-def read_config_data(path: str | Path) -> Any:
-    """A config file's YAML as written (not validated): what a fanned-out variant's flow run receives."""
+def read_config(path: str | Path) -> tuple[str, Any]:
+    """A config file read once: its text (kept in the run folder) and its YAML as written, not
+    validated (what a fanned-out variant's flow run receives)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config: file {p} not found; pass the path of a YAML config such as configs/demo.yaml")
+    text = p.read_text()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config: {p} is not valid YAML{where}; fix the syntax") from None
-    return data
+    return text, data

@@ -271,13 +271,13 @@ def test_rerun_bookkeeping(tmp_path: Path, monkeypatch) -> None:
     assert "crashed: no heartbeat" in rows[2]["error"]
     assert len(read_table(paths.results, "variants")) == 3  # the crashed variant's row is on file
 
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(tiny()))
-    record_config(paths, str(config), cfg)
-    record_config(paths, str(config), cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(
+    config = yaml.safe_dump(tiny())
+    record_config(paths, config, cfg)
+    assert (paths.root / "config.yaml").read_text() == config
+    record_config(paths, config, cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(
         update={"work_pool": "gpus"})}))  # where it runs does not change what it measures
     with pytest.raises(ConfigError, match="holds results of another config"):
-        record_config(paths, str(config), parse_config(tiny(perf={"num_prompts": 5})))
+        record_config(paths, config, parse_config(tiny(perf={"num_prompts": 5})))
 
 
 def test_prefect_yaml_deployments_resolve() -> None:
