@@ -54,11 +54,13 @@ def server_timings(log: Path, offset: int) -> tuple[list[float], list[float], in
     """llama.cpp's own timings of each request logged after byte `offset` of a verbose server's
     log: prompt evaluation (ms per request), decode time per token (ms), and the log's new end.
     The server's view of its speed, which no client timing touches."""
-    data = log.read_bytes()
-    text = data[offset:].decode(errors="replace")
+    with log.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    text = data.decode(errors="replace")
     prefill = [float(ms) for ms, _ in _PROMPT_EVAL.findall(text)]
     decode = [float(ms) / int(n) for ms, n in _EVAL.findall(text) if int(n) > 0]
-    return prefill, decode, len(data)
+    return prefill, decode, offset + len(data)
 
 
 def vllm_bench_serve(args: list[str], result: Path, timeout_s: float = 900) -> dict:

@@ -106,15 +106,18 @@ def art(path: str, **meta) -> Artifact:
     return Artifact("x", Path(path), "sha", 1, True, 0.0, {"python": "/venv/bin/python", **meta})
 
 
+def llama_cpp_command(variant: dict) -> list[str]:
+    """The llama.cpp server command of variant x (q4_1 of the embedded model) with `variant`'s fields."""
+    cfg = parse_config(config({"name": "x", "model": "smol", "quantization": "q4_1", **variant}))
+    v = cfg.variant("x")
+    return engine_for("llama.cpp").server_command(art("/m.gguf"), v, cfg.models[v.model], "127.0.0.1", 1)
+
+
 @pytest.mark.parametrize("speculative, logits_all", [(None, "false"), ({"method": "prompt-lookup"}, "true")])
 def test_llama_cpp_keeps_all_logits_only_with_a_draft_model(speculative, logits_all) -> None:
     """With a draft model llama-cpp-python keeps every position's logits, in a buffer it sizes by
     logits_all at load: off, any prompt over n_batch tokens failed with HTTP 500."""
-    cfg = parse_config({"name": "t", "models": {"smol": {**GGUF, "max_context": 2048}},
-                        "variants": [{"name": "x", "model": "smol", "quantization": "q4_1", "reference": True,
-                                      **({"speculative": speculative} if speculative else {})}]})
-    v = cfg.variant("x")
-    cmd = engine_for("llama.cpp").server_command(art("/m.gguf"), v, cfg.models["smol"], "127.0.0.1", 1)
+    cmd = llama_cpp_command({"speculative": speculative} if speculative else {})
     assert cmd[cmd.index("--logits_all") + 1] == logits_all
     assert ("--draft_model" in cmd) == (speculative is not None)
 
@@ -125,11 +128,7 @@ def test_llama_cpp_decodes_on_all_cores_but_one(monkeypatch, cores, engine_args,
     """The load generator and the server's HTTP thread keep a core: with every core decoding, the
     server's own timer showed decode switching between 8.2 and ~13 ms per token on 2 cores."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: cores)
-    cfg = parse_config({"name": "t", "models": {"smol": GGUF},
-                        "variants": [{"name": "x", "model": "smol", "quantization": "q4_1", "reference": True,
-                                      "engine_args": engine_args}]})
-    v = cfg.variant("x")
-    cmd = engine_for("llama.cpp").server_command(art("/m.gguf"), v, cfg.models["smol"], "127.0.0.1", 1)
+    cmd = llama_cpp_command({"engine_args": engine_args})
     assert cmd[cmd.index("--n_threads") + 1] == n_threads and "--n_threads_batch" not in cmd
 
 
