@@ -32,6 +32,8 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.process import run_in_child
+
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
     from tasks.engines import Artifact
@@ -328,6 +330,15 @@ def next_token_logprobs(model_path: Path, text: str, max_tokens: int, n_ctx: int
     return logp, toks
 
 
+def fidelity_in_process(reference: Path, variant: Path, text: str, max_tokens: int, n_ctx: int) -> list[dict[str, Any]]:
+    """fidelity_rows of two GGUFs of one model over `text` (meant to run in a child process: native code)."""
+    ref, toks = next_token_logprobs(reference, text, max_tokens, n_ctx)
+    var, toks_v = next_token_logprobs(variant, text, max_tokens, n_ctx)
+    if toks != toks_v:
+        raise ValueError("fidelity: variant and reference tokenize the text differently; compare variants of one model")
+    return fidelity_rows(ref, var, toks)
+
+
 def fidelity_rows(ref_logp: np.ndarray, var_logp: np.ndarray, toks: list[int]) -> list[dict[str, Any]]:
     """Per position: top-1 agreement, KL(ref || var) in nats, and both models' NLL of the true next token."""
     rows = []
@@ -379,11 +390,9 @@ class Fidelity(Suite):
         p = self.params(ctx)
         text = p.corpus_text()
         n = ctx.limit or 256
-        ref, toks = next_token_logprobs(ctx.reference_artifact_path, text, n, ctx.n_ctx)
-        var, toks_v = next_token_logprobs(ctx.artifact_path, text, n, ctx.n_ctx)
-        if toks != toks_v:
-            raise ValueError("fidelity: variant and reference tokenize the text differently; compare variants of one model")
-        rows = fidelity_rows(ref, var, toks)
+        # llama.cpp in a child process: a native crash fails this suite with its signal, not the run.
+        rows = run_in_child(fidelity_in_process, ctx.reference_artifact_path, ctx.artifact_path, text, n, ctx.n_ctx,
+                            what="fidelity (llama.cpp logits)")
         res = SuiteResult()
         for r in rows:
             res.samples.append({"sample_id": f"pos-{r['pos']}", "prompt": None, "target": None, "response": None,

@@ -17,7 +17,7 @@ import yaml
 
 from tasks.config import ConfigError, parse_config
 from tasks.quality import SuiteContext, suite_for
-from tasks.suites.lmeval import LlamaCppScorer, LocalData, reference_logprob, write_local_overrides
+from tasks.suites.lmeval import LlamaCppScorer, LocalData, logits_worker, write_local_overrides
 from tests.quality_stub import start
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -134,17 +134,15 @@ def test_unparseable_answers_are_counted(tmp_path):
 
 
 def test_in_process_scorer_matches_a_fresh_evaluation():
-    from llama_cpp import Llama
-
     gguf = demo_gguf()
     scorer = LlamaCppScorer(gguf, 512)
-    ref = Llama(model_path=str(gguf), logits_all=True, n_ctx=512, verbose=False)
+    ref = logits_worker(gguf, 512, reuse_prefix=False)
     try:
         ctx = scorer.encode("Question: What is the capital of France?\nAnswer:")
         # Choices of one question share the context: the scorer reuses it, the reference does not.
         for choice in (" Paris", " Berlin", " Madrid and Rome", " Paris"):
             cont = scorer.encode(choice)
-            got, ref_lp = scorer.logprob(ctx, cont), reference_logprob(ref, ctx, cont)
+            got, ref_lp = scorer.logprob(ctx, cont), ref.call("reference_logprob", ctx, cont)
             assert got[0] == pytest.approx(ref_lp[0], abs=1e-4) and got[1] == ref_lp[1]
     finally:
         scorer.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from tasks.engines import Artifact, Engine, build_key, register_engine, sha256_file
+from tasks.process import run_in_child
 
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
@@ -102,7 +103,8 @@ class LlamaCpp(Engine):
         cached = dst.exists()
         if not cached:
             out_dir.mkdir(parents=True, exist_ok=True)
-            quantize_gguf(src, dst, target)
+            # In a child: a native crash (a library built for another CPU) fails this variant, not the run.
+            run_in_child(quantize_gguf, src, dst, target, what="llama.cpp requantization")
         return Artifact(variant.name, dst, sha256_file(dst), dst.stat().st_size, cached,
                         time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
 

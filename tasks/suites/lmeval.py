@@ -35,6 +35,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.process import ChildWorker
 from tasks.quality import (FIDELITY_TEXT, Score, Suite, SuiteContext, SuiteParams, SuiteResult, close_matches,
                            error_text, register_suite, sibling_server)
 
@@ -138,41 +139,20 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
 
 # ---------------------------------------------------------------- in-process llama.cpp log-likelihood
 
-class LlamaCppScorer:
-    """Log-likelihood of token continuations from llama.cpp's logits of a GGUF, in-process.
+class LlamaCppLogits:
+    """llama.cpp logits of a GGUF (every position): the log-likelihood of token continuations.
 
-    Consecutive requests that share a prefix (the choices of one multiple-choice question)
-    reuse its evaluated positions, as llama.cpp's own generate does.
+    Native code: lives in a child process (`tasks.process.ChildWorker`), so a crash fails the
+    suite with its signal instead of killing the run. Consecutive requests that share a prefix
+    (the choices of one multiple-choice question) reuse its evaluated positions, as llama.cpp's
+    own generate does.
     """
 
-    def __init__(self, gguf: str | Path, n_ctx: int = 2048, reuse_prefix: bool = True):
+    def __init__(self, gguf: str, n_ctx: int = 2048, reuse_prefix: bool = True):
         from llama_cpp import Llama
 
-        self.gguf, self.n_ctx, self.reuse_prefix = str(gguf), n_ctx, reuse_prefix
-        self.vocab = Llama(model_path=self.gguf, vocab_only=True, verbose=False)
-        self._llm = None
-
-    @property
-    def llm(self):
-        """The model with every position's logits, loaded on the first log-likelihood request: it holds
-        n_ctx x vocabulary floats, which generate-only tasks never need."""
-        if self._llm is None:
-            from llama_cpp import Llama
-
-            self._llm = Llama(model_path=self.gguf, logits_all=True, n_ctx=self.n_ctx, verbose=False, seed=0)
-        return self._llm
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-
-    def decode(self, tokens: list[int]) -> str:
-        return self.vocab.detokenize(tokens).decode("utf-8", errors="replace")
-
-    def token_bos(self) -> int:
-        return self.vocab.token_bos()
-
-    def token_eos(self) -> int:
-        return self.vocab.token_eos()
+        self.n_ctx, self.reuse_prefix = n_ctx, reuse_prefix
+        self.llm = Llama(model_path=gguf, logits_all=True, n_ctx=n_ctx, verbose=False, seed=0)
 
     def _eval(self, tokens: list[int]) -> np.ndarray:
         llm = self.llm
@@ -196,11 +176,69 @@ class LlamaCppScorer:
         greedy = bool((logits.argmax(axis=1) == np.asarray(continuation)).all())
         return float(picked.sum()), greedy
 
+    def reference_logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        """The reference: a fresh evaluation of the whole sequence and llama-cpp-python's own log-softmax
+        (written apart from `logprob`, which reuses prefixes, so the check tests that too)."""
+        from llama_cpp import Llama
+
+        tokens = context + continuation
+        self.llm.reset()
+        self.llm.eval(tokens)
+        total, greedy = 0.0, True
+        for i in range(len(context), len(tokens)):
+            row = np.asarray(self.llm.scores[i - 1])
+            total += float(Llama.logits_to_logprobs(row)[tokens[i]])
+            greedy = greedy and int(row.argmax()) == tokens[i]
+        return total, greedy
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def logits_worker(gguf: str | Path, n_ctx: int, reuse_prefix: bool = True) -> ChildWorker:
+    """LlamaCppLogits of `gguf` in a child process."""
+    return ChildWorker(LlamaCppLogits, str(gguf), n_ctx, reuse_prefix, what=f"llama.cpp logits of {Path(gguf).name}")
+
+
+class LlamaCppScorer:
+    """Tokenizer (vocabulary only, in-process) and log-likelihoods (llama.cpp logits, in a child) of a GGUF."""
+
+    def __init__(self, gguf: str | Path, n_ctx: int = 2048, reuse_prefix: bool = True):
+        from llama_cpp import Llama
+
+        self.gguf, self.n_ctx, self.reuse_prefix = str(gguf), n_ctx, reuse_prefix
+        self.vocab = Llama(model_path=self.gguf, vocab_only=True, verbose=False)
+        self._logits: ChildWorker | None = None
+
+    @property
+    def logits(self) -> ChildWorker:
+        """The model with every position's logits, started on the first log-likelihood request: it holds
+        n_ctx x vocabulary floats, which generate-only tasks never need."""
+        if self._logits is None:
+            self._logits = logits_worker(self.gguf, self.n_ctx, self.reuse_prefix)
+        return self._logits
+
+    def encode(self, text: str) -> list[int]:
+        return self.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.vocab.detokenize(tokens).decode("utf-8", errors="replace")
+
+    def token_bos(self) -> int:
+        return self.vocab.token_bos()
+
+    def token_eos(self) -> int:
+        return self.vocab.token_eos()
+
+    def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
+        return self.logits.call("logprob", context, continuation)
+
     def close(self) -> None:
         self.vocab.close()
-        if self._llm is not None:
-            self._llm.close()
-            self._llm = None
+        if self._logits is not None:
+            self._logits.close()
+            self._logits = None
 
 
 def _register_model() -> None:
@@ -466,22 +504,6 @@ def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def reference_logprob(llm, context: list[int], continuation: list[int]) -> tuple[float, bool]:
-    """The reference: a fresh evaluation of the whole sequence and llama-cpp-python's own log-softmax
-    (written apart from LlamaCppScorer, which reuses prefixes, so the check tests that too)."""
-    from llama_cpp import Llama
-
-    tokens = context + continuation
-    llm.reset()
-    llm.eval(tokens)
-    total, greedy = 0.0, True
-    for i in range(len(context), len(tokens)):
-        row = np.asarray(llm.scores[i - 1])
-        total += float(Llama.logits_to_logprobs(row)[tokens[i]])
-        greedy = greedy and int(row.argmax()) == tokens[i]
-    return total, greedy
-
-
 @register_suite
 class LoglikCheck(Suite):
     name = "loglik_check"
@@ -495,9 +517,7 @@ class LoglikCheck(Suite):
         from lm_eval.api.instance import Instance
 
         pairs = loglik_pairs(ctx.limit or 16, ctx.seed)
-        from llama_cpp import Llama
-
-        reference = Llama(model_path=str(ctx.artifact_path), logits_all=True, n_ctx=ctx.n_ctx, verbose=False, seed=0)
+        reference = logits_worker(ctx.artifact_path, ctx.n_ctx, reuse_prefix=False)
         res = SuiteResult()
         try:
             for path in p.paths:
@@ -543,7 +563,7 @@ class LoglikCheck(Suite):
             lm.scorer.close()
         rows = []
         for i, ((context, continuation), (lp, greedy), (ctx_enc, cont_enc)) in enumerate(zip(pairs, got, encoded)):
-            ref_lp, ref_greedy = reference_logprob(reference, ctx_enc, cont_enc)
+            ref_lp, ref_greedy = reference.call("reference_logprob", list(ctx_enc), list(cont_enc))
             diff = abs(lp - ref_lp) if lp is not None else None
             within = diff is not None and diff <= p.tolerance_nats
             rows.append({"sample_id": f"{path}/pair-{i}", "prompt": context, "target": continuation,
