@@ -25,7 +25,7 @@ from tasks.gpu import gpu_host, gpu_slots
 from tasks.measure import build_variant, engine_args_json, measure_perf, measure_quality
 from tasks.results import ResultsLocation
 from tasks.runinfo import RunPaths, build_cache_dir, make_run_paths, new_run_id
-from tasks.serve import ServerError
+from tasks.serve import PortInUse, ServerStartTimeout
 from tasks.tables import write_table
 
 
@@ -54,9 +54,8 @@ def _transient(task, task_run, state) -> bool:
     """Retry a server start that timed out or lost a port race, not one the engine rejected (bad arguments)."""
     try:
         state.result()
-    except ServerError as err:
-        text = str(err).lower()
-        return "not healthy after" in text or "address already in use" in text
+    except (ServerStartTimeout, PortInUse):
+        return True
     except Exception:  # noqa: BLE001 - anything else is not a server start to retry
         return False
     return False

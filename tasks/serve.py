@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,9 +15,29 @@ from typing import Iterator
 
 import httpx
 
+from tasks.process import exit_reason
+
 
 class ServerError(RuntimeError):
-    """A server that did not come up; the message carries its log tail."""
+    """A server that did not come up or did not stay up; the message carries its log's last lines."""
+
+
+class ServerStartTimeout(ServerError):
+    """The server was still not healthy at the start-up timeout (worth a retry: slow load, busy host)."""
+
+
+class PortInUse(ServerError):
+    """The server lost the race for its free port to another process (worth a retry on a new port)."""
+
+
+class ServerDied(ServerError):
+    """The server process ended: its exit code, or the signal that killed it and the likely cause."""
+
+    def __init__(self, returncode: int, during: str, log_path: Path):
+        self.returncode = returncode
+        what = (f"server died by {exit_reason(returncode)}" if returncode < 0
+                else f"server exited with code {returncode}")
+        super().__init__(f"{what} {during}: {_last_line(log_path)} (log: {log_path})\n{log_tail(log_path)}")
 
 
 @dataclass
@@ -37,16 +58,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# A line of an HTTP access log (uvicorn's, vLLM's): says a request was answered, never why a server died.
+ACCESS_LOG = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}')
+
+
 def log_tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a server log that are not access-log lines."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace")
     except OSError:
         return "(no log)"
+    kept = [ln for ln in text.splitlines() if ln.strip() and not ACCESS_LOG.search(ln)]
+    return "\n".join(kept[-lines:])
 
 
 def _last_line(path: Path) -> str:
-    tail = [ln.strip() for ln in log_tail(path, 40).splitlines() if ln.strip()]
-    return tail[-1][:300] if tail else "(empty log)"
+    tail = log_tail(path, 1).strip()
+    return tail[:300] if tail else "(empty log)"
 
 
 def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float,
@@ -64,8 +92,10 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
     with httpx.Client(timeout=2.0) as client:
         while time.perf_counter() < deadline:
             if proc.poll() is not None:
-                raise ServerError(f"server exited with code {proc.returncode} before it was healthy: "
-                                  f"{_last_line(log_path)} (log: {log_path})\n{log_tail(log_path)}")
+                if "address already in use" in log_tail(log_path, 40).lower():
+                    raise PortInUse(f"port of {base_url} taken by another process before the server bound it: "
+                                    f"{_last_line(log_path)} (log: {log_path})")
+                raise ServerDied(proc.returncode, "before it was healthy", log_path)
             try:
                 if client.get(base_url + health_path).status_code == 200:
                     server.startup_s = time.perf_counter() - t0
@@ -74,7 +104,7 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
                 pass
             time.sleep(0.25)
     stop_server(server)
-    raise ServerError(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} (log: {log_path})\n"
+    raise ServerStartTimeout(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} (log: {log_path})\n"
                       f"{log_tail(log_path)}")
 
 
@@ -91,10 +121,10 @@ def stop_server(server: Server, grace_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             os.kill(server.pid, signal.SIGKILL)
             server.proc.wait(timeout=grace_s)
-    _stop_group(server.pid, grace_s)
+    stop_group(server.pid, grace_s)
 
 
-def _stop_group(pgid: int, grace_s: float) -> None:
+def stop_group(pgid: int, grace_s: float) -> None:
     """SIGTERM, then SIGKILL, what is left of the process group `pgid` that the server led."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

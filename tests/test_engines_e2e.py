@@ -120,7 +120,7 @@ def test_failed_servers_fail_their_variant_only(run) -> None:
     rows = dict(q(tmp / "wh.duckdb", "select variant, error from variants"))
     assert rows["hosted"] is None
     assert "not healthy after 5 s" in rows["never-healthy"] and "stub: loading weights" in rows["never-healthy"]
-    assert rows["dies"].startswith("ServerError: server exited with code 3 during the perf sweep: "
+    assert rows["dies"].startswith("ServerDied: server exited with code 3 during the perf sweep: "
                                    "stub: exiting after 5 completions")
 
 

@@ -77,18 +77,17 @@ class Endpoint:
 
 
 def ensure_alive(endpoint: Endpoint, during: str) -> None:
-    """Raise ServerError (exit code, last log line, log tail) when the endpoint's server died `during` a step.
+    """Raise ServerDied (exit code or signal and its cause, the log's last lines) when the endpoint's
+    server died `during` a step.
 
     What the step measured is already written; its requests in flight errored with the transport's reason.
     """
-    from tasks.serve import ServerError, _last_line, log_tail
+    from tasks.serve import ServerDied
 
     if endpoint.alive():
         return
     assert endpoint.server is not None
-    log = endpoint.server.log_path
-    raise ServerError(f"server exited with code {endpoint.server.proc.returncode} during {during}: "
-                      f"{_last_line(log)} (log: {log})\n{log_tail(log)}")
+    raise ServerDied(endpoint.server.proc.returncode, f"during {during}", endpoint.server.log_path)
 
 
 @dataclass
