@@ -11,6 +11,8 @@ from pathlib import Path
 # its default start-up timeout (20 s) then fails the run before it begins.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+# Prefect's usage telemetry: offline it logs "ERROR ... Failed to send telemetry" on every run.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _warehouse(args: argparse.Namespace) -> Path:
@@ -26,6 +28,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
           f"suites [{suites}]; warehouse {cfg.warehouse_path()}")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from tasks.doctor import main as doctor
+
+    return doctor()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -143,6 +151,9 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate a config without running anything")
     c.add_argument("config")
     c.set_defaults(func=cmd_check)
+    c = sub.add_parser("doctor", help="check this host: packages, the llama.cpp build (one real token), engines, "
+                                      "energy meters, Prefect, chromium; one line each")
+    c.set_defaults(func=cmd_doctor)
     c = sub.add_parser("run", help="run the nightly flow on a config")
     c.add_argument("config")
     c.add_argument("--run-id", help="reuse a run id: re-run a crashed run, skipping its variants already measured")

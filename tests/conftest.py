@@ -9,6 +9,7 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="tradeoff-prefect-")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pytest  # noqa: E402
 
