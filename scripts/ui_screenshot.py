@@ -25,8 +25,11 @@ from pathlib import Path
 
 import httpx
 
+from tasks.serve import stop_group
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-breakpad", "--disable-crash-reporter"]
 CLICK_TAB = """(() => { const el = [...document.querySelectorAll('button, [role=tab], a, li')]
   .find(e => e.textContent.trim() === %s); if (el) { el.click(); return true } return false })()"""
 
@@ -98,7 +101,8 @@ def screenshot(url: str, out: Path, expect: list[str], tab: str = "Artifacts", t
     with tempfile.TemporaryDirectory(prefix="tradeoff-chromium-") as profile:
         proc = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1",
                                  "--remote-debugging-port=0", f"--window-size={size}", "about:blank"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 30
@@ -111,12 +115,16 @@ def screenshot(url: str, out: Path, expect: list[str], tab: str = "Artifacts", t
             ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
             return asyncio.run(asyncio.wait_for(_shoot(ws_url, url, out, expect, tab, timeout_s), 3 * timeout_s))
         finally:
+            # Chromium's own children (renderer, GPU, crash handler) write into the profile after the
+            # browser process has gone: stop the whole process group and wait for the last of them
+            # before the profile folder is removed (else: "Directory not empty: 'Default'").
             proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+            stop_group(proc.pid, grace_s=10)
 
 
 def main(argv: list[str] | None = None) -> int:
