@@ -40,7 +40,8 @@ def temp_path(db: Path, purpose: str) -> Path:
     return db.with_name(f".{db.name}.{purpose}-{os.getpid()}.tmp")
 
 
-def _remove(path: Path) -> None:
+def discard(path: Path) -> None:
+    """Remove a temporary warehouse file and its WAL."""
     for p in (path, wal_of(path)):
         p.unlink(missing_ok=True)
 
@@ -74,7 +75,7 @@ def writer_lock(db: Path, wait_s: float = WRITER_WAIT_S) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         for stale in db.parent.iterdir():  # every writer holds this lock: temporary copies found now are orphans
-            if stale.name.startswith(f".{db.name}.") and ".tmp" in stale.name:
+            if stale.name.startswith(f".{db.name}.") and ".tmp" in stale.name and stale.is_file():
                 stale.unlink(missing_ok=True)
         yield
     finally:
@@ -166,7 +167,7 @@ def writable_copy(db: Path, incoming_bytes: int) -> Iterator[Path]:
         yield tmp
         install(tmp, db, stamp)
     finally:
-        _remove(tmp)
+        discard(tmp)
 
 
 def replace_keeping_previous(tmp: Path, db: Path) -> Path | None:
@@ -181,7 +182,7 @@ def replace_keeping_previous(tmp: Path, db: Path) -> Path | None:
     _fsync(tmp)
     previous = None
     if db.exists():
-        _remove(kept)
+        discard(kept)
         os.link(db, kept)  # db stays in place until the rename below
         if wal_of(db).exists():
             os.replace(wal_of(db), wal_of(kept))
