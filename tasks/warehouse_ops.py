@@ -28,7 +28,8 @@ from tasks.runlock import RunLocked, run_lock
 from warehouse.db import load_run, open_warehouse, refresh_views
 from warehouse.errors import WarehouseError
 from warehouse.ingest import insert_run, read_run_parts
-from warehouse.swap import check_free_space, discard, replace_keeping_previous, temp_path, writer_lock
+from warehouse.swap import (check_free_space, discard, replace_keeping_previous, target_file, temp_path,
+                            writer_lock)
 
 # A folder name under a results URL that may be a run id: nothing that walks out of the folder.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -159,7 +160,7 @@ def _fetch_runs(url: str, dest: Path, out: Callable[[str], None]) -> list[Path]:
 def rebuild(warehouse: str | Path, runs: str | Path | None = None, results_url: str | None = None,
             out: Callable[[str], None] = print) -> RebuildSummary:
     """Build the warehouse anew from every run folder under `runs` (default: the runs folder) or `results_url`."""
-    db = Path(warehouse)
+    db = target_file(Path(warehouse))
     if results_url:
         db.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{db.name}.fetched-", dir=db.parent) as tmp:

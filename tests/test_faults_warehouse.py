@@ -290,6 +290,29 @@ def test_too_little_free_space_refused_before_the_load(env, monkeypatch) -> None
     assert sorted(p.name for p in db.parent.iterdir() if not p.name.startswith(".")) == [db.name]
 
 
+@pytest.mark.parametrize("still_open", [True, False], ids=["writer-still-open", "writer-closed"])
+def test_another_duckdb_writer_during_the_load_is_not_overwritten(env, still_open) -> None:
+    """A DuckDB process writes the warehouse while a load fills its copy: the swap is refused and its write kept."""
+    from warehouse.swap import writable_copy, writer_lock
+
+    runs, db = env
+    two_nights(runs, db)
+    write = (f"import duckdb, time; c = duckdb.connect({str(db)!r}); "
+             f"c.execute(\"update runs set config_name = 'edited' where run_id = 'n1'\"); "
+             + ("print('ready', flush=True); time.sleep(120)" if still_open else "c.close(); print('ready', flush=True)"))
+    child = None
+    with pytest.raises(WarehouseError, match="nothing loaded") as e:
+        with writer_lock(db), writable_copy(db, 0) as copy:
+            assert copy.exists()
+            child = subprocess.Popen([sys.executable, "-c", write], stdout=subprocess.PIPE, text=True)
+            assert child.stdout.readline().strip() == "ready"
+    child.kill()
+    child.wait()
+    assert (f"open for writing by process {child.pid}" if still_open else "was written by another process") in str(e.value)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("select config_name from runs where run_id = 'n1'").fetchall() == [("edited",)]
+
+
 def _flip(db: Path, at: int) -> None:
     with open(db, "r+b") as f:
         f.seek(at)

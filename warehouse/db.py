@@ -15,7 +15,7 @@ import duckdb
 
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.ingest import insert_run, read_run_parts
-from warehouse.swap import wal_of, writable_copy, writer_lock
+from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
@@ -182,7 +182,7 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
     reload idempotent. Readers keep reading the previous file meanwhile.
     """
     parts = read_run_parts(Path(run_dir) / "results")
-    path = Path(warehouse_path)
+    path = target_file(Path(warehouse_path))
     with writer_lock(path):
         _settle(path)
         try:

@@ -38,6 +38,11 @@ def wal_of(path: Path) -> Path:
     return path.with_name(path.name + ".wal")
 
 
+def target_file(db: Path) -> Path:
+    """The file a swap must replace: the target of a symlink, not the link."""
+    return db.resolve() if db.is_symlink() else db
+
+
 def temp_path(db: Path, purpose: str) -> Path:
     """Where a writer builds the next warehouse file: hidden, beside the file, so os.replace is one rename."""
     return db.with_name(f".{db.name}.{purpose}-{os.getpid()}.tmp")
@@ -165,6 +170,7 @@ def writable_copy(db: Path, incoming_bytes: int) -> Iterator[Path]:
     try:
         if db.exists():
             shutil.copyfile(db, tmp)
+            shutil.copymode(db, tmp)
             if _stamp(db) != stamp:
                 raise _changed(db)
         yield tmp
