@@ -83,12 +83,15 @@ def _read(path: Path) -> Holder | None:
 def _create(path: Path, me: Holder) -> bool:
     """Create the lock file naming `me`; False when one exists."""
     tmp = path.with_name(f"{LOCK_NAME}.{me.pid}.tmp")
-    tmp.write_text(json.dumps(asdict(me)) + "\n")
     try:
+        tmp.write_text(json.dumps(asdict(me)) + "\n")
         os.link(tmp, path)
         return True
     except FileExistsError:
         return False
+    except OSError as err:
+        raise RunLocked(f"run folder {path.parent} is not writable ({err.strerror}): its lock and validation go "
+                        f"there; copy the folder somewhere writable and use that copy") from None
     finally:
         tmp.unlink(missing_ok=True)
 

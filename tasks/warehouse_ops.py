@@ -110,6 +110,8 @@ def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summ
 def _rebuild(folders: list[Path], db: Path, lock_runs: bool, out: Callable[[str], None]) -> RebuildSummary:
     t0 = time.perf_counter()
     summary = RebuildSummary(db)
+    if not folders:
+        raise WarehouseError(f"no run folders (folders with results/) found; nothing rebuilt, {db} is unchanged")
     with writer_lock(db):
         incoming = sum(p.stat().st_size for f in folders for p in (f / "results").rglob("*.parquet"))
         check_free_space(db, incoming, copy=False)
@@ -119,6 +121,9 @@ def _rebuild(folders: list[Path], db: Path, lock_runs: bool, out: Callable[[str]
             try:
                 for folder in folders:
                     _rebuild_one(con, folder, lock_runs, summary, out)
+                if not summary.loaded and not summary.failed_validation:
+                    raise WarehouseError(f"none of the {len(folders)} run folders could be loaded (reasons above); "
+                                         f"nothing rebuilt, {db} is unchanged")
                 refresh_views(con)
                 con.execute("checkpoint")
             finally:

@@ -362,6 +362,16 @@ def test_rebuild_from_the_run_folders(env, capsys) -> None:
     assert main(["report", "--run", "n1"]) == 0
 
 
+def test_rebuild_from_an_empty_folder_changes_nothing(env, tmp_path, capsys) -> None:
+    """A rebuild pointed at a folder without run folders (a typo) refuses instead of swapping in an empty warehouse."""
+    runs, db = env
+    before = two_nights(runs, db)
+    (tmp_path / "empty").mkdir()
+    assert main(["warehouse", "rebuild", "--runs-dir", str(tmp_path / "empty")]) == 1
+    assert "nothing rebuilt" in error_line(capsys.readouterr().err)
+    assert per_run(db) == before and not db.with_name(db.name + ".before-rebuild").exists()
+
+
 def test_rebuild_from_a_results_url(env, tmp_path, capsys) -> None:
     """`--results-url` fetches every run folder from the location and rebuilds from them; names that are no run id are skipped."""
     _, db = env
