@@ -339,6 +339,18 @@ def test_damaged_file_names_the_rebuild_command(env, capsys, damage) -> None:
     assert "`tradeoff warehouse rebuild`" in error_line(capsys.readouterr().err)
 
 
+def test_damaged_block_met_by_a_query_names_the_rebuild_command(env, capsys) -> None:
+    """A data block damaged mid-file opens fine but fails the query that reads it: the error names the rebuild too."""
+    runs, db = env
+    n1 = night(runs, "n1")
+    big_requests(n1, 100_000)  # most of the file is perf_requests data
+    load_run(n1, db)
+    _flip(db, db.stat().st_size // 2)
+    assert main(["sql", "select sum(len(chunk_offsets_ms)) from perf_requests"]) == 1
+    err = error_line(capsys.readouterr().err)
+    assert "Corrupt database file" in err and "`tradeoff warehouse rebuild`" in err, err
+
+
 def test_rebuild_from_the_run_folders(env, capsys) -> None:
     """After the file is damaged, `tradeoff warehouse rebuild` restores every night through the gate; the old file is kept."""
     runs, db = env
