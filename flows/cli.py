@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
 
         prefix = "error" if isinstance(err, WarehouseError) else f"error ({type(err).__name__})"
-        hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if is_damaged(str(err)) and prefix != "error" else ""
+        damaged = is_damaged(str(err)) and REBUILD_HINT not in str(err)
+        hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if damaged else ""
         print(f"{prefix}: {str(err).splitlines()[0] if str(err) else ''}{hint}", file=sys.stderr)
         return 1
 

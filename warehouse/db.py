@@ -195,6 +195,8 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
                 finally:
                     con.close()
         except (duckdb.Error, OSError) as e:
+            if is_damaged(str(e)):  # a damaged block of the warehouse met by the delete: the copy has it too
+                raise damaged(path, str(e)) from e
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise WarehouseError(f"cannot load run {parts.run_id} into {warehouse_path}: {first}; nothing loaded, "
                                  f"the warehouse is unchanged") from e
