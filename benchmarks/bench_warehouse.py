@@ -1,7 +1,8 @@
 """Warehouse benchmark (prints numbers; not a test).
 
-1. Load one run with 1,000,000 perf_requests rows through `load_run` (Parquet -> DuckDB, one
-   transaction). Goal: < 5 s on a 2-core machine.
+1. Load one run with 1,000,000 perf_requests rows through `load_run` (parts checked, then DuckDB's
+   read_parquet into a copy of the warehouse swapped in when complete). Goal: < 5 s on a 2-core
+   machine. Process CPU seconds are printed too: on a shared machine they vary less than wall time.
 2. Query v_tradeoff over 1,000 synthetic runs (4 variants, 2 scenarios each), all runs and one
    run. Goal: < 100 ms.
 
@@ -100,13 +101,14 @@ def main() -> None:
         tmp = Path(tmp)
         run_dir = big_run(tmp, args.rows)
         db = tmp / "load.duckdb"
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         counts = load_run(run_dir, db)
-        first = time.perf_counter() - t
-        t = time.perf_counter()
+        first, first_cpu = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         load_run(run_dir, db)  # idempotent reload: delete + insert
-        again = time.perf_counter() - t
-        print(f"load {counts['perf_requests']:,} perf_requests rows: {first:.2f} s (reload {again:.2f} s; goal < 5 s)")
+        again, again_cpu = time.perf_counter() - t, time.process_time() - c
+        print(f"load {counts['perf_requests']:,} perf_requests rows: {first:.2f} s (reload {again:.2f} s; goal < 5 s); "
+              f"CPU {first_cpu:.2f} s (reload {again_cpu:.2f} s)")
         db2 = tmp / "query.duckdb"
         synthetic_runs(db2, args.runs)
         con = open_warehouse(db2, read_only=True)

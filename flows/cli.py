@@ -49,11 +49,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from warehouse.db import load_run
+    from tasks.warehouse_ops import load_checked
 
-    counts = load_run(args.run_dir, _warehouse(args))
+    counts = load_checked(args.run_dir, _warehouse(args), skip_validation=args.skip_validation)
     print("loaded: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
     return 0
+
+
+def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
+    """Build the warehouse anew from every run folder (or a results URL), each through the nightly's gate."""
+    from tasks.warehouse_ops import rebuild
+
+    summary = rebuild(_warehouse(args), runs=args.runs_dir, results_url=args.results_url)
+    print(summary.line())
+    return 1 if summary.skipped else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -81,11 +90,18 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
+        if not args.allow_external:
+            # No file writes (COPY ... TO), reads of other files or extension installs from a query.
+            con.execute("set enable_external_access = false")
+            con.execute("set lock_configuration = true")
         rel = con.sql(args.query)
         if rel is not None:
             rel.show(max_width=args.max_width, max_rows=args.max_rows)
     except duckdb.Error as err:
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        from warehouse.errors import REBUILD_HINT, is_damaged
+
+        hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if is_damaged(str(err)) else ""
+        print(f"error: {str(err).splitlines()[0]}{hint}", file=sys.stderr)
         return 1
     finally:
         con.close()
@@ -163,7 +179,18 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    c.add_argument("--skip-validation", action="store_true",
+                   help="load without the nightly's GX gate (experts: results that gate refuses)")
     c.set_defaults(func=cmd_load)
+    c = sub.add_parser("warehouse", help="warehouse upkeep: rebuild it from the run folders")
+    w = c.add_subparsers(dest="action", required=True).add_parser(
+        "rebuild", help="build the warehouse anew from every run folder, each through the nightly's gate; "
+                        "the previous file is kept as <warehouse>.before-rebuild")
+    src = w.add_mutually_exclusive_group()
+    src.add_argument("--runs-dir", help="folder of run folders (default: TRADEOFF_RUNS_DIR or runs)")
+    src.add_argument("--results-url", help="results location (folder or fsspec URL) to fetch the run folders from")
+    w.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    w.set_defaults(func=cmd_warehouse_rebuild)
     c = sub.add_parser("report", help="print a run's trade-off table and takeaways")
     c.add_argument("--run", help="run id (default: the latest)")
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
@@ -174,6 +201,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--max-rows", type=int, default=100)
     c.add_argument("--max-width", type=int, default=200)
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    c.add_argument("--allow-external", action="store_true",
+                   help="let the query read or write other files and load extensions (off by default)")
     c.set_defaults(func=cmd_sql)
     c = sub.add_parser("export", help="write a table, view or select query to .parquet or .csv")
     c.add_argument("name", help="table or view name (e.g. v_tradeoff), or a select query")
@@ -212,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - users get one line; TRADEOFF_DEBUG=1 shows the traceback
         if os.environ.get("TRADEOFF_DEBUG"):
             raise
-        from warehouse.db import WarehouseError
+        from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
 
         prefix = "error" if isinstance(err, WarehouseError) else f"error ({type(err).__name__})"
-        print(f"{prefix}: {str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr)
+        damaged = is_damaged(str(err)) and REBUILD_HINT not in str(err)
+        hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if damaged else ""
+        print(f"{prefix}: {str(err).splitlines()[0] if str(err) else ''}{hint}", file=sys.stderr)
         return 1
 
 

@@ -26,10 +26,11 @@ from prefect.runtime import flow_run
 from flows.variant import variant_flow, variant_row
 from tasks.config import ConfigError, RunConfig, Variant, load_config, parse_config, read_config
 from tasks.fanout import check_pool, submit_variant, wait_for_runs
-from tasks.measure import expected_perf_rows
+from tasks.gate import expected_rows
 from tasks.notify import deliver, load_block, regressions, run_message, send
 from tasks.results import ResultsLocation
 from tasks.runinfo import RunPaths, host_info, make_run_paths, new_run_id
+from tasks.runlock import run_lock
 from tasks.tables import read_table, write_table
 
 
@@ -151,21 +152,6 @@ def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: st
     write_table(paths.results, "runs", "run", [row])
 
 
-def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
-    """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
-    ok = [r["variant"] for r in rows if r["status"] == "ok"]
-    per_variant = expected_perf_rows(cfg.perf)  # None: the count depends on timing (a time limit)
-    out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
-    for table, n in per_variant.items():
-        if n is None:
-            out[table] = None
-            continue
-        written = read_table(paths.results, table)
-        failed_rows = int((~written["variant"].isin(ok)).sum()) if len(written) else 0
-        out[table] = n * len(ok) + failed_rows
-    return out
-
-
 @task(name="validate-results", cache_policy=NONE)
 def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
     from tasks.validate import validate_results
@@ -243,6 +229,13 @@ def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_p
     if warning:
         get_run_logger().warning(warning)
     paths = make_run_paths(run_id or default_run_id(cfg.name))
+    # One writer per run folder: a second attempt at this run id is refused naming the holder (issue 18).
+    with run_lock(paths.root, "nightly", warn=get_run_logger().warning):
+        return measure_validate_load(cfg, raw, text, paths, location)
+
+
+def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths, location: ResultsLocation) -> dict:
+    """The nightly's work on its run folder, run with the folder's lock held."""
     record_config(paths, text, cfg)
     started = first_started_at(paths, datetime.now(timezone.utc))
     done = measured_variants(location, paths)

@@ -16,7 +16,8 @@ from prefect.cache_policies import NONE
 
 from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.engines import Artifact, engine_for
-from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
+from tasks.gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.gate (no Prefect import there)
+from tasks.loadgen import Scenario, Step, StepRun, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
@@ -62,14 +63,6 @@ def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:
     if perf.force_output_len == "auto":
         return engine_forces
     return None if perf.force_output_len == "none" else perf.force_output_len
-
-
-def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
-    """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
-    known in advance, a time limit's requests are not)."""
-    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0)
-    requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
-    return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
 
 
 def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_url: str,

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from tasks.tables import SCHEMAS, TABLES, read_table, table_parts
+from warehouse.errors import WarehouseError, damaged, is_damaged
+from warehouse.ingest import insert_run, read_run_parts
+from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
@@ -26,10 +26,6 @@ VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history",
 METRIC_COLUMNS = "/* metric_columns */"
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_(\w+)\.sql$")
-
-
-class WarehouseError(RuntimeError):
-    """A problem with the warehouse, with a one-line message meant for users."""
 
 
 def migrations() -> list[tuple[int, str, Path]]:
@@ -44,8 +40,12 @@ def _connect(path: Path, read_only: bool, retry_s: float) -> duckdb.DuckDBPyConn
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as e:
+        except duckdb.Error as e:
             msg = str(e)
+            if is_damaged(msg):
+                raise damaged(path, msg) from e
+            if not isinstance(e, duckdb.IOException):
+                raise
             if "read-only mode: database does not exist" in msg:
                 raise WarehouseError(f"no warehouse at {path}; run `tradeoff run configs/demo.yaml` first") from e
             if "lock" not in msg.lower():
@@ -157,42 +157,17 @@ def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"create or replace view {view} as\n{sql}")
 
 
-def _read_results(results_dir: Path) -> dict[str, pa.Table]:
-    """Every result table of a run as Arrow with the contract's types; names the part that is unreadable."""
-    out = {}
-    for name in TABLES:
-        try:
-            df = read_table(results_dir, name)
-        except Exception as e:
-            bad = next((p for p in table_parts(results_dir, name) if not _readable(p, name)), "a part")
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise WarehouseError(
-                f"table {name} of {results_dir} is unreadable: {bad} ({reason}); nothing loaded"
-            ) from e
-        out[name] = pa.Table.from_pandas(df, schema=SCHEMAS[name], preserve_index=False)
-    return out
-
-
-def _readable(part: Path, name: str) -> bool:
+def _settle(path: Path, retry_s: float = 10.0) -> None:
+    """Check that the warehouse opens (waiting for another writer); fold a WAL a crashed writer left into the file."""
+    if not path.exists():
+        return
+    con = _connect(path, read_only=not wal_of(path).exists(), retry_s=retry_s)
     try:
-        pq.read_table(part, schema=SCHEMAS[name])
-        return True
-    except Exception:
-        return False
-
-
-def _run_id(tables: dict[str, pa.Table], results_dir: Path) -> str:
-    """The run's id: the one row of `runs`, which every other table's rows must carry."""
-    ids = tables["runs"].column("run_id").to_pylist()
-    if len(ids) != 1 or ids[0] is None:
-        raise WarehouseError(f"{results_dir}/runs must hold exactly one run, found {len(ids)} rows; nothing loaded")
-    for name, table in tables.items():
-        others = set(table.column("run_id").to_pylist()) - {ids[0]}
-        if others:
-            raise WarehouseError(
-                f"table {name} of {results_dir} has rows of other runs {sorted(map(str, others))}; nothing loaded"
-            )
-    return ids[0]
+        if not wal_of(path).exists():
+            return
+        con.execute("checkpoint")
+    finally:
+        con.close()
 
 
 def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | None = None) -> dict[str, int]:
@@ -201,33 +176,28 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
     `only` limits the load to some tables (the nightly loads only `runs` and `variants`
     of a run whose results failed validation, so the failure is on record).
 
-    Delete-then-insert in one transaction makes a reload idempotent, and a failure keeps
-    the previous state. Everything is read before the warehouse is opened, so the write lock
-    is held only for the transaction.
+    The parts are checked before the warehouse is touched; DuckDB then reads them itself into a
+    copy of the warehouse that replaces the file only when complete (warehouse.swap), so a failed
+    insert, a full disk or a crash leaves the previous file as it was. Delete-then-insert makes a
+    reload idempotent. Readers keep reading the previous file meanwhile.
     """
-    results_dir = Path(run_dir) / "results"
-    tables = _read_results(results_dir)
-    run_id = _run_id(tables, results_dir)
-    if only is not None:
-        tables = {name: t for name, t in tables.items() if name in only}
-    con = open_warehouse(warehouse_path)
-    try:
-        con.begin()
+    parts = read_run_parts(Path(run_dir) / "results")
+    path = target_file(Path(warehouse_path))
+    with writer_lock(path):
+        _settle(path)
         try:
-            for name in tables:
-                con.execute(f"delete from {name} where run_id = ?", [run_id])
-            for name, table in tables.items():
-                con.register("incoming", table)
-                con.execute(f"insert into {name} by name select * from incoming")
-                con.unregister("incoming")
-            con.commit()
-        except Exception as e:
-            con.rollback()
-            if isinstance(e, duckdb.Error):
-                first = str(e).splitlines()[0]
-                raise WarehouseError(f"cannot load run {run_id} into {warehouse_path}: {first}; nothing loaded") from e
-            raise
-        refresh_views(con)
-    finally:
-        con.close()
-    return {name: table.num_rows for name, table in tables.items()}
+            with writable_copy(path, parts.bytes) as copy:
+                con = open_warehouse(copy)
+                try:
+                    counts = insert_run(con, parts, only, atomic=False)  # the swap makes it all-or-nothing
+                    refresh_views(con)
+                    con.execute("checkpoint")
+                finally:
+                    con.close()
+        except (duckdb.Error, OSError) as e:
+            if is_damaged(str(e)):  # a damaged block of the warehouse met by the delete: the copy has it too
+                raise damaged(path, str(e)) from e
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise WarehouseError(f"cannot load run {parts.run_id} into {warehouse_path}: {first}; nothing loaded, "
+                                 f"the warehouse is unchanged") from e
+    return counts
