@@ -384,6 +384,13 @@ def _check_semantics(cfg: RunConfig) -> None:
         problem = check_params(s.name, s.params)
         if problem:
             raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
+        if s.name == "code":  # unconfined generated code: local engines only
+            from tasks.suites.code import unconfined_refused
+
+            for v in cfg.variants:
+                refused = unconfined_refused(s.params.get("sandbox", "bwrap"), v.engine)
+                if refused and (s.variants is None or v.name in s.variants):
+                    raise ConfigError(f"quality.suites[{i}] ({s.key}).{refused} (variant {v.name})")
     if cfg.quality.primary:
         suite = cfg.quality.primary.split(".", 1)[0]
         if suite not in set(keys):

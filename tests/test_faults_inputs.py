@@ -1,0 +1,183 @@
+"""Fault injection on tradeoff's inputs: model-written code, names and paths, secrets, config sizes.
+
+One test per case, each named after the fault it injects; every one fails on the code before
+the hardening (issue 18: items 1, 2, 3 and 9) and passes now. Real parts: the real jail
+(bubblewrap), real files and folders, the real config loader and CLI.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.config import ConfigError, parse_config
+from tasks.suites.code import run_tests
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo() -> dict:
+    return copy.deepcopy(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host PIDs of the live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+# ---------------------------------------------------------------- 1. model-written code
+
+def test_fault_hostile_candidate_is_contained_and_scored_failed(tmp_path):
+    """Opens a socket (`import _socket`), leaves a detached setsid child, writes outside its folder, forges its score."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    outside = tmp_path / "escaped.txt"
+    marker = f"{time.time_ns() % 10**6}.{os.getpid()}"  # the child's `sleep` argument: its mark in /proc
+    source = f'''
+import os, sys, _socket, time
+s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+s.settimeout(1)
+try:
+    s.connect(("127.0.0.1", {port}))
+except OSError:
+    pass
+if os.fork() == 0:
+    os.setsid()
+    os.execv("/usr/bin/sleep", ["sleep", "{marker}"])
+for path in ("{outside}", "../escaped-{marker}.txt"):
+    try:
+        open(path, "w").write("escaped")
+    except OSError:
+        pass
+print('{{"passed": 2}}')
+def f(x):
+    print('{{"passed": 2}}', flush=True)
+    time.sleep(60)
+'''
+    seen: list[int] = []
+
+    def watch() -> None:  # the detached child's host PID, while the candidate runs
+        deadline = time.monotonic() + 8
+        while not seen and time.monotonic() < deadline:
+            seen.extend(processes_with(f"sleep {marker}"))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    escaped_tmp = Path("/tmp") / f"escaped-{marker}.txt"
+    try:
+        passed, error = run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=3)
+    finally:
+        watcher.join()
+        survivors = processes_with(f"sleep {marker}")
+        for pid in survivors:  # never leave one behind, even when the test fails
+            os.kill(pid, 9)
+        try:
+            listener.accept()[0].close()
+            connected = True
+        except socket.timeout:
+            connected = False
+        listener.close()
+        escaped = [str(p) for p in (outside, escaped_tmp) if p.exists()]
+        escaped_tmp.unlink(missing_ok=True)
+    assert seen, "the candidate's detached child was never seen running"
+    assert (passed, error, [pid for pid in seen if pid in survivors], connected, escaped) == \
+        (0, "timeout after 3 s", [], False, [])
+
+
+def test_fault_candidate_forging_a_verdict_on_stdout_and_every_fd_scores_nothing():
+    # The verdict's channel is not among them (the harness holds it, close-on-exec, non-dumpable); what the
+    # candidate can reach is its own outputs pipe, and garbage there is its own failure.
+    source = '''
+import os
+forged = b'{"exit": 0, "frame": [{"value": 2}, {"value": 6}], "problem": null}'
+for fd in range(0, 64):
+    try:
+        os.write(fd, forged)
+    except OSError:
+        pass
+print('{"passed": 2}')
+def f(x):
+    return "wrong"
+'''
+    passed, error = run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=5)
+    assert passed == 0 and (error or "").startswith("outputs frame of "), (passed, error)
+
+
+def test_fault_candidate_object_claiming_equality_to_anything_fails():
+    source = "class Yes:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n"
+    assert run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=5) == (0, None)
+
+
+def test_fault_candidate_looking_for_host_secrets_sees_no_work_tree_no_prefect_home_no_env(tmp_path, monkeypatch):
+    import json
+
+    from tasks.sandbox import Limits, run_untrusted
+    from tasks.suites.code import _CANDIDATE
+
+    monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "sk-not-for-models")
+    secret = tmp_path / "key.txt"
+    secret.write_text("sk-not-for-models")
+    paths = [str(ROOT / "pyproject.toml"), os.environ["PREFECT_HOME"], str(secret), "/var/run", "/home"]
+    # LC_CTYPE: Python itself sets it in a C locale (PEP 538)
+    source = (f"import os\ndef f(x):\n    return [[os.path.exists(p) for p in {paths!r}], "
+              f"sorted(k for k in os.environ if k != 'LC_CTYPE')]\n")
+    out = run_untrusted(_CANDIDATE, json.dumps([source, "f", [[1]]]), Limits(wall_s=10))  # the raw outputs
+    assert out.verdict["frame"][0]["value"] == [[False] * len(paths), ["PATH"]]
+
+
+def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch, tmp_path):
+    from tasks import sandbox
+    from tasks.quality import SuiteContext, suite_for
+    from tests.quality_stub import start
+
+    calls = []
+    srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
+    ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
+                       limit=2, seed=0, params={}, work_dir=tmp_path, engine="llama.cpp")
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable) as e:
+            suite_for("code").run(ctx)
+    finally:
+        srv.shutdown()
+    assert str(e.value) == "code sandbox: bubblewrap (bwrap) is not installed; apt-get install bubblewrap"
+    assert calls == []
+
+
+def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(monkeypatch):
+    monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
+    cfg = demo()
+    cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
+                            "quantization": "unknown", "engine_args": {"base_url": "https://api.example.com",
+                                                                       "model": "m", "api_key_env": "TRADEOFF_TEST_API_KEY"}})
+    cfg["quality"]["suites"].append({"name": "code", "label": "code-unconfined", "params": {"sandbox": "none"}})
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg)
+    n = len(cfg["quality"]["suites"]) - 1
+    assert str(e.value) == (f"quality.suites[{n}] (code-unconfined).params.sandbox: 'none' would run code written by engine "
+                            "openai-compatible unconfined on this host; allowed only for llama.cpp, tensorrt-llm, "
+                            "vllm; remove sandbox: none (variant hosted)")
+    cfg["quality"]["suites"][n]["variants"] = [v["name"] for v in cfg["variants"] if v["name"] != "hosted"]
+    assert parse_config(cfg).quality.suites[n].params == {"sandbox": "none"}  # local engines only: allowed
