@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tasks.engines import ENGINES, engine_for
+from tasks.names import SUITE_KEY_PATTERN, name_problem, safe_name
 
 
 class ConfigError(ValueError):
@@ -93,7 +94,7 @@ class Cost(_Strict):
 class Variant(_Strict):
     """One engine variant: model x engine x quantization x speculative decoding."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="unique name, used in the warehouse")
+    name: str = Field(description="unique name, used in the warehouse and as a file name (tasks.names)")
     model: str
     engine: str = "llama.cpp"
     quantization: str = Field(description="weight format, e.g. q4_1, q3_k_m, q2_k, f16")
@@ -106,6 +107,8 @@ class Variant(_Strict):
     @classmethod
     def _lower(cls, v: str) -> str:
         return v.lower()
+
+    _safe_name = field_validator("name")(safe_name)
 
 
 # Named goodput SLOs (ms). MLPerf Inference's Llama-2-70B latency limits: the server
@@ -219,13 +222,15 @@ class SuiteSpec(_Strict):
     """One quality suite; `name` picks a registered suite, `params` are its own (checked at load)."""
 
     name: str
-    label: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$",
+    label: str | None = Field(default=None,
                               description="name in the warehouse's suite column (default: name); "
                                           "lets one suite run twice, e.g. two lm_eval task sets")
     limit: int | None = Field(default=None, ge=1, description="number of samples")
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
     variants: list[str] | None = Field(default=None, description="run only for these variants (default: all)")
+
+    _safe_label = field_validator("label")(safe_name)
 
     @property
     def key(self) -> str:
@@ -314,7 +319,7 @@ class NotifySpec(_Strict):
 class RunConfig(_Strict):
     """A whole nightly run."""
 
-    name: str = "run"
+    name: str = Field(default="run", description="config name, part of every run id (tasks.names)")
     models: dict[str, ModelSpec]
     variants: list[Variant]
     perf: PerfSpec = Field(default_factory=PerfSpec)
@@ -323,6 +328,8 @@ class RunConfig(_Strict):
     server_start_timeout_s: float = Field(default=120.0, gt=0)
     scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
     notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
+
+    _safe_name = field_validator("name")(safe_name)
 
     @property
     def reference(self) -> Variant:
@@ -375,6 +382,8 @@ def _check_semantics(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
             )
+        if problem := name_problem(s.key, SUITE_KEY_PATTERN):  # the suite's folder under the variant's
+            raise ConfigError(f"quality.suites[{i}].{'label' if s.label else 'name'}: {problem}; give it a label")
         if keys.count(s.key) > 1:
             raise ConfigError(f"quality.suites[{i}]: suite '{s.key}' is listed twice; give one a label")
         unknown = sorted(set(s.variants or []) - set(names))

@@ -19,6 +19,7 @@ from tasks.engines import Artifact, engine_for
 from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
+from tasks.names import contained
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
 from tasks.tables import write_table
 from tasks.tokenizer import load_tokenizer
@@ -131,7 +132,8 @@ def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Art
         ctx = SuiteContext(variant=variant.name, base_url=base_url, served_model=engine.served_model_name(variant),
                            artifact_path=artifact.path if in_process else None,
                            reference_artifact_path=ref_artifact.path if ref_artifact and in_process else None,
-                           limit=spec.limit, seed=spec.seed, params=spec.params, work_dir=work_dir / spec.key,
+                           limit=spec.limit, seed=spec.seed, params=spec.params,
+                           work_dir=contained(work_dir, work_dir / spec.key, "suite folder"),
                            n_ctx=cfg.models[variant.model].max_context, engine=variant.engine, artifact=artifact,
                            variant_spec=variant,
                            model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,

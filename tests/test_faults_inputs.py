@@ -181,3 +181,109 @@ def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(mo
                             "vllm; remove sandbox: none (variant hosted)")
     cfg["quality"]["suites"][n]["variants"] = [v["name"] for v in cfg["variants"] if v["name"] != "hosted"]
     assert parse_config(cfg).quality.suites[n].params == {"sandbox": "none"}  # local engines only: allowed
+
+
+# ---------------------------------------------------------------- 2. names and paths
+
+def test_fault_cli_run_id_with_dotdot_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    from flows.cli import main
+
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
+    assert main(["run", str(tmp_path / "no-config.yaml"), "--run-id", "../x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --run-id: '../x' is not a run id;") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fault_cli_absolute_run_id_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    from flows.cli import main
+
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
+    absolute = f"/tmp/tradeoff-abs-{os.getpid()}"
+    assert main(["run", str(tmp_path / "no-config.yaml"), "--run-id", absolute]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --run-id: '{absolute}' is not a run id;")
+    assert list(tmp_path.iterdir()) == [] and not Path(absolute).exists()
+
+
+def test_fault_run_id_flow_parameter_with_dotdot_is_refused_by_the_nightly_and_the_variant_flow(tmp_path):
+    from flows.nightly import nightly
+    from flows.variant import variant_flow
+
+    for flow_fn in (lambda: nightly.fn(config=str(tmp_path / "no-config.yaml"), run_id="../../x"),
+                    lambda: variant_flow.fn(config=str(tmp_path / "no-config.yaml"), variant="q4_1", run_id="../../x")):
+        with pytest.raises(ConfigError, match=r"^run_id: '\.\./\.\./x' is not a run id;"):
+            flow_fn()
+
+
+def test_fault_run_folder_that_is_a_symlink_out_of_the_runs_folder_is_refused(tmp_path, monkeypatch):
+    from tasks.runinfo import make_run_paths
+
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "runs" / "r1").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="^run folder: .* resolves outside"):
+        make_run_paths("r1")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_fault_config_name_with_dotdot_is_refused_at_load():
+    cfg = demo()
+    cfg["name"] = "../x"
+    with pytest.raises(ConfigError, match=r"^name: '\.\./x' is not a name; use 1-64 letters"):
+        parse_config(cfg)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "-h", "a/b", "x" * 65])
+def test_fault_variant_name_that_is_a_path_or_an_option_is_refused_at_load(name):
+    cfg = demo()
+    cfg["variants"][1]["name"] = name
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg)
+    assert str(e.value).startswith("variants.1.name: ") and "is not a name" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fault_suite_named_after_a_path_is_refused_at_load():
+    cfg = demo()
+    cfg["quality"]["suites"].append({"name": "helm:../../../x"})
+    with pytest.raises(ConfigError, match=r"^quality\.suites\[\d+\]\.name: 'helm:\.\./\.\./\.\./x' is not a name"):
+        parse_config(cfg)
+
+
+@pytest.mark.parametrize("url", ["file://otherhost/x", "file://relative/x"])
+def test_fault_results_url_that_names_no_local_folder_is_refused(url):
+    from tasks.results import ResultsLocation, ResultsLocationError
+
+    with pytest.raises(ResultsLocationError, match="is not a local folder"):
+        ResultsLocation.resolve(url)
+
+
+def test_fault_results_location_holding_a_dotdot_file_name_cannot_write_outside_the_run(tmp_path):
+    import fsspec
+
+    from tasks.results import ResultsLocation, ResultsLocationError
+    from tasks.runinfo import RunPaths
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/hostile/r1/results/perf_requests/../../../../escape.parquet", b"not parquet")
+    paths = RunPaths("r1", tmp_path / "runs" / "r1")
+    try:
+        with pytest.raises(ResultsLocationError, match="would land outside"):
+            ResultsLocation.resolve("memory://hostile").fetch(paths)
+    finally:
+        fs.rm("/hostile", recursive=True)
+    assert not (tmp_path / "escape.parquet").exists() and not (tmp_path / "runs" / "escape.parquet").exists()
+
+
+def test_fault_clear_does_not_delete_through_a_symlinked_table_folder(tmp_path):
+    from tasks.results import ResultsLocation
+    from tasks.runinfo import RunPaths
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "q2_k.parquet").write_bytes(b"someone else's")
+    paths = RunPaths("r1", tmp_path / "runs" / "r1")
+    paths.results.mkdir(parents=True)
+    (paths.results / "perf_requests").symlink_to(outside)
+    ResultsLocation.resolve(str(tmp_path / "runs")).clear(paths, "q2_k")
+    assert (outside / "q2_k.parquet").read_bytes() == b"someone else's"
