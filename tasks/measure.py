@@ -15,6 +15,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from tasks.config import PerfSpec, RunConfig, Variant
+from tasks.credentials import error_excerpt
 from tasks.engines import Artifact, engine_for
 from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
@@ -33,7 +34,7 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
 
 def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
     return {"run_id": run_id, "variant": variant, "scenario": step.label, "concurrency": concurrency,
-            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": r.error,
+            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": error_excerpt(r.error),
             "start_s": r.start_ms / 1000.0, "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,

@@ -287,3 +287,141 @@ def test_fault_clear_does_not_delete_through_a_symlinked_table_folder(tmp_path):
     (paths.results / "perf_requests").symlink_to(outside)
     ResultsLocation.resolve(str(tmp_path / "runs")).clear(paths, "q2_k")
     assert (outside / "q2_k.parquet").read_bytes() == b"someone else's"
+
+
+# ---------------------------------------------------------------- 3. secrets
+
+def hosted(engine_args: dict) -> dict:
+    cfg = demo()
+    cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
+                            "quantization": "unknown", "engine_args": {"model": "m", **engine_args}})
+    return cfg
+
+
+def load_error(cfg: dict) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_fault_api_key_pasted_into_api_key_env_is_refused_without_showing_it():
+    key = "sk-proj-Q2xvdWQgc2VjcmV0IGtleSBwYXN0ZWQ"
+    err = load_error(hosted({"base_url": "https://api.example.com", "api_key_env": key}))
+    assert err.startswith("variants[4] (hosted).engine_args.api_key_env: the value is not an environment variable name")
+    assert key not in err and "sk-" not in err
+
+
+def test_fault_api_key_pasted_into_api_key_secret_is_refused_without_showing_it():
+    key = "sk-proj-Q2xvdWQgc2VjcmV0IGtleSBwYXN0ZWQ"
+    err = load_error(hosted({"base_url": "https://api.example.com", "api_key_secret": key}))
+    assert err.startswith("variants[4] (hosted).engine_args.api_key_secret: the value is not a Prefect block name")
+    assert key not in err
+
+
+def test_fault_api_key_env_naming_a_cloud_secret_is_refused(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    err = load_error(hosted({"base_url": "https://api.example.com", "api_key_env": "AWS_SECRET_ACCESS_KEY"}))
+    assert err == ("variants[4] (hosted).engine_args.api_key_env: that variable is not allowed to hold an API key "
+                   "(name not shown); allowed: TRADEOFF_*, *_API_KEY (the operator sets TRADEOFF_API_KEY_ENV_ALLOW), "
+                   "or use api_key_secret")
+
+
+def test_fault_api_key_env_allow_list_is_set_by_the_operator_not_the_config(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "k1")
+    monkeypatch.setenv("GATEWAY_TOKEN", "k2")
+    monkeypatch.setenv("TRADEOFF_API_KEY_ENV_ALLOW", "GATEWAY_TOKEN")
+    assert parse_config(hosted({"base_url": "https://gw.example.com", "api_key_env": "GATEWAY_TOKEN"}))
+    assert "allowed: GATEWAY_TOKEN " in load_error(hosted({"base_url": "https://api.example.com",
+                                                           "api_key_env": "OPENAI_API_KEY"}))
+
+
+def test_fault_plain_http_base_url_to_a_remote_host_is_refused(monkeypatch):
+    monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
+    err = load_error(hosted({"base_url": "http://api.example.com", "api_key_env": "TRADEOFF_TEST_API_KEY"}))
+    assert err.startswith("variants[4] (hosted).engine_args.base_url: plain http to api.example.com would send")
+    for loopback in ("http://127.0.0.1:8000", "http://[::1]:8000/v1", "http://localhost:8000"):
+        assert parse_config(hosted({"base_url": loopback, "api_key_env": "TRADEOFF_TEST_API_KEY"}))
+
+
+def test_fault_base_url_with_credentials_is_refused_without_showing_them():
+    err = load_error(hosted({"base_url": "https://alice:s3cr3t-pa55@api.example.com/v1"}))
+    assert err.startswith("variants[4] (hosted).engine_args.base_url: a URL with credentials (user:password@) is refused")
+    assert "s3cr3t" not in err and "alice" not in err
+
+
+def test_fault_base_url_with_a_key_in_its_query_string_is_refused_without_showing_it():
+    err = load_error(hosted({"base_url": "https://api.example.com/v1?api_key=sk-live-abcdef0123456789"}))
+    assert "query string" in err and "abcdef0123456789" not in err
+
+
+@pytest.mark.parametrize("arg, value", [("trust_remote_code", True), ("verify_certificate", False),
+                                        ("ca_cert_path", "/tmp/evil-ca.pem"), ("base_url", "https://elsewhere.example"),
+                                        ("header", {"Authorization": "Bearer x"}), ("auth_token", "tok-XYZ123"),
+                                        ("tokenizer_backend", "remote"), ("tokenizer", "evil/tokenizer"),
+                                        ("revision", "main"), ("gguf", "/tmp/other.gguf"), ("api_key", "sk-123")])
+def test_fault_lmeval_model_args_that_weaken_security_are_refused_at_load(arg, value):
+    cfg = demo()
+    cfg["quality"]["suites"].append({"name": "lm_eval", "params": {"tasks": ["gsm8k"], "model_args": {arg: value}}})
+    err = load_error(cfg)
+    assert f"(lm_eval).params.model_args: '{arg}' " in err and (arg == "api_key" or "refused" in err)
+    assert repr(value) not in err  # never the value
+
+
+def test_fault_lmeval_never_sends_openai_api_key_from_the_environment(monkeypatch):
+    from tasks.suites.lmeval import make_lm
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-operators-environment")
+    lm = make_lm("http://127.0.0.1:9", "m", "completions", None, "endpoint", 2048, 1, 30, {})
+    assert "sk-from-the-operators-environment" not in str(lm.header)
+
+
+def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_requests(monkeypatch, tmp_path):
+    """A hosted endpoint answers 401 with the key in its body: the perf_requests row keeps a short excerpt without it."""
+    import asyncio
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tasks.engines import engine_for
+    from tasks.loadgen import Step
+    from tasks.measure import request_row
+    from tasks.perf import Prompt, run_concurrency
+
+    key = "sk-test-Zm9yIHRoZSBlY2hvIHRlc3Q"
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, status: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send(200, {"data": [{"id": "m"}]})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self._send(401, {"error": f"Incorrect API key provided: {self.headers['Authorization']}. " + "x" * 400})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    monkeypatch.setenv("TRADEOFF_TEST_API_KEY", key)
+    cfg = parse_config(hosted({"base_url": url, "api_key_env": "TRADEOFF_TEST_API_KEY"}))
+    v = cfg.variant("hosted")
+    engine = engine_for(v.engine)
+    try:
+        endpoint = engine.serve(engine.build(v, cfg.models[v.model], tmp_path), v, cfg.models[v.model],
+                                tmp_path / "hosted.log", 10)
+        (rec,) = asyncio.run(run_concurrency(endpoint.base_url, "m", [Prompt("hi", 1)], 1, 4))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    row = request_row("r1", "hosted", Step("c1", "concurrency", 1), 1, rec)
+    assert row["status"] == "error" and row["error"].startswith("HTTP 401: ")
+    assert key not in row["error"] and len(row["error"]) <= 160

@@ -33,8 +33,9 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tasks.credentials import model_args_problem
 from tasks.process import ChildWorker
 from tasks.quality import (FIDELITY_TEXT, Score, Suite, SuiteContext, SuiteParams, SuiteResult, close_matches,
                            error_text, register_suite, sibling_server)
@@ -299,8 +300,9 @@ def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihoo
     from tasks.engines import endpoint_headers
 
     headers = endpoint_headers(base_url)  # a hosted endpoint's Authorization; lm-eval sends `header` as is
-    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s, **({"header": headers} if headers else {}),
-                  **model_args)
+    # Never empty: without a header lm-eval sends OPENAI_API_KEY from the environment to any base_url.
+    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s,
+                  header=headers or {"User-Agent": "tradeoff (lm-eval)"}, **model_args)
     url = base_url.rstrip("/")
     if api == "chat":
         return LocalChatCompletion(base_url=url + "/v1/chat/completions", tokenizer_backend=None,
@@ -330,8 +332,17 @@ class LmEvalParams(SuiteParams):
     fewshot_seed: int = Field(default=1234, description="numpy/torch/few-shot seeds (lm-eval's CLI default 1234); "
                                                         "the suite's seed is lm-eval's random seed")
     bootstrap_iters: int = Field(default=100000, ge=0, description="lm-eval's bootstrap for non-mean stderrs")
-    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class")
+    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class "
+                                                                         "(those that weaken security are refused: "
+                                                                         "tasks.credentials)")
     timeout_s: int = Field(default=300, ge=1)
+
+    @field_validator("model_args")
+    @classmethod
+    def _safe_model_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if problem := model_args_problem(v):
+            raise ValueError(problem)
+        return v
 
     def model_post_init(self, _: Any) -> None:
         for name in [*self.tasks, *self.datasets]:
