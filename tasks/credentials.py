@@ -34,22 +34,23 @@ LMEVAL_REFUSED_ARGS = {
     "base_url": "tradeoff sends the requests to the variant's endpoint; another URL would get them and the key",
     "header": "it replaces the Authorization header tradeoff sets, or adds headers the endpoint would receive",
     "auth_token": "lm-eval sends it to the endpoint's /tokenize (remote tokenizer); keys come from the variant",
-    "tokenizer_backend": "tradeoff uses no tokenizer or the GGUF's own; huggingface or remote fetch one elsewhere",
-    "tokenizer": "a Hugging Face tokenizer is loaded from the hub or a path, with its code",
     "trust_remote_code": "it runs code from the hub",
-    "revision": "it picks a hub revision to download",
-    "use_fast_tokenizer": "it only matters for a Hugging Face tokenizer, which tradeoff does not load",
     "verify_certificate": "it turns TLS certificate checks off",
     "ca_cert_path": "it trusts another certificate authority",
     "gguf": "tradeoff passes the variant's own GGUF",
 }
+# tokenizer_backend: a Hugging Face tokenizer (`tokenizer`: hub name or folder, loaded without remote code) or
+# none; 'remote' and 'auto' send tokenization requests with their own token and certificate settings, 'tiktoken'
+# fetches OpenAI's encodings from the internet.
+LMEVAL_TOKENIZER_BACKENDS = (None, "none", "None", "huggingface")
 # Set by tradeoff itself (a second value would be a TypeError at run time): the suite's own params say them.
 LMEVAL_OWN_ARGS = {
     "model": "the variant's served model", "pretrained": "the variant's served model",
     "num_concurrent": "params.concurrency", "timeout": "params.timeout_s", "tokenized_requests": "tradeoff's choice",
     "loglikelihood": "params.loglikelihood", "n_ctx": "the model's max_context",
 }
-_CREDENTIAL_WORDS = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.IGNORECASE)
+_CREDENTIAL_WORDS = re.compile(r"(^|_)(api_?key|key|token|secret|passw(or)?d|auth|cookie|credentials?)($|_)",
+                               re.IGNORECASE)
 
 
 def key_env_patterns() -> list[str]:
@@ -124,6 +125,9 @@ def key_source_problem(api_key_env: str | None, api_key_secret: str | None) -> s
 def model_args_problem(model_args: dict[str, Any]) -> str | None:
     """The first lm-eval model_args key a config may not set, with why; values are never shown."""
     for key in model_args:
+        if key == "tokenizer_backend" and model_args[key] not in LMEVAL_TOKENIZER_BACKENDS:
+            return ("'tokenizer_backend' is refused unless huggingface or none: 'remote' and 'auto' send tokenization "
+                    "requests with their own token and certificate settings, 'tiktoken' downloads; remove it")
         if key in LMEVAL_REFUSED_ARGS:
             return f"'{key}' is refused: {LMEVAL_REFUSED_ARGS[key]}; remove it"
         if key in LMEVAL_OWN_ARGS:

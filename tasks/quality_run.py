@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from tasks.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.config import ConfigError, SuiteSpec
 from tasks.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.quality import SUITES, SuiteContext, check_params, close_matches, suite_for
@@ -30,7 +31,10 @@ def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any]
     if suite.endswith((".yaml", ".yml")):
         if not path.is_file():
             raise ConfigError(f"--suite: file {path} not found; pass a suite name or a YAML file with one suite spec")
-        data = yaml.safe_load(path.read_text())
+        try:
+            data = load_yaml(path.read_text()[: MAX_CONFIG_BYTES + 1], f"--suite {path}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"--suite: {path} must hold one mapping with name: and params:")
     elif suite in SUITES:

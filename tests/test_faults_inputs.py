@@ -358,14 +358,22 @@ def test_fault_base_url_with_a_key_in_its_query_string_is_refused_without_showin
 @pytest.mark.parametrize("arg, value", [("trust_remote_code", True), ("verify_certificate", False),
                                         ("ca_cert_path", "/tmp/evil-ca.pem"), ("base_url", "https://elsewhere.example"),
                                         ("header", {"Authorization": "Bearer x"}), ("auth_token", "tok-XYZ123"),
-                                        ("tokenizer_backend", "remote"), ("tokenizer", "evil/tokenizer"),
-                                        ("revision", "main"), ("gguf", "/tmp/other.gguf"), ("api_key", "sk-123")])
+                                        ("tokenizer_backend", "remote"), ("tokenizer_backend", "tiktoken"),
+                                        ("gguf", "/tmp/other.gguf"), ("api_key", "sk-123")])
 def test_fault_lmeval_model_args_that_weaken_security_are_refused_at_load(arg, value):
     cfg = demo()
     cfg["quality"]["suites"].append({"name": "lm_eval", "params": {"tasks": ["gsm8k"], "model_args": {arg: value}}})
     err = load_error(cfg)
     assert f"(lm_eval).params.model_args: '{arg}' " in err and (arg == "api_key" or "refused" in err)
-    assert repr(value) not in err  # never the value
+    assert arg == "tokenizer_backend" or repr(value) not in err  # never the value (a backend name is no secret)
+
+
+def test_lmeval_hugging_face_tokenizer_without_remote_code_stays_allowed():
+    cfg = yaml.safe_load((ROOT / "configs" / "nightly-gpu-quality.yaml").read_text())
+    mc = next(s for s in cfg["quality"]["suites"] if s.get("label") == "mc")
+    from tasks.quality import check_params
+
+    assert check_params("lm_eval", mc["params"]) is None  # tokenizer_backend: huggingface, tokenizer: <hub name>
 
 
 def test_fault_lmeval_never_sends_openai_api_key_from_the_environment(monkeypatch):
@@ -425,3 +433,61 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
     row = request_row("r1", "hosted", Step("c1", "concurrency", 1), 1, rec)
     assert row["status"] == "error" and row["error"].startswith("HTTP 401: ")
     assert key not in row["error"] and len(row["error"]) <= 160
+
+
+# ---------------------------------------------------------------- 9. sizes and counts
+
+def test_fault_num_prompts_of_a_trillion_is_refused_at_load():
+    cfg = demo()
+    cfg["perf"]["num_prompts"] = 10**12
+    assert load_error(cfg) == ("perf.num_prompts: input should be less than or equal to 100000 "
+                               "(got 1000000000000); fix the value")
+
+
+def test_fault_steps_times_repeats_times_prompts_over_a_million_requests_is_refused_at_load():
+    cfg = demo()
+    cfg["perf"].update(concurrency=list(range(1, 65)), repeats=100, num_prompts=1000)
+    assert load_error(cfg).startswith("perf: 64 steps x 100 repeats x 1000 num_prompts is 6,400,001 requests per "
+                                      "variant, over the 1,000,000 limit")
+
+
+def test_fault_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    from tasks.config import load_config
+
+    text = (ROOT / "configs" / "tiny.yaml").read_text()
+    levels = ["x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10)}]" for i in range(1, 6)]  # 10**6 values expanded
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(text + "\nbomb:\n" + "".join(f"  {line}\n" for line in levels))
+    with pytest.raises(ConfigError) as e:
+        load_config(bomb)
+    assert str(e.value) == (f"config {bomb}: its YAML aliases expand to more than 100000 values (an alias bomb?); "
+                            f"write the values out or use fewer aliases")
+
+
+def test_fault_config_mapping_flow_parameter_of_a_million_values_is_refused():
+    cfg = demo()
+    cfg["variants"][0]["engine_args"] = {"x": [[0] * 1000 for _ in range(1000)]}
+    assert load_error(cfg) == "config: more than 100000 values (shared references expanded); trim it"
+
+
+def test_fault_config_file_over_a_mebibyte_is_refused_before_it_is_read(tmp_path):
+    from tasks.config import load_config
+
+    big = tmp_path / "big.yaml"
+    big.write_text((ROOT / "configs" / "tiny.yaml").read_text() + "#" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match=r"^config: .* bytes, over the 1048576-byte limit; trim it$"):
+        load_config(big)
+
+
+def test_every_count_and_size_in_the_config_models_has_an_upper_bound():
+    from tasks.config_limits import all_limit_rows
+
+    rows = all_limit_rows()
+    assert len(rows) > 90 and [path for path, _, _, bounded in rows if not bounded] == []
+
+
+def test_config_limits_doc_is_the_table_the_models_give():
+    from tasks.config_limits import limits_markdown
+
+    assert limits_markdown() in (ROOT / "docs" / "config-limits.md").read_text()

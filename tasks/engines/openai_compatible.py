@@ -35,7 +35,7 @@ class HostedArgs(BaseModel):
     model: str = Field(description="model name the endpoint serves")
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
     api_key_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key")
-    health_timeout_s: float = Field(default=30.0, gt=0, description="wait for GET /v1/models to answer (s)")
+    health_timeout_s: float = Field(default=30.0, gt=0, le=3_600, description="wait for GET /v1/models to answer (s)")
 
     @field_validator("base_url")
     @classmethod

@@ -238,9 +238,9 @@ def unconfined_refused(sandbox: str, engine: str | None) -> str | None:
 
 
 class CodeParams(SuiteParams):
-    tests_per_problem: int = Field(default=5, ge=1)
-    max_tokens: int = Field(default=96, ge=8, description="tokens generated per function body")
-    timeout_s: float = Field(default=5.0, gt=0, description="limit on running one function's tests (seconds)")
+    tests_per_problem: int = Field(default=5, ge=1, le=100)
+    max_tokens: int = Field(default=96, ge=8, le=4096, description="tokens generated per function body")
+    timeout_s: float = Field(default=5.0, gt=0, le=60, description="limit on running one function's tests (seconds)")
     num_fewshot: int = Field(default=1, ge=0, le=1, description="the worked example before the problem (0 or 1)")
     sandbox: Literal["bwrap", "none"] = Field(
         default="bwrap", description="bwrap: the jail of tasks.sandbox; none: unconfined (local engines only)")
