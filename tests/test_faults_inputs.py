@@ -166,6 +166,23 @@ def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch,
     assert calls == []
 
 
+def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_request(tmp_path):
+    from tasks.quality import SuiteContext, suite_for
+    from tasks.sandbox import SandboxUnavailable
+    from tests.quality_stub import start
+
+    calls = []
+    srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
+    ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
+                       limit=2, seed=0, params={"sandbox": "none"}, work_dir=tmp_path)  # `tradeoff quality --endpoint`
+    try:
+        with pytest.raises(SandboxUnavailable, match="^params.sandbox: 'none' would run code written by a bare endpoint"):
+            suite_for("code").run(ctx)
+    finally:
+        srv.shutdown()
+    assert calls == []
+
+
 def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(monkeypatch):
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
     cfg = demo()
