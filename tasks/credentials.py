@@ -158,6 +158,10 @@ def error_excerpt(text: str | None, limit: int = ERROR_EXCERPT_CHARS) -> str | N
         return None
     for key in sorted(_KNOWN_KEYS, key=len, reverse=True):
         text = text.replace(key, "[key]")
+        # An excerpt cut upstream (the perf client keeps 200 characters) may end in the key's first characters.
+        cut = next((n for n in range(len(key) - 1, 5, -1) if text.endswith(key[:n])), None)
+        if cut:
+            text = text[:-cut] + "[key]"
     text = _KEY_LIKE[0].sub(lambda m: f"{m[1]}{m[2]}[redacted]", text)
     for pattern in _KEY_LIKE[1:]:
         text = pattern.sub("[redacted]", text)

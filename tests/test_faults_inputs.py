@@ -452,6 +452,14 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
     assert key not in row["error"] and len(row["error"]) <= 160
 
 
+def test_fault_key_cut_by_the_perf_clients_excerpt_is_replaced_too():
+    from tasks.credentials import error_excerpt, remember_key
+
+    key = "tk-Q3V0IGtleSBmcmFnbWVudA"
+    remember_key(key)
+    assert error_excerpt("HTTP 401: unknown key " + key[:12]) == "HTTP 401: unknown key [key]"
+
+
 # ---------------------------------------------------------------- 9. sizes and counts
 
 def test_fault_num_prompts_of_a_trillion_is_refused_at_load():
@@ -508,3 +516,4 @@ def test_config_limits_doc_is_the_table_the_models_give():
     from tasks.config_limits import limits_markdown
 
     assert limits_markdown() in (ROOT / "docs" / "config-limits.md").read_text()
+
