@@ -38,7 +38,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tasks.config import load_config
+    from tasks.runinfo import valid_run_id
 
+    valid_run_id(args.run_id, "--run-id")
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
     from flows.nightly import nightly, preflight, with_work_pool
 

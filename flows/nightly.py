@@ -29,7 +29,7 @@ from tasks.fanout import check_pool, submit_variant, wait_for_runs
 from tasks.gate import expected_rows
 from tasks.notify import deliver, load_block, regressions, run_message, send
 from tasks.results import ResultsLocation
-from tasks.runinfo import RunPaths, host_info, make_run_paths, new_run_id
+from tasks.runinfo import RunPaths, host_info, make_run_paths, new_run_id, valid_run_id
 from tasks.runlock import run_lock
 from tasks.tables import read_table, write_table
 
@@ -221,6 +221,7 @@ def notify_crash(flow, run, state) -> None:
 @flow(name="nightly", log_prints=True, on_failure=[notify_crash], on_crashed=[notify_crash])
 def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_pool: str | None = None) -> dict:
     """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report."""
+    valid_run_id(run_id)  # a flow parameter: checked before anything is read or written
     # One read of the file: the validated config, the mapping each variant's flow run gets and the
     # copy in the run folder are then the same config even if the file changes meanwhile.
     text, raw = read_config(config)

@@ -24,7 +24,7 @@ from tasks.engines import Artifact, Endpoint, EngineUnavailable, engine_for, ens
 from tasks.gpu import gpu_host, gpu_slots
 from tasks.measure import build_variant, engine_args_json, measure_perf, measure_quality
 from tasks.results import ResultsLocation
-from tasks.runinfo import RunPaths, build_cache_dir, make_run_paths, new_run_id
+from tasks.runinfo import RunPaths, build_cache_dir, make_run_paths, new_run_id, valid_run_id
 from tasks.serve import PortInUse, ServerStartTimeout
 from tasks.tables import write_table
 
@@ -157,13 +157,15 @@ def variant_flow(config: str | dict[str, Any], variant: str, run_id: str | None 
                  results_url: str | None = None) -> dict:
     """Build, serve and measure one VARIANT of CONFIG (a path on this host, or the config mapping) into RUN_ID."""
     t0 = time.monotonic()
+    valid_run_id(run_id)  # flow parameters: checked before anything is read or written
+    location = ResultsLocation.resolve(results_url) if results_url else None
     cfg = config_from(config)
     if variant not in {v.name for v in cfg.variants}:
         raise ConfigError(f"variant: '{variant}' is not in config {cfg.name}; use one of "
                           f"{', '.join(v.name for v in cfg.variants)}")
     v = cfg.variant(variant)
     paths = make_run_paths(run_id or new_run_id(cfg.name))
-    location = ResultsLocation.resolve(results_url or cfg.scale_out.location())
+    location = location or ResultsLocation.resolve(cfg.scale_out.location())
     location.clear(paths, v.name)
     if not v.reference:  # the quality deltas compare with the reference's results
         location.fetch(paths, variant=cfg.reference.name)

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from tasks.config import ConfigError, PerfSpec, _format_validation_error
+from tasks.credentials import error_excerpt
 from tasks.loadgen import Scenario, make_workload, run_perf, summarize_scenario
 from tasks.metrics import PERCENTILES, pct_name
 from tasks.perf import check_endpoint
@@ -170,7 +171,7 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
                     "ttfts": [r.ttft_ms / 1000 if r.ttft_ms is not None else 0.0 for r in measured],
                     "itls": [[g / 1000 for g in r.itl_ms] for r in measured],
                     "start_times": [r.start_ms / 1000 for r in measured],
-                    "generated_texts": [r.text for r in measured], "errors": [r.error or "" for r in measured]})
+                    "generated_texts": [r.text for r in measured], "errors": [error_excerpt(r.error) or "" for r in measured]})
     own = ("scenario", "load_kind", "repeats", "num_requests", "num_errors", "num_incomplete", "num_warmup",
            "ttft_cv_pct", "itl_cv_pct", "ttft_p99_p50_ratio", "itl_p99_p50_ratio", "num_good", "goodput_slo",
            "slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms", "ci_level", "ci_method",

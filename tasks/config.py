@@ -18,7 +18,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from tasks.bounds import MAX_CONFIG_BYTES, data_problem, load_yaml
 from tasks.engines import ENGINES, engine_for
+from tasks.names import SUITE_KEY_PATTERN, name_problem, safe_name
 
 
 class ConfigError(ValueError):
@@ -51,7 +53,7 @@ class ModelSpec(_Strict):
     path: str | None = Field(default=None, description="local weights file or folder")
     package_file: PackageFile | None = None
     hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
-    max_context: int = Field(default=2048, ge=128, description="context length used for serving (tokens)")
+    max_context: int = Field(default=2048, ge=128, le=1_048_576, description="context length used for serving (tokens)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
@@ -93,7 +95,7 @@ class Cost(_Strict):
 class Variant(_Strict):
     """One engine variant: model x engine x quantization x speculative decoding."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="unique name, used in the warehouse")
+    name: str = Field(description="unique name, used in the warehouse and as a file name (tasks.names)")
     model: str
     engine: str = "llama.cpp"
     quantization: str = Field(description="weight format, e.g. q4_1, q3_k_m, q2_k, f16")
@@ -106,6 +108,8 @@ class Variant(_Strict):
     @classmethod
     def _lower(cls, v: str) -> str:
         return v.lower()
+
+    _safe_name = field_validator("name")(safe_name)
 
 
 # Named goodput SLOs (ms). MLPerf Inference's Llama-2-70B latency limits: the server
@@ -124,9 +128,9 @@ class SloSpec(_Strict):
     """
 
     preset: str | None = Field(default=None, description=f"one of {', '.join(SLO_PRESETS)}")
-    ttft_ms: float | None = Field(default=None, gt=0, description="time-to-first-token limit (ms)")
-    tpot_ms: float | None = Field(default=None, gt=0, description="time-per-output-token limit (ms)")
-    e2el_ms: float | None = Field(default=None, gt=0, description="end-to-end latency limit (ms)")
+    ttft_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="time-to-first-token limit (ms)")
+    tpot_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="time-per-output-token limit (ms)")
+    e2el_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="end-to-end latency limit (ms)")
 
     @field_validator("preset")
     @classmethod
@@ -151,6 +155,9 @@ class SloSpec(_Strict):
         return self.preset or ",".join(f"{k}<={v:g}" for k, v in self.limits().items())
 
 
+MAX_REQUESTS_PER_VARIANT = 1_000_000  # steps x repeats x num_prompts (+ warm-up) of one variant's sweep
+
+
 class PerfSpec(_Strict):
     """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
 
@@ -162,20 +169,20 @@ class PerfSpec(_Strict):
     """
 
     # rates and sweep come before concurrency: concurrency's check reads them.
-    rates: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=list, description="request rates (requests/s), Poisson arrivals (gamma with burstiness)")
-    sweep: int | None = Field(default=None, ge=0, description="sweep: synchronous, max throughput and N rates between")
-    concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(
-        default=None, description="fixed concurrency levels; default [1, 2] when no rates and no sweep")
-    burstiness: float = Field(default=1.0, gt=0, description="gamma shape of inter-arrival times; 1 = Poisson")
-    max_concurrency: int | None = Field(default=None, ge=1, description="cap on requests in flight in rate steps")
-    num_prompts: int = Field(default=8, ge=1, description="measured requests per step and repeat (its maximum)")
-    max_duration_s: float | None = Field(default=None, gt=0, description="stop sending a step's requests after (s)")
-    warmup_requests: int = Field(default=1, ge=0, description="requests sent first, one by one, and excluded")
-    warmup_s: float = Field(default=0.0, ge=0, description="requests sent in a step's first seconds are excluded (s)")
-    repeats: int = Field(default=1, ge=1, description="times each step runs; CIs over repeats need >= 2")
-    input_len: int = Field(default=64, ge=1, description="prompt length (tokens)")
-    output_len: int = Field(default=32, ge=2, description="output length (tokens), forced where the engine can")
+    rates: list[Annotated[float, Field(gt=0, le=10_000)]] = Field(
+        default_factory=list, max_length=64, description="request rates (requests/s), Poisson arrivals (gamma with burstiness)")
+    sweep: int | None = Field(default=None, ge=0, le=64, description="sweep: synchronous, max throughput and N rates between")
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        default=None, max_length=64, description="fixed concurrency levels; default [1, 2] when no rates and no sweep")
+    burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape of inter-arrival times; 1 = Poisson")
+    max_concurrency: int | None = Field(default=None, ge=1, le=4096, description="cap on requests in flight in rate steps")
+    num_prompts: int = Field(default=8, ge=1, le=100_000, description="measured requests per step and repeat (its maximum)")
+    max_duration_s: float | None = Field(default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)")
+    warmup_requests: int = Field(default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded")
+    warmup_s: float = Field(default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)")
+    repeats: int = Field(default=1, ge=1, le=100, description="times each step runs; CIs over repeats need >= 2")
+    input_len: int = Field(default=64, ge=1, le=1_048_576, description="prompt length (tokens)")
+    output_len: int = Field(default=32, ge=2, le=131_072, description="output length (tokens), forced where the engine can")
     len_spread: float = Field(default=0.0, ge=0, lt=1,
                               description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]")
     dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
@@ -185,16 +192,16 @@ class PerfSpec(_Strict):
         default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
     seed: int = 0
     request_timeout_s: float = Field(
-        default=300.0, gt=0, description="longest wait for a response's next bytes, the first included (seconds); "
+        default=300.0, gt=0, le=3_600, description="longest wait for a response's next bytes, the first included (seconds); "
                                          "a request that waits longer is errored (or incomplete after its first chunk)")
-    peak_window_s: float = Field(default=1.0, gt=0, description="window for peak output tokens/s (seconds)")
+    peak_window_s: float = Field(default=1.0, gt=0, le=3_600, description="window for peak output tokens/s (seconds)")
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
-        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="percentiles reported (0 < p <= 100)")
+        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
     slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
                                 description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
-    bootstrap_resamples: int = Field(default=1000, ge=100, description="bootstrap resamples per interval")
-    power_interval_s: float = Field(default=0.1, gt=0, description="power sampling interval (s)")
+    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per interval")
+    power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
 
     @field_validator("slo", mode="before")
     @classmethod
@@ -214,18 +221,29 @@ class PerfSpec(_Strict):
             self.concurrency = [1, 2] if not self.rates and self.sweep is None else []
         return self
 
+    @model_validator(mode="after")
+    def _bounded_total(self) -> "PerfSpec":
+        steps = len(self.concurrency or []) + len(self.rates) + (self.sweep + 2 if self.sweep is not None else 0)
+        total = steps * self.repeats * self.num_prompts + self.warmup_requests
+        if total > MAX_REQUESTS_PER_VARIANT:
+            raise ValueError(f"{steps} steps x {self.repeats} repeats x {self.num_prompts} num_prompts is {total:,} requests "
+                             f"per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; lower one of them")
+        return self
+
 
 class SuiteSpec(_Strict):
     """One quality suite; `name` picks a registered suite, `params` are its own (checked at load)."""
 
     name: str
-    label: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$",
+    label: str | None = Field(default=None,
                               description="name in the warehouse's suite column (default: name); "
                                           "lets one suite run twice, e.g. two lm_eval task sets")
-    limit: int | None = Field(default=None, ge=1, description="number of samples")
+    limit: int | None = Field(default=None, ge=1, le=100_000, description="number of samples")
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
-    variants: list[str] | None = Field(default=None, description="run only for these variants (default: all)")
+    variants: list[str] | None = Field(default=None, max_length=256, description="run only for these variants (default: all)")
+
+    _safe_label = field_validator("label")(safe_name)
 
     @property
     def key(self) -> str:
@@ -233,13 +251,13 @@ class SuiteSpec(_Strict):
 
 
 class QualitySpec(_Strict):
-    suites: list[SuiteSpec] = Field(default_factory=list)
+    suites: list[SuiteSpec] = Field(default_factory=list, max_length=64)
     primary: str | None = Field(
         default=None, description="'suite.metric' shown as the quality column and used for deltas"
     )
-    bootstrap_resamples: int = Field(default=2000, ge=100, description="paired bootstrap resamples per delta")
+    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000, description="paired bootstrap resamples per delta")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
-    min_samples: int = Field(default=30, ge=1, description="fewer paired samples: the delta is inconclusive")
+    min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
 
 
 # A GPU host's global concurrency limit has this many slots; an engine occupies
@@ -261,7 +279,7 @@ class ScaleOutSpec(_Strict):
                             description="'flow/deployment' that measures one variant")
     results_url: str | None = Field(default=None, description="results location (folder or fsspec URL); default: "
                                                               "the runs folder; TRADEOFF_RESULTS_URL overrides")
-    variant_timeout_s: float = Field(default=3 * 3600.0, gt=0, description="longest one variant may take, "
+    variant_timeout_s: float = Field(default=3 * 3600.0, gt=0, le=7 * 86_400, description="longest one variant may take, "
                                                                            "queueing and GPU wait included (s)")
     engines_per_gpu: int = Field(default=1, ge=1, le=GPU_SLOTS, description="engines that may share one GPU "
                                                                             "host at a time (1: never share)")
@@ -314,15 +332,17 @@ class NotifySpec(_Strict):
 class RunConfig(_Strict):
     """A whole nightly run."""
 
-    name: str = "run"
-    models: dict[str, ModelSpec]
-    variants: list[Variant]
+    name: str = Field(default="run", description="config name, part of every run id (tasks.names)")
+    models: dict[str, ModelSpec] = Field(max_length=64)
+    variants: list[Variant] = Field(max_length=256)
     perf: PerfSpec = Field(default_factory=PerfSpec)
     quality: QualitySpec = Field(default_factory=QualitySpec)
     warehouse: str = Field(default="warehouse/tradeoff.duckdb", description="DuckDB file; TRADEOFF_WAREHOUSE overrides")
-    server_start_timeout_s: float = Field(default=120.0, gt=0)
+    server_start_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
     notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
+
+    _safe_name = field_validator("name")(safe_name)
 
     @property
     def reference(self) -> Variant:
@@ -375,6 +395,8 @@ def _check_semantics(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
             )
+        if problem := name_problem(s.key, SUITE_KEY_PATTERN):  # the suite's folder under the variant's
+            raise ConfigError(f"quality.suites[{i}].{'label' if s.label else 'name'}: {problem}; give it a label")
         if keys.count(s.key) > 1:
             raise ConfigError(f"quality.suites[{i}]: suite '{s.key}' is listed twice; give one a label")
         unknown = sorted(set(s.variants or []) - set(names))
@@ -384,6 +406,13 @@ def _check_semantics(cfg: RunConfig) -> None:
         problem = check_params(s.name, s.params)
         if problem:
             raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
+        if s.name == "code":  # unconfined generated code: local engines only
+            from tasks.suites.code import unconfined_refused
+
+            for v in cfg.variants:
+                refused = unconfined_refused(s.params.get("sandbox", "bwrap"), v.engine)
+                if refused and (s.variants is None or v.name in s.variants):
+                    raise ConfigError(f"quality.suites[{i}] ({s.key}).{refused} (variant {v.name})")
     if cfg.quality.primary:
         suite = cfg.quality.primary.split(".", 1)[0]
         if suite not in set(keys):
@@ -407,6 +436,8 @@ def parse_config(data: Any) -> RunConfig:
     """Validate a config mapping (already parsed from YAML) into a RunConfig."""
     if not isinstance(data, dict):
         raise ConfigError("config: top level must be a mapping with models: and variants:")
+    if problem := data_problem(data):  # a flow parameter is not read through load_yaml: bound it here too
+        raise ConfigError(problem)
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
@@ -426,9 +457,13 @@ def read_config(path: str | Path) -> tuple[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config: file {p} not found; pass the path of a YAML config such as configs/demo.yaml")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config: {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES}-byte limit; trim it")
     text = p.read_text()
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"config {p}")  # YAML aliases measured expanded before anything is built
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -167,6 +167,16 @@ def check_chromium() -> Check:
                                         "apt-get install chromium", required=False)
 
 
+def check_sandbox() -> Check:
+    from tasks.sandbox import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is None:
+        return Check("code-sandbox", "ok", "bubblewrap jail starts (no network, read-only view, tmpfs, rlimits)",
+                     required=False)
+    return Check("code-sandbox", "missing", f"{reason} (the code suite fails without it)", required=False)
+
+
 def check_helm() -> Check:
     from tasks.helm import HelmError, helm_run_path
 
@@ -181,7 +191,7 @@ def run_checks() -> list[Check]:
     if checks[-1].status != "ok":
         return checks  # nothing else imports
     checks += [check_llama_build(), check_llama_run(), *check_engines(), *check_energy(), check_prefect(),
-               check_chromium(), check_helm()]
+               check_chromium(), check_sandbox(), check_helm()]
     return checks
 
 

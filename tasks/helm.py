@@ -97,7 +97,7 @@ class HelmError(RuntimeError):
 
 class HelmParams(SuiteParams):
     run_entries: list[str] | None = Field(
-        default=None, description="HELM run entries without model=, e.g. 'mmlu:subject=anatomy' "
+        default=None, max_length=256, description="HELM run entries without model=, e.g. 'mmlu:subject=anatomy' "
                                   "(default: the suite name after 'helm:')")
     split: str = Field(default="test", description="eval split whose stats become the scores (valid | test)")
     score_metric: str | None = Field(default=None, description="per-instance stat used as a sample's score "
@@ -106,8 +106,8 @@ class HelmParams(SuiteParams):
                                  f"({', '.join(LOCAL_DATA)}), placed where the scenario reads it instead of downloading")
     tokenizer: str | None = Field(default=None, description="Hugging Face tokenizer folder (default: exported "
                                                             "from the model's GGUF)")
-    num_threads: int = Field(default=1, ge=1, description="HELM's parallel requests (llama.cpp serves one at a time)")
-    timeout_s: float = Field(default=3600.0, gt=0, description="limit on the whole helm-run (s)")
+    num_threads: int = Field(default=1, ge=1, le=256, description="HELM's parallel requests (llama.cpp serves one at a time)")
+    timeout_s: float = Field(default=3600.0, gt=0, le=7 * 86_400, description="limit on the whole helm-run (s)")
     offline: bool = Field(default=True, description="forbid HELM's downloads (Hugging Face, nltk)")
 
     def model_post_init(self, _: Any) -> None:

@@ -15,11 +15,13 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from tasks.config import PerfSpec, RunConfig, Variant
+from tasks.credentials import error_excerpt
 from tasks.engines import Artifact, engine_for
 from tasks.gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.gate (no Prefect import there)
 from tasks.loadgen import Scenario, Step, StepRun, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
+from tasks.names import contained
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
 from tasks.tables import write_table
 from tasks.tokenizer import load_tokenizer
@@ -33,7 +35,7 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
 
 def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
     return {"run_id": run_id, "variant": variant, "scenario": step.label, "concurrency": concurrency,
-            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": r.error,
+            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": error_excerpt(r.error),
             "start_s": r.start_ms / 1000.0, "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,
@@ -124,7 +126,8 @@ def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Art
         ctx = SuiteContext(variant=variant.name, base_url=base_url, served_model=engine.served_model_name(variant),
                            artifact_path=artifact.path if in_process else None,
                            reference_artifact_path=ref_artifact.path if ref_artifact and in_process else None,
-                           limit=spec.limit, seed=spec.seed, params=spec.params, work_dir=work_dir / spec.key,
+                           limit=spec.limit, seed=spec.seed, params=spec.params,
+                           work_dir=contained(work_dir, work_dir / spec.key, "suite folder"),
                            n_ctx=cfg.models[variant.model].max_context, engine=variant.engine, artifact=artifact,
                            variant_spec=variant,
                            model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,

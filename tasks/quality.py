@@ -252,8 +252,8 @@ def sibling_server(ctx: SuiteContext, log_name: str, **variant_changes: Any) -> 
 
 class ArithmeticParams(SuiteParams):
     tasks: list[str] = Field(default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
-                             description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}")
-    num_fewshot: int = Field(default=3, ge=0)
+                             max_length=64, description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}")
+    num_fewshot: int = Field(default=3, ge=0, le=64)
 
     def model_post_init(self, _: Any) -> None:
         unknown = [t for t in self.tasks if t not in ARITH_TASKS]

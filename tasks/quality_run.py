@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from tasks.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.config import ConfigError, SuiteSpec
+from tasks.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.quality import SUITES, SuiteContext, check_params, close_matches, suite_for
 from tasks.tables import write_table
 
@@ -29,7 +31,10 @@ def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any]
     if suite.endswith((".yaml", ".yml")):
         if not path.is_file():
             raise ConfigError(f"--suite: file {path} not found; pass a suite name or a YAML file with one suite spec")
-        data = yaml.safe_load(path.read_text())
+        try:
+            data = load_yaml(path.read_text()[: MAX_CONFIG_BYTES + 1], f"--suite {path}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"--suite: {path} must hold one mapping with name: and params:")
     elif suite in SUITES:
@@ -47,6 +52,8 @@ def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any]
         raise ConfigError(f"--suite: {str(err).splitlines()[0]}; fix the suite spec") from None
     if spec.name not in SUITES:
         raise ConfigError(f"--suite: {close_matches(spec.name, list(SUITES), 'suite')}")
+    if problem := name_problem(spec.key, SUITE_KEY_PATTERN):  # the suite's folder under --output
+        raise ConfigError(f"--suite: {problem}; give it a label")
     problem = check_params(spec.name, spec.params)
     if problem:
         raise ConfigError(f"--suite ({spec.key}).{problem}")
@@ -74,7 +81,8 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
     suite = suite_for(spec.name)
     ctx = SuiteContext(variant=model, base_url=endpoint.rstrip("/").removesuffix("/v1"), served_model=model,
                        artifact_path=gguf, reference_artifact_path=reference_gguf or gguf, limit=spec.limit,
-                       seed=spec.seed, params=spec.params, work_dir=output / "quality" / spec.key, n_ctx=n_ctx,
+                       seed=spec.seed, params=spec.params, n_ctx=n_ctx,
+                       work_dir=contained(output, output / "quality" / spec.key, "suite folder"),
                        engine="llama.cpp" if gguf else None, request_timeout_s=timeout_s)
     result = suite.run(ctx)
     key = {"run_id": "standalone", "variant": model, "suite": spec.key}

@@ -17,7 +17,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from tasks.config import ConfigError
-from tasks.runinfo import RunPaths, runs_dir
+from tasks.names import contained, is_under, local_url_path
+from tasks.runinfo import RunPaths, runs_dir, valid_run_id
 
 
 class ResultsLocationError(ConfigError):
@@ -33,8 +34,12 @@ class ResultsLocation:
         """`url` (a folder or fsspec URL), or the local runs folder, as an absolute URL."""
         if not url:
             return cls(runs_dir().resolve().as_uri())
-        if "://" not in url:
-            return cls(Path(url).expanduser().resolve().as_uri())
+        try:
+            local = local_url_path(url)  # plain paths and file:// name a local folder; checked like one
+        except ValueError as err:
+            raise ResultsLocationError(str(err)) from None
+        if local is not None:
+            return cls(local.resolve().as_uri())
         return cls(url.rstrip("/"))
 
     def _fs(self) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -42,7 +47,14 @@ class ResultsLocation:
         return fs, root.rstrip("/")
 
     def _run_root(self, run_id: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The run's folder at the location; a local one must resolve under the location's folder."""
+        valid_run_id(run_id)
         fs, root = self._fs()
+        if isinstance(fs, LocalFileSystem):
+            try:
+                contained(root, f"{root}/{run_id}", "results_url run folder")
+            except ValueError as err:
+                raise ResultsLocationError(str(err)) from None
         return fs, f"{root}/{run_id}"
 
     def is_local_runs_dir(self, paths: RunPaths) -> bool:
@@ -92,6 +104,8 @@ class ResultsLocation:
             names = [n for n in names if n.endswith(f"/{variant}.parquet") and "/results/" in n]
         for remote in names:
             local = paths.root / remote[len(root) + 1:]
+            if not is_under(paths.root, local):  # a name from the location ('../x'): never written outside the run
+                raise ResultsLocationError(f"results_url: file {remote} would land outside {paths.root}; refusing it")
             local.parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(remote, str(local))
         return len(names)
@@ -99,13 +113,15 @@ class ResultsLocation:
     def clear(self, paths: RunPaths, variant: str) -> None:
         """Delete the variant's result parts here and in the location, so a re-measure starts from nothing."""
         for local in variant_files(paths, variant, logs=False):
-            local.unlink(missing_ok=True)
+            if is_under(paths.root, local):  # a symlinked table folder: its target is not ours to clear
+                local.unlink(missing_ok=True)
         if self.is_local_runs_dir(paths):
             return
         fs, root = self._run_root(paths.run_id)
         if fs.exists(f"{root}/results"):
             for remote in fs.find(f"{root}/results"):
-                if remote.endswith(f"/{variant}.parquet"):
+                if remote.endswith(f"/{variant}.parquet") and (not isinstance(fs, LocalFileSystem)
+                                                               or is_under(root, remote)):
                     fs.rm(remote)
 
 

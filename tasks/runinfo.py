@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tasks.config import ConfigError
+from tasks.names import check_run_id, contained
+
 PACKAGES = ("tradeoff", "prefect", "llama-cpp-python", "vllm", "tensorrt-llm", "lm-eval", "crfm-helm",
             "duckdb", "great-expectations", "nvidia-ml-py", "torch")
 
@@ -48,7 +51,22 @@ def new_run_id(config_name: str) -> str:
     return f"{stamp}-{config_name}-{secrets.token_hex(2)}"
 
 
+def valid_run_id(run_id: str | None, what: str = "run_id") -> str | None:
+    """`run_id` unchanged (None too); ConfigError (one line) when it is not a safe name (tasks.names)."""
+    try:
+        return check_run_id(run_id, what)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def make_run_paths(run_id: str) -> RunPaths:
+    """The run's folder, created; ConfigError (one line) for a run id that is no safe name or a folder that
+    resolves outside the runs folder (a symlink)."""
+    valid_run_id(run_id)
+    try:
+        contained(runs_dir(), runs_dir() / run_id, "run folder")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     paths = RunPaths(run_id, runs_dir() / run_id)
     paths.results.mkdir(parents=True, exist_ok=True)
     paths.logs.mkdir(parents=True, exist_ok=True)

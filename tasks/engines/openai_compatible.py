@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.engines import Artifact, Endpoint, Engine, _set_headers, check_args, register_engine
+from tasks.credentials import key_source_problem, remember_key, url_problem
 
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
@@ -34,7 +35,7 @@ class HostedArgs(BaseModel):
     model: str = Field(description="model name the endpoint serves")
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
     api_key_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key")
-    health_timeout_s: float = Field(default=30.0, gt=0, description="wait for GET /v1/models to answer (s)")
+    health_timeout_s: float = Field(default=30.0, gt=0, le=3_600, description="wait for GET /v1/models to answer (s)")
 
     @field_validator("base_url")
     @classmethod
@@ -80,12 +81,15 @@ class OpenAICompatible(Engine):
         if "base_url" not in variant.engine_args or "model" not in variant.engine_args:
             missing = "base_url" if "base_url" not in variant.engine_args else "model"
             return f"engine_args.{missing}: required for engine openai-compatible; add it"
-        problem = check_args(variant.engine_args, HostedArgs, self.name)
+        # The URL first: that line never shows it (credentials in it); check_args would.
+        problem = url_problem(variant.engine_args.get("base_url")) or check_args(variant.engine_args, HostedArgs, self.name)
         if problem:
             return problem
         a = self.args(variant)
         if a.api_key_env and a.api_key_secret:
             return "engine_args.api_key_env: give api_key_env or api_key_secret, not both"
+        if problem := key_source_problem(a.api_key_env, a.api_key_secret):  # an allowed name; a pasted key unshown
+            return problem
         if a.api_key_env and not os.environ.get(a.api_key_env):
             return (f"engine_args.api_key_env: environment variable {a.api_key_env} is not set; export it "
                     f"(the key is read at run time and never stored)")
@@ -118,6 +122,7 @@ class OpenAICompatible(Engine):
 
         a = self.args(variant)
         key = read_key(a)
+        remember_key(key)  # excerpts of server answers (perf_requests.error) replace it
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         log_path.parent.mkdir(parents=True, exist_ok=True)
         where = f"key from {'env ' + a.api_key_env if a.api_key_env else 'secret ' + str(a.api_key_secret)}" \

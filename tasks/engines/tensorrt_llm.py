@@ -53,31 +53,31 @@ class TrtArgs(BaseModel):
 
     backend: Literal["tensorrt", "pytorch"] | None = Field(
         default=None, description="default: tensorrt, or pytorch for draft_model / ngram / eagle3")
-    tp_size: int = Field(default=1, ge=1, description="tensor parallel GPUs")
-    max_batch_size: int = Field(default=64, ge=1)
-    max_num_tokens: int = Field(default=8192, ge=1, description="batched tokens per step")
-    max_input_len: int | None = Field(default=None, ge=1, description="default: the model's max_context")
-    max_seq_len: int | None = Field(default=None, ge=2, description="prompt + output; default: max_context")
+    tp_size: int = Field(default=1, ge=1, le=64, description="tensor parallel GPUs")
+    max_batch_size: int = Field(default=64, ge=1, le=65_536)
+    max_num_tokens: int = Field(default=8192, ge=1, le=1_048_576, description="batched tokens per step")
+    max_input_len: int | None = Field(default=None, ge=1, le=1_048_576, description="default: the model's max_context")
+    max_seq_len: int | None = Field(default=None, ge=2, le=1_048_576, description="prompt + output; default: max_context")
     kv_cache_dtype: Literal["fp8", "int8"] | None = None
     free_gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1, description="GPU memory for the KV cache")
     enable_block_reuse: bool | None = Field(default=None, description="KV-cache block reuse (prefix caching)")
-    calib_size: int = Field(default=512, ge=1, description="calibration samples (quantize.py)")
-    awq_block_size: int = Field(default=128, ge=1)
+    calib_size: int = Field(default=512, ge=1, le=100_000, description="calibration samples (quantize.py)")
+    awq_block_size: int = Field(default=128, ge=1, le=4096)
     checkpoint: str | None = Field(default=None, description="pytorch backend: a pre-quantized checkpoint to serve")
     examples_dir: str | None = Field(default=None, description="TensorRT-LLM examples/ (default $TRTLLM_EXAMPLES_DIR)")
     model_family: str = Field(default="llama", pattern=r"^[a-z0-9_]+$",
                               description="examples/models/core/<family>/convert_checkpoint.py converts fp16/bf16")
     llm_api_options: dict[str, Any] = Field(default_factory=dict,
                                             description="merged last into the --extra_llm_api_options YAML")
-    num_medusa_heads: int = Field(default=4, ge=1)
-    medusa_choices: list[list[int]] | None = None
-    num_eagle_layers: int = Field(default=4, ge=1)
-    max_non_leaves_per_layer: int = Field(default=10, ge=1)
-    eagle_choices: list[list[int]] | None = None
-    lookahead_window_size: int = Field(default=4, ge=1, description="W")
-    lookahead_ngram_size: int = Field(default=4, ge=1, description="N")
-    lookahead_verification_set_size: int = Field(default=4, ge=1, description="G")
-    max_matching_ngram_size: int = Field(default=4, ge=1, description="ngram: longest n-gram matched")
+    num_medusa_heads: int = Field(default=4, ge=1, le=64)
+    medusa_choices: list[list[int]] | None = Field(default=None, max_length=1024)
+    num_eagle_layers: int = Field(default=4, ge=1, le=64)
+    max_non_leaves_per_layer: int = Field(default=10, ge=1, le=1024)
+    eagle_choices: list[list[int]] | None = Field(default=None, max_length=1024)
+    lookahead_window_size: int = Field(default=4, ge=1, le=64, description="W")
+    lookahead_ngram_size: int = Field(default=4, ge=1, le=64, description="N")
+    lookahead_verification_set_size: int = Field(default=4, ge=1, le=64, description="G")
+    max_matching_ngram_size: int = Field(default=4, ge=1, le=64, description="ngram: longest n-gram matched")
 
 
 def lookahead_draft_len(window: int, ngram: int, verification: int) -> int:

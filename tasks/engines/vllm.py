@@ -59,20 +59,20 @@ class VllmArgs(BaseModel):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = Field(
         default=None, description="compute dtype (default: from quantization; float32 for GGUF sources)")
     kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = None
-    max_num_seqs: int | None = Field(default=None, ge=1, description="requests batched at once")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65_536, description="requests batched at once")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
     enable_prefix_caching: bool | None = None
-    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    max_model_len: int | None = Field(default=None, ge=16, description="default: the model's max_context")
+    max_model_len: int | None = Field(default=None, ge=16, le=1_048_576, description="default: the model's max_context")
     enforce_eager: bool | None = Field(default=None, description="no CUDA graphs / compilation (CPU: on)")
     seed: int | None = None
     checkpoint: str | None = Field(default=None, description="a quantized checkpoint to serve (hub name or folder)")
-    prompt_lookup_max: int | None = Field(default=None, ge=1, description="ngram speculation: longest n-gram")
-    prompt_lookup_min: int | None = Field(default=None, ge=1, description="ngram speculation: shortest n-gram")
-    calibration_samples: int = Field(default=512, ge=1, description="llm-compressor builds: calibration samples")
-    calibration_seq_len: int = Field(default=2048, ge=16, description="llm-compressor builds: tokens per sample")
-    cpu_kvcache_space_gib: int | None = Field(default=None, ge=1, description="CPU build: KV cache (GiB)")
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=64, description="ngram speculation: longest n-gram")
+    prompt_lookup_min: int | None = Field(default=None, ge=1, le=64, description="ngram speculation: shortest n-gram")
+    calibration_samples: int = Field(default=512, ge=1, le=100_000, description="llm-compressor builds: calibration samples")
+    calibration_seq_len: int = Field(default=2048, ge=16, le=1_048_576, description="llm-compressor builds: tokens per sample")
+    cpu_kvcache_space_gib: int | None = Field(default=None, ge=1, le=4096, description="CPU build: KV cache (GiB)")
     cpu_omp_threads_bind: str | None = Field(default=None, description="CPU build: OMP thread binding, e.g. nobind")
 
 

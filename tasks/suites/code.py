@@ -3,9 +3,12 @@
 Each problem is a function header and docstring drawn from a bank of specs with seeded
 constants ("Return x plus 7."), with tests computed by a reference implementation. The model
 completes the body (greedy, one worked example first). The body is the indented lines that
-follow; it is parsed with `ast`, then run against the tests in a separate Python process with
-a timeout, memory and CPU limits, no network (sockets disabled before the code runs) and an
-empty environment in a temporary folder.
+follow; it is parsed with `ast`, then called on the tests' inputs in the jail of `tasks.sandbox`
+(bubblewrap: no network, read-only view of the system, a fresh tmpfs, rlimits, killed as a whole
+at the timeout). Only the inputs enter the jail; the outputs come back on the harness's channel
+and are compared with the expected values here, so nothing the candidate prints or writes can
+raise its score. Where the jail cannot start the suite fails with the reason; `sandbox: none`
+(local engines only) runs the same harness unconfined.
 """
 
 from __future__ import annotations
@@ -14,18 +17,15 @@ import ast
 import json
 import math
 import random
-import resource
 import signal
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import httpx
 from pydantic import Field
 
 from tasks.quality import Score, Suite, SuiteContext, SuiteParams, SuiteResult, complete, error_text, register_suite
+from tasks.sandbox import Limits, SandboxUnavailable, run_untrusted, unavailable_reason
 
 
 @dataclass
@@ -142,56 +142,79 @@ def extract_body(completion: str) -> str:
     return "\n".join(lines).rstrip()
 
 
-_HARNESS = '''
-import json, socket, sys
-def _no_network(*a, **k):
-    raise OSError("network disabled in the code sandbox")
-socket.socket = _no_network
-socket.create_connection = _no_network
-socket.getaddrinfo = _no_network
-src, name, tests = json.loads(sys.stdin.read())
+# Runs in the jail as the candidate's own process: the inputs in, one frame of outputs out. Only values of
+# plain JSON types (exactly bool, int, float, str, None, lists and dicts of them) come back as values; anything
+# else (a tuple, an object with its own __eq__) comes back as its type name and compares unequal.
+_CANDIDATE = r'''
+import json, os, struct, sys
+out = int(sys.argv[1])
+os.set_inheritable(out, False)
+src, name, inputs = json.loads(sys.stdin.read())
+def plain(v, depth=0):
+    t = type(v)
+    if v is None or t is bool or t is int or t is float or t is str:
+        return True
+    if depth >= 32:
+        return False
+    if t is list:
+        return all(plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(type(k) is str and plain(x, depth + 1) for k, x in v.items())
+    return False
 ns = {"__name__": "candidate"}
 exec(compile(src, "candidate.py", "exec"), ns)
 fn = ns[name]
-passed = 0
-for args, expected in tests:
+parts = []
+for args in inputs:
     try:
         got = fn(*args)
-        ok = got == expected or (isinstance(expected, float) and isinstance(got, (int, float)) and abs(got - expected) < 1e-6)
-    except Exception:
-        ok = False
-    passed += bool(ok)
-print(json.dumps({"passed": passed}))
+    except Exception as err:
+        parts.append(json.dumps({"raised": type(err).__name__[:80]}))
+        continue
+    try:
+        text = json.dumps(got) if plain(got) else None
+    except (ValueError, RecursionError):
+        text = None
+    if text is None or len(text) > 65536:
+        parts.append(json.dumps({"opaque": type(got).__name__[:80] if text is None else "too large"}))
+    else:
+        parts.append('{"value": ' + text + '}')
+body = ("[" + ",".join(parts) + "]").encode()
+os.write(out, struct.pack(">Q", len(body)) + body)
 '''
 
 
-def _limits(memory_bytes: int, cpu_s: int) -> Callable[[], None]:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-    return apply
+def _passes(entry: Any, expected: Any) -> bool:
+    if not isinstance(entry, dict) or "value" not in entry:
+        return False
+    got = entry["value"]
+    return got == expected or (isinstance(expected, float) and isinstance(got, (int, float))
+                               and abs(got - expected) < 1e-6)
 
 
 def run_tests(source: str, name: str, tests: list[tuple[tuple, Any]], timeout_s: float = 5.0,
-              memory_mb: int = 512) -> tuple[int, str | None]:
-    """Run `source` and its tests in a separate, isolated Python process; (tests passed, error or None)."""
-    payload = json.dumps([source, name, [[list(a), e] for a, e in tests]])
-    with tempfile.TemporaryDirectory(prefix="tradeoff-code-") as cwd:
-        try:
-            proc = subprocess.run([sys.executable, "-I", "-S", "-c", _HARNESS], input=payload, capture_output=True,
-                                  text=True, timeout=timeout_s, cwd=cwd, env={"PATH": "/usr/bin:/bin"},
-                                  preexec_fn=_limits(memory_mb << 20, max(1, math.ceil(timeout_s))))
-        except subprocess.TimeoutExpired:
-            return 0, f"timeout after {timeout_s:g} s"
-    if proc.returncode in (-signal.SIGKILL, -signal.SIGXCPU):
-        return 0, f"timeout after {timeout_s:g} s"  # the CPU-time limit struck before the wall clock
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return 0, f"exit {proc.returncode}: {last[:200]}"
-    try:
-        return int(json.loads(proc.stdout.strip().splitlines()[-1])["passed"]), None
-    except (ValueError, KeyError, IndexError):
-        return 0, "harness printed no result"
+              memory_mb: int = 512, sandbox: str = "bwrap") -> tuple[int, str | None]:
+    """Run `source` on the tests' inputs in the jail (`sandbox: none`: unconfined); (tests passed, error or None).
+
+    Raises SandboxUnavailable when the jail cannot start: the code is never run unconfined by accident.
+    """
+    confine = sandbox != "none"
+    if confine and (reason := unavailable_reason()):
+        raise SandboxUnavailable(f"code sandbox: {reason}")
+    payload = json.dumps([source, name, [list(a) for a, _ in tests]])
+    out = run_untrusted(_CANDIDATE, payload, Limits(wall_s=timeout_s, cpu_s=max(1, math.ceil(timeout_s)),
+                                                   memory_mb=memory_mb), confine=confine)
+    verdict = out.verdict or {}
+    status = verdict.get("exit")
+    if out.timed_out or status in (-signal.SIGKILL, -signal.SIGXCPU):
+        return 0, f"timeout after {timeout_s:g} s"  # the wall clock, or the CPU-time limit before it
+    outputs = verdict.get("frame")
+    if isinstance(outputs, list) and len(outputs) == len(tests):
+        return sum(_passes(o, e) for o, (_, e) in zip(outputs, tests)), None
+    if status not in (0, None):
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return 0, f"exit {status}: {last[:200]}"
+    return 0, verdict.get("problem") or "harness printed no result"
 
 
 def parses(source: str, name: str) -> bool:
@@ -202,21 +225,38 @@ def parses(source: str, name: str) -> bool:
     return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
 
 
+# Engines whose server this host starts from a model it holds: only they may run the code suite unconfined.
+UNCONFINED_ENGINES = frozenset({"llama.cpp", "vllm", "tensorrt-llm"})
+
+
+def unconfined_refused(sandbox: str, engine: str | None) -> str | None:
+    """Why `sandbox: none` may not run for `engine` (a hosted endpoint, a bare URL), or None."""
+    if sandbox != "none" or engine in UNCONFINED_ENGINES:
+        return None
+    return (f"params.sandbox: 'none' would run code written by {f'engine {engine}' if engine else 'a bare endpoint'} "
+            f"unconfined on this host; allowed only for {', '.join(sorted(UNCONFINED_ENGINES))}; remove sandbox: none")
+
+
 class CodeParams(SuiteParams):
-    tests_per_problem: int = Field(default=5, ge=1)
-    max_tokens: int = Field(default=96, ge=8, description="tokens generated per function body")
-    timeout_s: float = Field(default=5.0, gt=0, description="limit on running one function's tests (seconds)")
+    tests_per_problem: int = Field(default=5, ge=1, le=100)
+    max_tokens: int = Field(default=96, ge=8, le=4096, description="tokens generated per function body")
+    timeout_s: float = Field(default=5.0, gt=0, le=60, description="limit on running one function's tests (seconds)")
     num_fewshot: int = Field(default=1, ge=0, le=1, description="the worked example before the problem (0 or 1)")
+    sandbox: Literal["bwrap", "none"] = Field(
+        default="bwrap", description="bwrap: the jail of tasks.sandbox; none: unconfined (local engines only)")
 
 
 @register_suite
 class Code(Suite):
     name = "code"
-    version = "1"
+    version = "2"  # 2: run in the jail, outputs compared outside (objects with their own __eq__ no longer pass)
     Params = CodeParams
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
+        problem = unconfined_refused(p.sandbox, ctx.engine) or (p.sandbox == "bwrap" and unavailable_reason())
+        if problem:  # before any request: a suite that cannot run its code safely fails with the reason
+            raise SandboxUnavailable(problem if p.sandbox == "none" else f"code sandbox: {problem}")
         res = SuiteResult()
         for prob in code_problems(ctx.limit or 20, ctx.seed, p.tests_per_problem):
             prompt = (EXAMPLE if p.num_fewshot else "") + prob.header
@@ -230,7 +270,7 @@ class Code(Suite):
             body = extract_body(text)
             source = prob.header + "\n" + body + "\n"
             ok_syntax = bool(body.strip()) and parses(source, prob.name)
-            passed, run_error = run_tests(source, prob.name, prob.tests, p.timeout_s) if ok_syntax else (0, None)
+            passed, run_error = run_tests(source, prob.name, prob.tests, p.timeout_s, sandbox=p.sandbox) if ok_syntax else (0, None)
             res.samples.append({
                 "sample_id": prob.id, "prompt": prompt, "target": json.dumps(prob.tests, default=str), "response": text,
                 "score": float(passed == len(prob.tests)), "valid": bool(body.strip()) and error is None,

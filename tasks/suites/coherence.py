@@ -49,19 +49,19 @@ class JudgeParams(BaseModel):
 
     base_url: str = Field(description="OpenAI-compatible endpoint of the judge model, e.g. http://127.0.0.1:8000")
     model: str = Field(description="model name the judge endpoint serves")
-    max_story_chars: int = Field(default=6000, ge=100, description="story text shown to the judge (characters)")
-    timeout_s: float = Field(default=120.0, gt=0)
+    max_story_chars: int = Field(default=6000, ge=100, le=1_000_000, description="story text shown to the judge (characters)")
+    timeout_s: float = Field(default=120.0, gt=0, le=3_600)
 
 
 class CoherenceParams(SuiteParams):
-    prompts: list[str] | None = Field(default=None, description="story prompts (default: the built-in ones)")
-    max_tokens: int = Field(default=2048, ge=16, description="tokens generated per prompt")
+    prompts: list[str] | None = Field(default=None, max_length=1000, description="story prompts (default: the built-in ones)")
+    max_tokens: int = Field(default=2048, ge=16, le=131_072, description="tokens generated per prompt")
     force_length: bool = Field(default=True, description="send min_tokens = max_tokens so EOS does not end early")
-    ngram: int = Field(default=4, ge=1, description="n of the repetition rate")
-    window_tokens: int = Field(default=256, ge=16, description="window of generated tokens per drift point")
-    loop_min_repeats: int = Field(default=3, ge=2, description="repeats of a block at the end that make a loop")
-    loop_min_tokens: int = Field(default=24, ge=2, description="tokens a loop must cover at least")
-    max_period_tokens: int = Field(default=256, ge=1, description="longest repeated block looked for")
+    ngram: int = Field(default=4, ge=1, le=64, description="n of the repetition rate")
+    window_tokens: int = Field(default=256, ge=16, le=131_072, description="window of generated tokens per drift point")
+    loop_min_repeats: int = Field(default=3, ge=2, le=1000, description="repeats of a block at the end that make a loop")
+    loop_min_tokens: int = Field(default=24, ge=2, le=131_072, description="tokens a loop must cover at least")
+    max_period_tokens: int = Field(default=256, ge=1, le=131_072, description="longest repeated block looked for")
     embeddings: bool = Field(default=True, description="semantic drift with all-MiniLM-L6-v2")
     judge: JudgeParams | None = None
 

@@ -21,8 +21,8 @@ from tasks.suites.coherence import STORY_PROMPTS, STORY_TEMPLATE
 
 
 class IdentityParams(SuiteParams):
-    max_tokens: int = Field(default=64, ge=1, description="tokens generated per prompt")
-    prompts: list[str] | None = Field(default=None, description="prompts (default: built-in stories and text)")
+    max_tokens: int = Field(default=64, ge=1, le=131_072, description="tokens generated per prompt")
+    prompts: list[str] | None = Field(default=None, max_length=1000, description="prompts (default: built-in stories and text)")
 
 
 def default_prompts() -> list[str]:

@@ -33,8 +33,9 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tasks.credentials import model_args_problem
 from tasks.process import ChildWorker
 from tasks.quality import (FIDELITY_TEXT, Score, Suite, SuiteContext, SuiteParams, SuiteResult, close_matches,
                            error_text, register_suite, sibling_server)
@@ -299,8 +300,9 @@ def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihoo
     from tasks.engines import endpoint_headers
 
     headers = endpoint_headers(base_url)  # a hosted endpoint's Authorization; lm-eval sends `header` as is
-    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s, **({"header": headers} if headers else {}),
-                  **model_args)
+    # Never empty: without a header lm-eval sends OPENAI_API_KEY from the environment to any base_url.
+    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s,
+                  header=headers or {"User-Agent": "tradeoff (lm-eval)"}, **model_args)
     url = base_url.rstrip("/")
     if api == "chat":
         return LocalChatCompletion(base_url=url + "/v1/chat/completions", tokenizer_backend=None,
@@ -317,21 +319,30 @@ def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihoo
 # ---------------------------------------------------------------- lm_eval suite
 
 class LmEvalParams(SuiteParams):
-    tasks: list[str] = Field(min_length=1, description="lm-eval task, group or tag names (or task YAML paths)")
-    num_fewshot: int | None = Field(default=None, ge=0, description="default: each task's own")
+    tasks: list[str] = Field(min_length=1, max_length=1024, description="lm-eval task, group or tag names (or task YAML paths)")
+    num_fewshot: int | None = Field(default=None, ge=0, le=64, description="default: each task's own")
     api: Literal["completions", "chat"] = Field(default="completions",
                                                 description="local-completions, or local-chat-completions (generate-only tasks)")
     loglikelihood: Literal["auto", "endpoint", "in-process"] = Field(
         default="auto", description="where log-likelihood requests are scored; auto: in-process where the engine's "
                                     "endpoint path failed loglik_check")
-    concurrency: int = Field(default=1, ge=1, description="requests in flight (num_concurrent)")
-    datasets: dict[str, LocalData] = Field(default_factory=dict, description="task or group -> local data files")
+    concurrency: int = Field(default=1, ge=1, le=256, description="requests in flight (num_concurrent)")
+    datasets: dict[str, LocalData] = Field(default_factory=dict, max_length=1024, description="task or group -> local data files")
     gen_kwargs: dict[str, Any] = Field(default_factory=dict, description="generation overrides, e.g. max_gen_toks")
     fewshot_seed: int = Field(default=1234, description="numpy/torch/few-shot seeds (lm-eval's CLI default 1234); "
                                                         "the suite's seed is lm-eval's random seed")
-    bootstrap_iters: int = Field(default=100000, ge=0, description="lm-eval's bootstrap for non-mean stderrs")
-    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class")
-    timeout_s: int = Field(default=300, ge=1)
+    bootstrap_iters: int = Field(default=100000, ge=0, le=1_000_000, description="lm-eval's bootstrap for non-mean stderrs")
+    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class "
+                                                                         "(those that weaken security are refused: "
+                                                                         "tasks.credentials)")
+    timeout_s: int = Field(default=300, ge=1, le=3_600)
+
+    @field_validator("model_args")
+    @classmethod
+    def _safe_model_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if problem := model_args_problem(v):
+            raise ValueError(problem)
+        return v
 
     def model_post_init(self, _: Any) -> None:
         for name in [*self.tasks, *self.datasets]:
@@ -479,8 +490,8 @@ class LmEval(Suite):
 # ---------------------------------------------------------------- log-likelihood check
 
 class LoglikCheckParams(SuiteParams):
-    paths: list[Literal["endpoint", "in-process"]] = Field(default_factory=lambda: ["endpoint", "in-process"])
-    tolerance_nats: float = Field(default=0.01, gt=0, description="largest |logprob - reference| that counts as equal")
+    paths: list[Literal["endpoint", "in-process"]] = Field(default_factory=lambda: ["endpoint", "in-process"], max_length=2)
+    tolerance_nats: float = Field(default=0.01, gt=0, le=100, description="largest |logprob - reference| that counts as equal")
     prompt_logits_server: bool = Field(default=True, description="check the endpoint on a sibling server started with "
                                                                  "prompt logits on (llama.cpp: logits_all)")
 

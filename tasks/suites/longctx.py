@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Annotated
 
 import httpx
 from pydantic import Field
@@ -28,10 +29,11 @@ _MARGIN_TOKENS = ANSWER_TOKENS + 8
 
 
 class LongCtxParams(SuiteParams):
-    context_tokens: list[int] = Field(default_factory=lambda: [512, 1024, 2048],
-                                      description="prompt lengths (tokens); longer than the served context -> clipped to it")
-    depths_pct: list[float] = Field(default_factory=lambda: [0.0, 50.0, 100.0], description="needle depths (%)")
-    trials: int = Field(default=1, ge=1, description="samples per (length, depth) cell")
+    context_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(default_factory=lambda: [512, 1024, 2048],
+                                                                          max_length=64, description="prompt lengths (tokens); longer than the served context -> clipped to it")
+    depths_pct: list[Annotated[float, Field(ge=0, le=100)]] = Field(default_factory=lambda: [0.0, 50.0, 100.0],
+                                                                      max_length=64, description="needle depths (%)")
+    trials: int = Field(default=1, ge=1, le=1000, description="samples per (length, depth) cell")
 
 
 def _count(tok, text: str) -> int:

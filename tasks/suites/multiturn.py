@@ -44,7 +44,7 @@ QUESTIONS = {
 
 class MultiTurnParams(SuiteParams):
     distractor_turns: int = Field(default=3, ge=0, le=len(DISTRACTORS), description="exchanges between facts and question")
-    max_tokens: int = Field(default=16, ge=1, description="tokens of the final answer")
+    max_tokens: int = Field(default=16, ge=1, le=4096, description="tokens of the final answer")
     live_turns: bool = Field(default=False, description="let the model write the intermediate replies (slower)")
 
 
