@@ -41,7 +41,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
     from flows.nightly import nightly, preflight, with_work_pool
+    from tasks.lifecycle import start_prefect_api
 
+    start_prefect_api()  # the ephemeral API (when no server is configured) dies with this process
     preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
     summary = nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool)
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
@@ -202,10 +204,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from tasks.config import ConfigError
+    from tasks.lifecycle import StopSignals
 
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        with StopSignals() as stop:  # SIGTERM and SIGHUP stop as Ctrl-C does: servers stopped, Prefect's API too
+            return args.func(args)
+    except KeyboardInterrupt:
+        print(f"stopped by {stop.name}; what it started is stopped", file=sys.stderr)
+        return stop.exit_code
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
