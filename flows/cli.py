@@ -41,11 +41,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
     from flows.nightly import nightly, preflight, with_work_pool
+    from tasks.failures import run_summary
     from tasks.lifecycle import start_prefect_api
 
     start_prefect_api()  # the ephemeral API (when no server is configured) dies with this process
     preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
-    summary = nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool)
+    summary = run_summary(nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
     return 0 if summary["status"] == "ok" else 1
 
@@ -139,10 +140,20 @@ def cmd_quality(args: argparse.Namespace) -> int:
     summary = run_standalone(args.endpoint, args.model, spec, Path(args.output),
                              gguf=Path(args.gguf) if args.gguf else None,
                              reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
-                             n_ctx=args.n_ctx, timeout_s=args.timeout_s)
+                             n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)
     print(format_summary(summary))
     print(f"wrote {args.output}")
     return 0
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share between 0 and 1, e.g. 0.1 for 10 %")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -198,6 +209,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--reference-gguf", help="the reference GGUF (fidelity)")
     c.add_argument("--n-ctx", type=int, default=2048, help="the endpoint's context length (tokens)")
     c.add_argument("--timeout-s", type=float, default=300.0, help="per request (seconds)")
+    c.add_argument("--max-error-rate", type=_share, default=0.1, help="share of requests that may error at the "
+                   "endpoint (0-1); above it the suite is suite_failed instead of a score")
     c.set_defaults(func=cmd_quality)
     return p
 
