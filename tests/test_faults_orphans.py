@@ -54,7 +54,7 @@ def processes_of(marker: bytes) -> dict[int, str]:
     return found
 
 
-def wait_for(check, what: str, proc: subprocess.Popen, timeout_s: float = PHASE_TIMEOUT_S):
+def wait_for(check, what: str, proc: subprocess.Popen, log: Path, timeout_s: float = PHASE_TIMEOUT_S):
     """Poll `check()` until it returns something truthy; fail naming `what` if the run ends or time runs out first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -62,8 +62,7 @@ def wait_for(check, what: str, proc: subprocess.Popen, timeout_s: float = PHASE_
         if got:
             return got
         if proc.poll() is not None:
-            out = proc.stdout.read() if proc.stdout else ""
-            pytest.fail(f"the run ended (code {proc.returncode}) before {what}:\n{out[-3000:]}")
+            pytest.fail(f"the run ended (code {proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
     pytest.fail(f"no {what} after {timeout_s} s")
 
@@ -73,19 +72,19 @@ def server_log_posts(runs: Path) -> int:
     return sum(log.read_text(errors="replace").count('"POST /v1/') for log in runs.glob("*/logs/*.server.log"))
 
 
-def reach(phase: str, runs: Path, marker: bytes, proc: subprocess.Popen) -> None:
+def reach(phase: str, runs: Path, marker: bytes, proc: subprocess.Popen, log: Path) -> None:
     """Return once the run is in `phase`: startup (the engine server is loading), perf (the sweep's requests are
     being answered), quality (the sweep is written and the suite's requests are being answered)."""
     if phase == "startup":
         wait_for(lambda: any("llama_cpp.server" in c for c in processes_of(marker).values()),
-                 "engine server process", proc)
+                 "engine server process", proc, log)
     elif phase == "perf":
-        wait_for(lambda: server_log_posts(runs) > 0, "perf request", proc)
+        wait_for(lambda: server_log_posts(runs) > 0, "perf request", proc, log)
         assert not list(runs.glob("*/results/perf_summary/*.parquet"))  # still inside the sweep
     else:
-        wait_for(lambda: list(runs.glob("*/results/perf_summary/*.parquet")), "end of the perf sweep", proc)
+        wait_for(lambda: list(runs.glob("*/results/perf_summary/*.parquet")), "end of the perf sweep", proc, log)
         after_perf = server_log_posts(runs)
-        wait_for(lambda: server_log_posts(runs) > after_perf, "quality request", proc)
+        wait_for(lambda: server_log_posts(runs) > after_perf, "quality request", proc, log)
         assert not list(runs.glob("*/results/quality_scores/*.parquet"))  # still inside the suite
 
 
@@ -112,13 +111,17 @@ def test_a_stopped_run_leaves_no_process(sig, phase, tmp_path, shared) -> None:
     marker = f"TRADEOFF_RUNS_DIR={runs}".encode()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # Prefect's ephemeral API, as a user gets
     env.update(shared, TRADEOFF_RUNS_DIR=str(runs), TRADEOFF_WAREHOUSE=str(tmp_path / "wh.duckdb"))
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(config)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Output to a file, not a pipe: an orphan that inherited the pipe would keep it open after the command ended.
+    log = tmp_path / "run.log"
+    with log.open("w") as out_file:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(config)], cwd=ROOT, env=env,
+                                stdout=out_file, stderr=subprocess.STDOUT)
     left: dict[int, str] = {}
     try:
-        reach(phase, runs, marker, proc)
+        reach(phase, runs, marker, proc, log)
         proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        out = log.read_text(errors="replace")
         # An orderly stop has stopped everything before the command ends; after SIGKILL the kernel signals the
         # children at once, and they need a moment to exit: poll, never longer than needed.
         deadline = time.monotonic() + (30 if sig == signal.SIGKILL else 0)
@@ -162,6 +165,9 @@ def test_a_prefect_timeout_on_start_server_stops_the_loading_server(prefect_harn
         start_endpoint.with_options(timeout_seconds=3, retries=0)(cfg, cfg.variants[0], art, log)
 
     state = start_with_a_short_timeout(return_state=True)
+    left = processes_of(str(STUB).encode() + b"\0--port")
+    for pid in left:  # a failing case must not leave its orphan behind
+        os.kill(pid, signal.SIGKILL)
     assert state.is_failed() and "TimeoutError" in str(state.message) + repr(state.result(raise_on_failure=False))
     assert "stub: loading weights" in log.read_text()  # it was started, and was still loading at the timeout
-    assert not processes_of(str(STUB).encode() + b"\0--port"), "the loading server outlived its start-server task"
+    assert not left, "the loading server outlived its start-server task"
