@@ -42,10 +42,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
     from flows.nightly import nightly, preflight, with_work_pool
     from tasks.failures import run_summary
-    from tasks.lifecycle import start_prefect_api
+    from tasks.lifecycle import start_prefect_api, tie_prefect_api
 
-    start_prefect_api()  # the ephemeral API (when no server is configured) dies with this process
+    tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
+    start_prefect_api()  # now, from this thread (not lazily from one of Prefect's worker threads)
     summary = run_summary(nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
     return 0 if summary["status"] == "ok" else 1

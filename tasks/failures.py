@@ -159,8 +159,8 @@ def account_errors(result: SuiteResult, max_error_rate: float) -> tuple[SuiteRes
                        note=f"{errored} of {n} requests errored at the endpoint; first: {first.splitlines()[0][:200]}"
                        if errored else None)
     if rate > max_error_rate:
-        line = (f"{errored} of {n} requests errored at the endpoint ({rate:.1%} > max_error_rate {max_error_rate:.1%}); "
-                f"first: {first.splitlines()[0][:200]}")
+        line = (f"{errored} of {n} requests errored at the endpoint ({rate:.1%} > max_error_rate "
+                f"{max_error_rate:.1%}); first: {first.splitlines()[0][:200]}")
         return SuiteResult(samples, [error_rate, Score("suite_failed", 1.0, None, 1, "count", False, None,
                                                        note=line[:300])]), line
     scores = [_rescored(s, kept, errored, n) if errored else s for s in result.scores]
