@@ -43,9 +43,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     valid_run_id(args.run_id, "--run-id")
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
     from flows.nightly import nightly, preflight, with_work_pool
+    from tasks.failures import run_summary
+    from tasks.lifecycle import start_prefect_api, tie_prefect_api
 
+    tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
-    summary = nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool)
+    start_prefect_api()  # now, from this thread (not lazily from one of Prefect's worker threads)
+    summary = run_summary(nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
     return 0 if summary["status"] == "ok" else 1
 
@@ -155,10 +159,20 @@ def cmd_quality(args: argparse.Namespace) -> int:
     summary = run_standalone(args.endpoint, args.model, spec, Path(args.output),
                              gguf=Path(args.gguf) if args.gguf else None,
                              reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
-                             n_ctx=args.n_ctx, timeout_s=args.timeout_s)
+                             n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)
     print(format_summary(summary))
     print(f"wrote {args.output}")
     return 0
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share between 0 and 1, e.g. 0.1 for 10 %")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -227,16 +241,23 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--reference-gguf", help="the reference GGUF (fidelity)")
     c.add_argument("--n-ctx", type=int, default=2048, help="the endpoint's context length (tokens)")
     c.add_argument("--timeout-s", type=float, default=300.0, help="per request (seconds)")
+    c.add_argument("--max-error-rate", type=_share, default=0.1, help="share of requests that may error at the "
+                   "endpoint (0-1); above it the suite is suite_failed instead of a score")
     c.set_defaults(func=cmd_quality)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from tasks.config import ConfigError
+    from tasks.lifecycle import StopSignals
 
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        with StopSignals() as stop:  # SIGTERM and SIGHUP stop as Ctrl-C does: servers stopped, Prefect's API too
+            return args.func(args)
+    except KeyboardInterrupt:
+        print(f"stopped by {stop.name}; what it started is stopped", file=sys.stderr)
+        return stop.exit_code
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

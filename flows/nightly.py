@@ -25,6 +25,7 @@ from prefect.runtime import flow_run
 
 from flows.variant import variant_flow, variant_row
 from tasks.config import ConfigError, RunConfig, Variant, load_config, parse_config, read_config
+from tasks.failures import reported, run_outcome
 from tasks.fanout import check_pool, submit_variant, wait_for_runs
 from tasks.gate import expected_rows
 from tasks.notify import deliver, load_block, regressions, run_message, send
@@ -105,7 +106,7 @@ def run_in_process(raw: dict, paths: RunPaths, todo: list[Variant], location: Re
         state = variant_flow(config=raw, variant=v.name, run_id=paths.run_id, results_url=location.url,
                              return_state=True)
         ended[v.name] = f"flow run {state.name}: {state.message or state.type.value}"
-        print(f"{v.name}: {'ok' if state.is_completed() else 'FAILED: ' + ended[v.name].splitlines()[0][:300]}")
+        report_variant(v.name, state.is_completed(), ended[v.name])
     return ended
 
 
@@ -122,8 +123,16 @@ def run_fanned_out(cfg: RunConfig, raw: dict, paths: RunPaths, todo: list[Varian
                                              "results_url": location.url}, f"{attempt}:{v.name}") for v in wave}
         for name, st in wait_for_runs(ids, spec.variant_timeout_s).items():
             ended[name] = f"flow run {st['name']} {st['state'].lower()}" + (f": {st['message']}" if st["message"] else "")
-            print(f"{name}: {'ok' if st['state'] == 'COMPLETED' else 'FAILED: ' + ended[name]}")
+            report_variant(name, st["state"] == "COMPLETED", ended[name])
     return ended
+
+
+def report_variant(name: str, ok: bool, ended: str) -> None:
+    """A variant's outcome in the nightly's log: INFO when ok, ERROR when it failed."""
+    if ok:
+        print(f"{name}: ok")
+    else:
+        get_run_logger().error("%s: FAILED: %s", name, ended.splitlines()[0][:300])
 
 
 def collect_rows(cfg: RunConfig, paths: RunPaths, location: ResultsLocation, ended: dict[str, str]) -> list[dict]:
@@ -209,6 +218,8 @@ def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, ro
 
 def notify_crash(flow, run, state) -> None:
     """State hook of a nightly that failed or crashed: tell the config's notify block, if it has one."""
+    if reported(state):
+        return  # the run's own outcome (Partial or Failed): notify_outcome told the block already
     try:
         cfg = load_config(run.parameters.get("config", "configs/demo.yaml"))
         if cfg.notify is not None:
@@ -272,6 +283,8 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     print(text)
     print(f"html report: {paths.root / 'report.html'}")
     notified = notify_outcome(cfg, warehouse, paths.run_id, status, rows)
-    return {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
+    summary = {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
             "warehouse": str(warehouse), "run_dir": str(paths.root), "measured": [v.name for v in todo],
             "skipped": sorted(done), "notified": notified}
+    # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI (tasks.failures).
+    return run_outcome(summary, rows)

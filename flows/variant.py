@@ -21,6 +21,7 @@ from prefect.tasks import exponential_backoff
 
 from tasks.config import ConfigError, RunConfig, Variant, load_config, parse_config
 from tasks.engines import Artifact, Endpoint, EngineUnavailable, engine_for, ensure_alive
+from tasks.failures import check_perf
 from tasks.gpu import gpu_host, gpu_slots
 from tasks.measure import build_variant, engine_args_json, measure_perf, measure_quality
 from tasks.results import ResultsLocation
@@ -97,6 +98,7 @@ def measure(cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Art
                                                                          paths.results)
                 # A server that died mid-sweep: its errored requests are kept, the variant fails with its log tail.
                 ensure_alive(endpoint, "the perf sweep")
+                check_perf(perf["request_counts"], cfg.perf.max_error_rate)  # failed requests fail the variant
                 metrics.phase("quality")
                 quality = measure_quality.with_options(timeout_seconds=left())(
                     cfg, run_id, v, art, ref_art, endpoint.base_url, paths.root / "quality" / v.name, paths.results)

@@ -168,8 +168,9 @@ async def _crash_detection(crash_after_s: float) -> str:
                     f"host died) is Crashed, so the nightly stops waiting for it and a re-run measures it again.",
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
+            # Events are named after the state's name: a nightly with some failed variants ends "Partial".
             expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
-                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+                    "prefect.flow-run.Partial", "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
             match={"prefect.resource.id": ["prefect.flow-run.*"]},
             # Only our deployments' runs: they beat every HEARTBEAT_S (prefect.yaml's job env); other flows may not.
             match_related={"prefect.resource.id": ids},

@@ -202,6 +202,9 @@ class PerfSpec(_Strict):
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
     bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per interval")
     power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
+    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
+                                  "(errored or incomplete); above it, or with a step without an ok request, the "
+                                  "variant is failed with the counts (tasks.failures)")
 
     @field_validator("slo", mode="before")
     @classmethod
@@ -258,6 +261,8 @@ class QualitySpec(_Strict):
     bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000, description="paired bootstrap resamples per delta")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
     min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
+    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "
+                                  "at the endpoint; above it the suite is suite_failed, not a score (tasks.failures)")
 
 
 # A GPU host's global concurrency limit has this many slots; an engine occupies

@@ -31,6 +31,7 @@ out of the means; without errors the means are HELM's own `stats.json` figures.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -48,6 +49,7 @@ import numpy as np
 import yaml
 from pydantic import Field
 
+from tasks.lifecycle import die_with_parent
 from tasks.quality import Score, Suite, SuiteContext, SuiteParams, SuiteResult, register_suite
 
 VERSION = "1"
@@ -194,16 +196,20 @@ def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float)
     """Run `cmd` with stdout and stderr into `log`; on timeout stop its process group and raise HelmError."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=die_with_parent())
         try:
             return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
+        except BaseException as err:  # the timeout, or Ctrl-C / SIGTERM / a Prefect timeout: helm-run stops too
+            with contextlib.suppress(ProcessLookupError):  # (already reaped when the signal came)
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            if not isinstance(err, subprocess.TimeoutExpired):
+                raise
             raise HelmError(f"{Path(cmd[0]).name} did not finish in {timeout_s:g} s; stopped (log: {log})") from None
 
 

@@ -17,6 +17,7 @@ from prefect.cache_policies import NONE
 from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.credentials import error_excerpt
 from tasks.engines import Artifact, engine_for
+from tasks.failures import account_errors, request_counts
 from tasks.gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.gate (no Prefect import there)
 from tasks.loadgen import Scenario, Step, StepRun, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
@@ -103,7 +104,8 @@ def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifa
     write_table(results_dir, "perf_summary", variant.name, summaries)
     return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
             "output_throughput": [s["output_throughput"] for s in summaries],
-            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None]}
+            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None],
+            "request_counts": request_counts(scenarios)}  # the variant fails above perf.max_error_rate
 
 
 @task(name="quality-suites", cache_policy=NONE)
@@ -135,11 +137,13 @@ def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Art
         key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
         t0 = time.perf_counter()
         try:
-            result = suite.run(ctx)
+            result, errored = account_errors(suite.run(ctx), cfg.quality.max_error_rate)
             get_run_logger().info("%s: suite %s, %d samples in %.1f s", variant.name, spec.key, len(result.samples),
                                   time.perf_counter() - t0)
+            if errored:
+                get_run_logger().error("%s: suite %s failed: %s", variant.name, spec.key, errored)
         except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
-            get_run_logger().warning("%s: suite %s failed: %s", variant.name, spec.key, err)
+            get_run_logger().error("%s: suite %s failed: %s", variant.name, spec.key, err)
             result = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
                                                note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])
         samples += [{**key, **s} for s in result.samples]

@@ -9,9 +9,12 @@ in a spawned child and turns its death into `ChildDied`, naming the signal and i
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import traceback
 from typing import Any, Callable
+
+from tasks.lifecycle import set_parent_death_signal
 
 # What a signal death most likely means, for the one-line errors users read.
 SIGNAL_CAUSES: dict[int, str] = {
@@ -59,7 +62,9 @@ class ChildError(RuntimeError):
         super().__init__(message)
 
 
-def _worker_main(conn, factory: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+def _worker_main(conn, factory: Callable[..., Any], args: tuple, kwargs: dict, parent_pid: int | None = None) -> None:
+    if parent_pid is not None:  # native work that never outlives the run (tasks.lifecycle)
+        set_parent_death_signal(parent_pid)
     try:
         obj = factory(*args, **kwargs)
         conn.send(("ok", None))
@@ -96,7 +101,7 @@ class ChildWorker:
         self.what = what or getattr(factory, "__qualname__", "child")
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker_main, args=(child, factory, args, kwargs), daemon=True)
+        self._proc = ctx.Process(target=_worker_main, args=(child, factory, args, kwargs, os.getpid()), daemon=True)
         self._proc.start()
         child.close()
         self._receive()  # the factory's outcome

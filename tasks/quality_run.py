@@ -19,6 +19,7 @@ import yaml
 
 from tasks.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.config import ConfigError, SuiteSpec
+from tasks.failures import account_errors
 from tasks.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.quality import SUITES, SuiteContext, check_params, close_matches, suite_for
 from tasks.tables import write_table
@@ -72,7 +73,8 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 
 def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, gguf: Path | None = None,
-                   reference_gguf: Path | None = None, n_ctx: int = 2048, timeout_s: float = 300.0) -> dict:
+                   reference_gguf: Path | None = None, n_ctx: int = 2048, timeout_s: float = 300.0,
+                   max_error_rate: float = 0.1) -> dict:
     """Run `spec` against `endpoint`; write its tables and a summary under `output`; return the summary."""
     for name, p in (("--gguf", gguf), ("--reference-gguf", reference_gguf)):
         if p is not None and not p.is_file():
@@ -84,7 +86,7 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
                        seed=spec.seed, params=spec.params, n_ctx=n_ctx,
                        work_dir=contained(output, output / "quality" / spec.key, "suite folder"),
                        engine="llama.cpp" if gguf else None, request_timeout_s=timeout_s)
-    result = suite.run(ctx)
+    result, _ = account_errors(suite.run(ctx), max_error_rate)  # errored requests apart; above the share: suite_failed
     key = {"run_id": "standalone", "variant": model, "suite": spec.key}
     samples = [{**key, **s} for s in result.samples]
     scores = [{**key, "suite_version": suite.version, **asdict(s), "is_primary": False} for s in result.scores]
@@ -94,6 +96,7 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
     summary = {"endpoint": endpoint, "model": model, "suite": spec.key, "suite_name": spec.name,
                "suite_version": suite.version, "limit": spec.limit, "seed": spec.seed, "params": spec.params,
                "samples": len(samples), "invalid": sum(not s["valid"] for s in samples),
+               "errored": sum(json.loads(s["details"]).get("errored", 0) for s in samples),
                "scores": [{k: s[k] for k in ("metric", "value", "stderr", "n", "unit", "note")} for s in scores]}
     (output / "scores.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
@@ -101,7 +104,8 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
 
 def format_summary(summary: dict) -> str:
     lines = [f"{summary['suite']} ({summary['suite_name']} v{summary['suite_version']}) on {summary['model']} at "
-             f"{summary['endpoint']}: {summary['samples']} samples, {summary['invalid']} invalid"]
+             f"{summary['endpoint']}: {summary['samples']} samples, {summary['invalid']} invalid"
+             + (f" ({summary['errored']} errored at the endpoint)" if summary.get("errored") else "")]
     for s in summary["scores"]:
         value = "NULL" if s["value"] is None else f"{s['value']:.4g}"
         se = f" ± {s['stderr']:.3g}" if s["stderr"] is not None else ""

@@ -169,7 +169,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("target", pa.string()),
         ("response", pa.string()),
         ("score", pa.float64()),  # in [0, 1]; NULL where a sample has several measures (see details)
-        ("valid", pa.bool_()),  # False: empty/unparseable answer or request error (scored wrong)
+        ("valid", pa.bool_()),  # False: empty/unparseable answer (scored wrong) or request error (unscored)
         ("details", pa.string()),  # JSON
     ]),
     # One row per (variant, suite, metric).
