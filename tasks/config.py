@@ -192,8 +192,8 @@ class PerfSpec(_Strict):
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="percentiles reported (0 < p <= 100)")
     slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
                                 description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
-    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
-    bootstrap_resamples: int = Field(default=1000, ge=100, description="bootstrap resamples per interval")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
+    bootstrap_resamples: int = Field(default=1000, ge=100, description="bootstrap resamples per jitter interval")
     power_interval_s: float = Field(default=0.1, gt=0, description="power sampling interval (s)")
 
     @field_validator("slo", mode="before")
@@ -237,7 +237,8 @@ class QualitySpec(_Strict):
     primary: str | None = Field(
         default=None, description="'suite.metric' shown as the quality column and used for deltas"
     )
-    bootstrap_resamples: int = Field(default=2000, ge=100, description="paired bootstrap resamples per delta")
+    bootstrap_resamples: int = Field(default=2000, ge=100,
+                                     description="BCa bootstrap resamples per delta of a non-0/1 statistic")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
     min_samples: int = Field(default=30, ge=1, description="fewer paired samples: the delta is inconclusive")
 

@@ -183,7 +183,7 @@ def t_interval(values: Sequence[float | None], confidence: float) -> tuple[float
     """
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size < 2:
-        return None, None, f"n too small: {x.size} repeat value(s), a t-interval needs >= 2"
+        return None, None, f"n too small: {x.size} value(s), a t-interval needs >= 2"
     half = float(stats.t.ppf(0.5 + confidence / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     mean = float(x.mean())
     return mean - half, mean + half, None
