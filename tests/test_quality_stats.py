@@ -267,3 +267,17 @@ def test_retention_has_no_tolerance_below_the_level():
     # the old flag allowed 1e-12 below the level, v_retention none: they disagreed here
     assert retention(0.99 - 1e-13, 1.0, True, 0.99) is False
     assert retention(0.99, 1.0, True, 0.99) is True
+
+
+@pytest.mark.parametrize("n, has_interval", [(999, False), (1000, True)])
+def test_p99_interval_only_with_ten_samples_beyond_it(n, has_interval):
+    rng = np.random.default_rng(4)
+    ref = _samples("ref", [1] * n, kl=[0.0] * n)
+    var = _samples("var", [1] * n, kl=list(rng.lognormal(-3, 1, n)))
+    row = delta_row(_score("var", "kl_p99", "p99(kl)", hib=False), _score("ref", "kl_p99", "p99(kl)", hib=False),
+                    ref, var, reference_variant="ref")
+    if has_interval:
+        assert row["ci_low"] < row["delta"] < row["ci_high"] and row["verdict"] == "worse"
+    else:
+        assert row["ci_low"] is None and row["p_value"] is None and row["verdict"] == "no_ci"
+        assert "needs >= 1000 paired samples" in row["method"]
