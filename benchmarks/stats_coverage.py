@@ -26,7 +26,7 @@ The continuous false-alarm rate runs the permutation test only where the interva
 elsewhere the verdict is inconclusive whatever the test says, so the rate is the pipeline's.
 
 Usage: .venv/bin/python benchmarks/stats_coverage.py [--sims 2000] [--sims-continuous 1000]
-       [--sims-old 400] [--seed 0]
+       [--sims-old 400] [--families 1000] [--requests 30] [--seed 0] [--only binary|family|continuous|perf]
 """
 
 from __future__ import annotations
@@ -175,9 +175,10 @@ def repeat_ttfts(rng: np.random.Generator, k: int, requests: int, run_cv: float,
 
 
 def part_perf(sims: int, sims_old: int, seed: int, requests: int = 30, run_cv: float = 0.15) -> None:
+    old = f"{sims_old} ({mc_error(sims_old)})" if sims_old else "not run"
     print(f"\n4. Perf intervals over repeats: {run_cv:.0%} run-to-run noise, {requests} requests per repeat with 30 % "
           f"spread within; t-interval: {sims} simulations ({mc_error(sims)}), old cluster bootstrap (1000 "
-          f"resamples): {sims_old} ({mc_error(sims_old)})")
+          f"resamples): {old}")
     print(f"{'noise':>9} {'repeats':>7} | {'TTFT mean t':>11} {'p99 t':>6} {'tput t':>6} | "
           f"{'TTFT mean old':>13} {'p99 old':>7} {'tput old':>8} | {'t width / mean':>14}")
     for noise in ("normal", "lognormal"):
@@ -209,9 +210,10 @@ def part_perf(sims: int, sims_old: int, seed: int, requests: int = 30, run_cv: f
                            bootstrap_ci([[[v]] for v in figures[2]], np.mean, CONF, 1000, i))
                     for j, ((lo, hi), true) in enumerate(zip(old, (true_mean, true_p99, true_tput))):
                         hit_old[j] += lo <= true <= hi
-            t, o = hit / sims, hit_old / sims_old
-            print(f"{noise:>9} {k:>7} | {t[0]:>11.1%} {t[1]:>6.1%} {t[2]:>6.1%} | {o[0]:>13.1%} {o[1]:>7.1%} "
-                  f"{o[2]:>8.1%} | {np.median(widths):>13.0%}")
+            t = hit / sims
+            o = [f"{x:.1%}" for x in hit_old / sims_old] if sims_old else ["-"] * 3
+            print(f"{noise:>9} {k:>7} | {t[0]:>11.1%} {t[1]:>6.1%} {t[2]:>6.1%} | {o[0]:>13} {o[1]:>7} "
+                  f"{o[2]:>8} | {np.median(widths):>13.0%}")
     print("(throughput per repeat: output tokens / time, modelled as 1000 / the repeat's mean TTFT;"
           " old throughput interval: percentile bootstrap of the repeats' figures)")
 
@@ -220,19 +222,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=2000, help="simulations per row for 0/1 scores and perf t-intervals")
     ap.add_argument("--sims-continuous", type=int, default=1000, help="simulations per row for continuous scores")
-    ap.add_argument("--sims-old", type=int, default=400, help="simulations per row for the old cluster bootstrap")
+    ap.add_argument("--sims-old", type=int, default=400,
+                    help="simulations per row for the old cluster bootstrap (0: skip it)")
+    ap.add_argument("--requests", type=int, default=30, help="measured requests per repeat in the perf part")
     ap.add_argument("--families", type=int, default=1000, help="simulated families of 20 metrics")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=["binary", "family", "continuous", "perf"], help="run one part")
     args = ap.parse_args()
-    for bad in ("sims", "sims_continuous", "sims_old", "families"):
+    for bad in ("sims", "sims_continuous", "families", "requests"):
         if getattr(args, bad) < 1:
             ap.error(f"--{bad.replace('_', '-')}: give a positive count")
+    if args.sims_old < 0:
+        ap.error("--sims-old: give 0 (skip) or a positive count")
     t0 = time.perf_counter()
     parts = {"binary": lambda: part_binary(args.sims, args.seed),
              "family": lambda: part_family(args.families, args.seed),
              "continuous": lambda: part_continuous(args.sims_continuous, args.seed),
-             "perf": lambda: part_perf(args.sims, args.sims_old, args.seed)}
+             "perf": lambda: part_perf(args.sims, args.sims_old, args.seed, args.requests)}
     for name, run in parts.items():
         if args.only in (None, name):
             t = time.perf_counter()
