@@ -108,8 +108,9 @@ def paired_bootstrap_interval(delta_of: Callable[[np.ndarray, np.ndarray], np.nd
         idx = np.moveaxis(np.asarray(idx), axis, -1).astype(np.intp)
         return delta_of(idx, idx + n)
 
-    with warnings.catch_warnings():  # a degenerate BCa is handled below, not worth a warning in the run's log
+    with warnings.catch_warnings():  # a degenerate BCa (0 / 0 in its acceleration) is handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
         res = stats.bootstrap((np.arange(n),), statistic, n_resamples=resamples, batch=_batch(n), vectorized=True,
                               confidence_level=confidence, method="BCa", rng=np.random.default_rng(seed))
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)

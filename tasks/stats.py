@@ -159,11 +159,13 @@ def retention(value: float | None, reference: float | None, higher_is_better: bo
 
 
 def verdict(delta: float | None, ci: tuple[float, float] | None, n: int, higher_is_better: bool,
-            min_samples: int, p_value: float | None = None, alpha: float = 0.05) -> str:
+            min_samples: int, p_value: float | None = None, alpha: float = 0.05, identical: bool | None = None) -> str:
     """better | worse | inconclusive | identical | no_ci | no_data.
 
     A finding needs the interval to exclude zero on the side of `delta` AND, where the metric
     carries a test, its (Holm-adjusted) `p_value` <= `alpha`; otherwise it is inconclusive.
+    `identical`: whether no paired sample differs (None: read it from a [0, 0] interval and a 0
+    delta, which a bootstrap of a median can also give when a few samples differ).
     """
     if n == 0 or delta is None:
         return "no_data"
@@ -172,7 +174,7 @@ def verdict(delta: float | None, ci: tuple[float, float] | None, n: int, higher_
     if n < min_samples:
         return "inconclusive"  # too few samples for any finding, whatever the CI says
     lo, hi = ci
-    if lo == hi == delta == 0:
+    if (lo == hi == delta == 0) if identical is None else identical:
         return "identical"
     if lo <= 0 <= hi or math.copysign(1.0, lo) != np.sign(delta):
         return "inconclusive"  # spans zero, or the estimate lies on the other side (BCa can do that)
@@ -237,7 +239,8 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
                         ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
                         p_value=p, n=n, retention_99=retention(value, ref_value, hib, 0.99),
                         retention_999=retention(value, ref_value, hib, 0.999),
-                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - confidence),
+                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - confidence,
+                                        identical=bool(np.array_equal(ref, var))),
                         method=f"{method} over {text}", p_value_adjusted=p, p_family_size=1 if p is not None else None))
 
 
@@ -292,7 +295,9 @@ def adjust_family(rows: list[dict], min_samples: int) -> list[dict]:
     tested = [r for r in rows if r["p_value"] is not None]
     for r, adjusted in zip(tested, holm([r["p_value"] for r in tested])):
         r["p_value_adjusted"], r["p_family_size"] = adjusted, len(tested)
+        if r["verdict"] == "identical":
+            continue  # nothing differs: no adjustment makes it a finding
         ci = (r["ci_low"], r["ci_high"]) if r["ci_low"] is not None else None
         r["verdict"] = verdict(r["delta"], ci, r["n"], r["higher_is_better"], min_samples, adjusted,
-                               1.0 - r["confidence"])
+                               1.0 - r["confidence"], identical=False)
     return rows

@@ -281,3 +281,12 @@ def test_p99_interval_only_with_ten_samples_beyond_it(n, has_interval):
     else:
         assert row["ci_low"] is None and row["p_value"] is None and row["verdict"] == "no_ci"
         assert "needs >= 1000 paired samples" in row["method"]
+
+
+def test_identical_only_when_no_sample_differs():
+    # a median over 40 samples of which 5 moved: every resample's delta is 0, yet the samples differ
+    ref = _samples("ref", [1] * 40, x=[0.0] * 40)
+    var = _samples("var", [1] * 40, x=[0.0] * 35 + [1.0] * 5)
+    row = delta_row(_score("var", "x_median", "median(x)"), _score("ref", "x_median", "median(x)"), ref, var,
+                    reference_variant="ref")
+    assert (row["delta"], row["ci_low"], row["ci_high"]) == (0.0, 0.0, 0.0) and row["verdict"] == "inconclusive"
