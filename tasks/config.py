@@ -199,8 +199,8 @@ class PerfSpec(_Strict):
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
     slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
                                 description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
-    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
-    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per interval")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
+    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval")
     power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
                                   "(errored or incomplete); above it, or with a step without an ok request, the "
@@ -258,7 +258,8 @@ class QualitySpec(_Strict):
     primary: str | None = Field(
         default=None, description="'suite.metric' shown as the quality column and used for deltas"
     )
-    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000, description="paired bootstrap resamples per delta")
+    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000,
+                                     description="BCa bootstrap resamples per delta of a non-0/1 statistic")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
     min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "

@@ -1,4 +1,4 @@
-"""Paired statistics of quality deltas against the reference: bootstrap CIs, McNemar, retention, verdicts.
+"""Paired statistics of quality deltas against the reference: intervals, exact tests, Holm, retention, verdicts.
 
 Computed in Python, not SQL: at the end of each variant's quality suites (the reference is
 measured first) from the per-sample rows of both variants, and stored as `quality_deltas`
@@ -7,7 +7,12 @@ in SQL would need a resample table of B x n rows per metric; numpy does it in mi
 
 Each quality score says how it is computed from its suite's samples (`sample_stat`, e.g.
 `mean(score)`, `p99(kl)`, `exp_mean_diff(nll_var,nll_ref) where task=gsm8k`), so the same
-statistic is recomputed on paired bootstrap resamples of the samples both variants share.
+statistic is recomputed on the samples both variants share. Per metric (tasks.stat_tests):
+- 0/1 scores under `mean`: Tango's paired score interval and the exact McNemar test;
+- any other statistic: scipy's BCa bootstrap over pairs and a paired sign-flip permutation test.
+The family for Holm's adjustment is every row of one variant (against the reference, in one
+run) that carries a p-value; the verdict is `better`/`worse` only when the interval excludes 0
+and the Holm-adjusted p is <= 1 - confidence. docs/statistics.md has the measured coverage.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tasks.stat_tests import PERMUTATIONS, holm, mcnemar_exact_p, paired_bootstrap_interval, sign_flip_p, tango_interval
+
 # Statistics over one axis of a 2-D array (resamples x samples), each a vector per resample.
 _STATS: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
     "mean": (1, lambda a: a.mean(axis=-1)),
@@ -31,6 +38,14 @@ _STATS: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
 _STAT_RE = re.compile(r"^\s*(\w+)\(\s*([\w.\-]+)(?:\s*,\s*([\w.\-]+))?\s*\)\s*(?:where\s+(.+))?$")
 
 VERDICTS = ("better", "worse", "inconclusive", "identical", "no_ci", "no_data")
+
+# A bootstrap cannot reach past the sample's extremes, so a tail quantile's interval under-covers
+# until enough samples lie beyond it: with a lognormal KL, a p99 delta's BCa interval covered
+# 39 % at n = 50, 85 % at 200, 94 % at 500 and at 1000 (docs/statistics.md). Below
+# MIN_TAIL_SAMPLES beyond the quantile (n = 1000 for p99, a margin for heavier tails) there is
+# no interval (verdict no_ci) and no test.
+_TAIL_SHARE = {"p99": 0.01}
+MIN_TAIL_SAMPLES = 10
 
 
 @dataclass(frozen=True)
@@ -99,52 +114,59 @@ def paired_columns(stat: SampleStat, ref_samples: list[dict], var_samples: list[
     return ids, r, v
 
 
+def discordant(ref: np.ndarray, var: np.ndarray) -> tuple[int, int]:
+    """(losses, gains) of paired 0/1 outcomes: reference right and variant wrong, and the other way round."""
+    return int(np.sum((ref == 1) & (var == 0))), int(np.sum((ref == 0) & (var == 1)))
+
+
 def mcnemar_p(ref: np.ndarray, var: np.ndarray) -> float:
-    """Exact two-sided McNemar p-value for paired 0/1 outcomes (binomial test on the discordant pairs)."""
-    b = int(np.sum((ref == 1) & (var == 0)))
-    c = int(np.sum((ref == 0) & (var == 1)))
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
-    return min(1.0, 2.0 * tail)
+    """Exact two-sided McNemar p-value for paired 0/1 outcomes (scipy's binomial test on the discordant pairs)."""
+    return mcnemar_exact_p(*discordant(ref, var))
+
+
+def _delta_of(stat: SampleStat, ref: np.ndarray, var: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """stat(variant rows) - stat(reference rows) over index arrays into both sides stacked (see tasks.stat_tests)."""
+    both = np.concatenate([ref, var], axis=1)  # fields x 2n: the reference's n rows, then the variant's
+
+    def delta(ref_idx: np.ndarray, var_idx: np.ndarray) -> np.ndarray:
+        return stat.compute(*(f[var_idx] for f in both)) - stat.compute(*(f[ref_idx] for f in both))
+
+    return delta
 
 
 def bootstrap_delta_ci(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float,
                        seed: int) -> tuple[float, float]:
-    """Percentile CI of stat(var) - stat(ref) over paired resamples (the same sample ids on both sides)."""
-    n = ref.shape[1]
-    rng = np.random.default_rng(seed)
-    deltas = np.empty(resamples)
-    # Chunks keep memory at ~chunk x n floats per field, whatever n is.
-    chunk = max(1, min(resamples, 2_000_000 // max(n, 1)))
-    for start in range(0, resamples, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
-        deltas[start:start + idx.shape[0]] = (stat.compute(*(var[i][idx] for i in range(var.shape[0])))
-                                              - stat.compute(*(ref[i][idx] for i in range(ref.shape[0]))))
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(deltas, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+    """BCa bootstrap CI of stat(var) - stat(ref) over paired resamples (the same sample ids on both sides)."""
+    lo, hi, _ = paired_bootstrap_interval(_delta_of(stat, ref, var), ref.shape[1], resamples, confidence, seed)
+    return lo, hi
 
 
 def retention(value: float | None, reference: float | None, higher_is_better: bool, level: float) -> bool | None:
     """MLPerf-style: the variant keeps >= `level` of the reference score.
 
-    As in v_retention: value / reference for higher-is-better metrics, reference / value for
-    lower-is-better ones, NULL when a side is NULL or a denominator is 0 (KL of the reference).
+    The one definition, the same as v_retention's: value / reference for higher-is-better
+    metrics, reference / value for lower-is-better ones, compared with `level` as plain IEEE
+    doubles (no tolerance, so SQL's `>=` gives the same answer); NULL when a side is NULL or a
+    denominator is 0 (KL of the reference). The scores are the row's `value` and
+    `reference_value` (on the samples both variants have).
     """
     if value is None or reference is None:
         return None
     num, den = (value, reference) if higher_is_better else (reference, value)
     if den == 0 or reference == 0:
         return None
-    return bool(num / den >= level - 1e-12)
+    return bool(num / den >= level)
 
 
 def verdict(delta: float | None, ci: tuple[float, float] | None, n: int, higher_is_better: bool,
-            min_samples: int) -> str:
-    """better | worse | inconclusive | identical | no_ci | no_data; a CI spanning zero is inconclusive."""
+            min_samples: int, p_value: float | None = None, alpha: float = 0.05, identical: bool | None = None) -> str:
+    """better | worse | inconclusive | identical | no_ci | no_data.
+
+    A finding needs the interval to exclude zero on the side of `delta` AND, where the metric
+    carries a test, its (Holm-adjusted) `p_value` <= `alpha`; otherwise it is inconclusive.
+    `identical`: whether no paired sample differs (None: read it from a [0, 0] interval and a 0
+    delta, which a bootstrap of a median can also give when a few samples differ).
+    """
     if n == 0 or delta is None:
         return "no_data"
     if ci is None:
@@ -152,10 +174,12 @@ def verdict(delta: float | None, ci: tuple[float, float] | None, n: int, higher_
     if n < min_samples:
         return "inconclusive"  # too few samples for any finding, whatever the CI says
     lo, hi = ci
-    if lo == hi == delta == 0:
+    if (lo == hi == delta == 0) if identical is None else identical:
         return "identical"
-    if lo <= 0 <= hi:
-        return "inconclusive"
+    if lo <= 0 <= hi or math.copysign(1.0, lo) != np.sign(delta):
+        return "inconclusive"  # spans zero, or the estimate lies on the other side (BCa can do that)
+    if p_value is not None and not p_value <= alpha:
+        return "inconclusive"  # the exact test does not reject: the interval alone is no finding
     return "better" if (delta > 0) == higher_is_better else "worse"
 
 
@@ -180,6 +204,8 @@ class Delta:
     retention_999: bool | None
     verdict: str
     method: str
+    p_value_adjusted: float | None = None  # Holm over the variant's tested metrics (p_family_size of them)
+    p_family_size: int | None = None
 
 
 def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples: list[dict], *,
@@ -208,14 +234,42 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
                             method=f"paired: {text}"))
     ref_value, value = float(stat.compute(*ref)), float(stat.compute(*var))
     d = value - ref_value
-    ci = bootstrap_delta_ci(stat, ref, var, resamples, confidence, seed)
-    binary = stat.fn == "mean" and np.isin(ref, (0.0, 1.0)).all() and np.isin(var, (0.0, 1.0)).all()
-    p = mcnemar_p(ref[0], var[0]) if binary else None
-    method = f"paired bootstrap B={resamples} over {text}" + ("; exact McNemar" if binary else "")
-    return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d, ci_low=ci[0], ci_high=ci[1],
+    ci, p, method = paired_test(stat, ref, var, resamples, confidence, seed)
+    return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d,
+                        ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
                         p_value=p, n=n, retention_99=retention(value, ref_value, hib, 0.99),
                         retention_999=retention(value, ref_value, hib, 0.999),
-                        verdict=verdict(d, ci, n, hib, min_samples), method=method))
+                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - confidence,
+                                        identical=bool(np.array_equal(ref, var))),
+                        method=f"{method} over {text}", p_value_adjusted=p, p_family_size=1 if p is not None else None))
+
+
+def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float,
+                seed: int) -> tuple[tuple[float, float] | None, float | None, str]:
+    """(interval of the delta, raw two-sided p, method) for paired columns (fields x n) of both sides.
+
+    Identical samples: [0, 0] and p = 1 (nothing differs to resample or test). 0/1 scores under
+    `mean`: Tango's score interval and exact McNemar. Otherwise: BCa bootstrap and sign-flip test,
+    except a tail quantile with too few samples beyond it (no interval, no test; see _TAIL_SHARE).
+    """
+    n = ref.shape[1]
+    if np.array_equal(ref, var):
+        return (0.0, 0.0), 1.0, "identical paired samples"
+    if stat.fn == "mean" and np.isin(ref, (0.0, 1.0)).all() and np.isin(var, (0.0, 1.0)).all():
+        losses, gains = discordant(ref[0], var[0])
+        return (tango_interval(losses, gains, n, confidence), mcnemar_exact_p(losses, gains),
+                "Tango score interval; exact McNemar (binomtest)")
+    if n < 2:
+        return None, None, "one paired sample: no interval"
+    tail = _TAIL_SHARE.get(stat.fn)
+    if tail and n * tail < MIN_TAIL_SAMPLES:
+        need = math.ceil(MIN_TAIL_SAMPLES / tail)
+        return None, None, f"no interval: {stat.fn} needs >= {need} paired samples ({MIN_TAIL_SAMPLES} beyond it)"
+    delta_of = _delta_of(stat, ref, var)
+    lo, hi, how = paired_bootstrap_interval(delta_of, n, resamples, confidence, seed)
+    permutations = max(resamples, PERMUTATIONS)
+    p = sign_flip_p(delta_of, n, permutations, seed)
+    return (lo, hi), p, f"{how}; sign-flip permutation test B={permutations}"
 
 
 def quality_deltas(ref_scores: list[dict], ref_samples: list[dict], var_scores: list[dict], var_samples: list[dict],
@@ -233,4 +287,17 @@ def quality_deltas(ref_scores: list[dict], ref_samples: list[dict], var_scores: 
         out.append(delta_row(s, ref, ref_s.get(s["suite"], []), var_s.get(s["suite"], []),
                              reference_variant=reference_variant, resamples=resamples, confidence=confidence,
                              min_samples=min_samples, seed=seed))
-    return out
+    return adjust_family(out, min_samples)
+
+
+def adjust_family(rows: list[dict], min_samples: int) -> list[dict]:
+    """Holm over the rows that carry a p-value (one variant's family); verdicts redone on the adjusted p."""
+    tested = [r for r in rows if r["p_value"] is not None]
+    for r, adjusted in zip(tested, holm([r["p_value"] for r in tested])):
+        r["p_value_adjusted"], r["p_family_size"] = adjusted, len(tested)
+        if r["verdict"] == "identical":
+            continue  # nothing differs: no adjustment makes it a finding
+        ci = (r["ci_low"], r["ci_high"]) if r["ci_low"] is not None else None
+        r["verdict"] = verdict(r["delta"], ci, r["n"], r["higher_is_better"], min_samples, adjusted,
+                               1.0 - r["confidence"], identical=False)
+    return rows

@@ -190,7 +190,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("note", pa.string()),
     ]),
     # One row per (non-reference variant, suite, metric): the delta against the reference with a
-    # paired bootstrap CI (tasks.stats), computed after the variant's suites.
+    # paired interval and test (tasks.stats), computed after the variant's suites.
     "quality_deltas": pa.schema([
         ("run_id", pa.string()),
         ("variant", pa.string()),
@@ -202,15 +202,18 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("reference_value", pa.float64()),  # on the samples both variants have, in `unit`
         ("value", pa.float64()),
         ("delta", pa.float64()),  # value - reference_value
-        ("ci_low", pa.float64()),  # paired bootstrap percentile CI of delta
+        ("ci_low", pa.float64()),  # paired CI of delta: Tango's score interval (0/1 scores), else BCa bootstrap
         ("ci_high", pa.float64()),
         ("confidence", pa.float64()),  # e.g. 0.95
-        ("p_value", pa.float64()),  # exact McNemar, for 0/1 per-sample scores only
+        ("p_value", pa.float64()),  # raw two-sided p: exact McNemar (0/1 scores), else paired sign-flip test
         ("n", pa.int32()),  # paired samples
         ("retention_99", pa.bool_()),  # keeps >= 99 % of the reference score (MLPerf)
         ("retention_999", pa.bool_()),  # keeps >= 99.9 %
         ("verdict", pa.string()),  # better | worse | inconclusive | identical | no_ci | no_data
         ("method", pa.string()),
+        # 006_quality_tests: Holm over the variant's rows that carry a p_value (the verdict uses it)
+        ("p_value_adjusted", pa.float64()),
+        ("p_family_size", pa.int32()),  # tests in that family
     ]),
     # 005_engine_metrics: one row per (variant, phase, metric, stat), read from the server's own
     # metrics while it was measured (tasks.engines.metrics); none for engines that expose none.

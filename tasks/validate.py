@@ -193,7 +193,7 @@ def quality_scores_suite(expected: int | None):
 
 
 def quality_deltas_suite(expected: int | None):
-    gx, gxe, _ = _gx()
+    gx, gxe, col = _gx()
     from tasks.stats import VERDICTS
 
     return gx.ExpectationSuite(name="quality_deltas", expectations=[
@@ -201,6 +201,12 @@ def quality_deltas_suite(expected: int | None):
         gxe.ExpectColumnValuesToNotBeNull(column="verdict"),
         gxe.ExpectColumnValuesToBeInSet(column="verdict", value_set=list(VERDICTS)),
         gxe.ExpectColumnValuesToBeBetween(column="p_value", min_value=0, max_value=1),
+        # 006: Holm never lowers a p; a tested row says how many tests its family holds
+        gxe.ExpectColumnValuesToBeBetween(column="p_value_adjusted", min_value=0, max_value=1),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="p_value_adjusted", column_B="p_value", or_equal=True,
+                                                    ignore_row_if="either_value_is_missing"),
+        gxe.ExpectColumnValuesToBeBetween(column="p_family_size", min_value=1),
+        gxe.ExpectColumnValuesToNotBeNull(column="p_value_adjusted", row_condition=col("p_value").is_not_null()),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ci_low", or_equal=True),
         gxe.ExpectColumnValuesToBeBetween(column="confidence", min_value=0, max_value=1, strict_min=True,
                                           strict_max=True),

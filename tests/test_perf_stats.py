@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from tasks.config import SLO_PRESETS, ConfigError, PerfSpec, SloSpec, parse_config
 from tasks.metrics import RequestRecord, bootstrap_ci, describe, meets_slo, summarize, summarize_repeats
+from tasks.stat_tests import t_interval
 
 
 def rec(i, ttft, e2el, out=5, start=0.0, status="ok", warm=False, repeat=0):
@@ -83,7 +86,8 @@ def test_summarize_repeats_adds_counts_and_intervals():
     assert s["ttft_ms_mean_ci_lo"] <= s["ttft_ms_mean"] <= s["ttft_ms_mean_ci_hi"]
     one = summarize_repeats(runs[:1], resamples=200)
     assert one["output_throughput_ci_lo"] is None and "1 repeat" in one["ci_method"]
-    assert one["ttft_ms_mean_ci_lo"] is not None
+    # issue 15: one repeat holds no run-to-run variation, so no interval (was: a bootstrap over requests)
+    assert one["ttft_ms_mean_ci_lo"] is None and "n too small" in one["ci_method"]
 
 
 @pytest.mark.parametrize("perf,expect", [
@@ -109,3 +113,37 @@ def test_bad_perf_config_is_one_line(perf, expect):
                                               ({"rates": [1.0], "concurrency": [4]}, [4])])
 def test_default_concurrency_only_without_other_steps(perf, concurrency):
     assert PerfSpec(**perf).concurrency == concurrency
+
+
+# --- issue 15: honest intervals with few repeats ---
+
+T975 = {1: 12.706204736174707, 2: 4.302652729749464}  # Student's t 97.5 % quantiles, 1 and 2 degrees of freedom
+
+
+def test_t_interval_by_hand():
+    lo, hi, why = t_interval([100.0, 130.0], 0.95)
+    half = T975[1] * math.sqrt(450.0) / math.sqrt(2)  # s^2 = (15^2 + 15^2) / 1
+    assert why is None and (lo, hi) == pytest.approx((115 - half, 115 + half))
+    assert t_interval([100.0, None], 0.95) == (None, None, "n too small: 1 value(s), a t-interval needs >= 2")
+
+
+def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
+    """Three repeats whose TTFTs sit at 100, 120 and 140 ms: the interval is over those three figures only."""
+    runs = [[rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
+            for r, base in enumerate((100.0, 120.0, 140.0))]
+    s = summarize_repeats(runs, resamples=200)
+    per = [summarize(run) for run in runs]
+    for name in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput"):
+        x = np.array([p[name] for p in per])
+        half = T975[2] * x.std(ddof=1) / math.sqrt(3)
+        assert (s[f"{name}_ci_lo"], s[f"{name}_ci_hi"]) == pytest.approx((x.mean() - half, x.mean() + half)), name
+    # a percentile bootstrap never leaves the pooled TTFTs (100-144 ms); t over 3 repeats gives 72-172 ms
+    assert s["ttft_ms_mean_ci_lo"] < 100 and s["ttft_ms_mean_ci_hi"] > 140
+    assert "t-interval" in s["ci_method"] and "run-to-run" in s["ci_method"]
+
+
+def test_one_repeat_gives_null_intervals_with_the_reason():
+    s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]], resamples=200)
+    assert all(s[f"{m}_ci_{e}"] is None for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput")
+               for e in ("lo", "hi"))
+    assert "n too small" in s["ci_method"]

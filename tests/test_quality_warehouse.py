@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from tasks.stats import quality_deltas
-from tasks.tables import write_table
+from tasks.tables import read_table, write_table
 from tasks.validate import validate_results
 from warehouse.db import load_run, open_warehouse
 
@@ -103,3 +103,60 @@ def test_migration_adds_quality_columns(tmp_path):
         assert con.execute("select count(*) from quality_deltas").fetchone() == (0,)
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert (3, "quality") in con.execute("select version, name from schema_version").fetchall()
+
+
+def test_view_carries_raw_and_holm_adjusted_p(tmp_path):
+    run_dir = write_quality_run(tmp_path)
+    db = tmp_path / "wh.duckdb"
+    load_run(run_dir, db)
+    with open_warehouse(db, read_only=True) as con:
+        got = con.execute("select suite, p_value, p_value_adjusted, p_family_size from v_quality_deltas "
+                          "order by suite").fetchall()
+    (_, p_arith, adj_arith, m1), (_, p_long, adj_long, m2) = got
+    # the family is q2_k's two tested rows: Holm multiplies the smaller p by 2, the larger by 1 (never below the first)
+    assert (m1, m2) == (2, 2) and p_arith == pytest.approx(2 * 0.5**25) and p_long == 1.0
+    assert adj_arith == pytest.approx(2 * p_arith) and adj_long == 1.0
+
+
+def test_gate_rejects_an_adjusted_p_below_the_raw_one(tmp_path):
+    run_dir = write_quality_run(tmp_path)
+    res = run_dir / "results"
+    rows = read_table(res, "quality_deltas").astype(object).where(lambda df: df.notna(), None).to_dict("records")
+    rows[0]["p_value_adjusted"] = rows[0]["p_value"] / 2
+    write_table(res, "quality_deltas", "q2_k", rows)
+    report = validate_results(res, {})
+    assert any("p_value_adjusted, p_value" in f for f in report.failures()), report.failures()
+
+
+def test_retention_is_one_definition_in_python_and_sql_at_exactly_99_pct(tmp_path):
+    """The Python flag (quality_deltas) and v_retention read the same scores and compare the same way.
+
+    accuracy: 792 of 1000 paired samples right against 800 (exactly 99 %); the variant also has 10
+    unpaired wrong samples, so its full score is 792 / 1010 (the old view compared that: 98 %).
+    judge: no per-sample statistic, 1e-13 below 99 % (the old Python flag allowed 1e-12 below).
+    """
+    res = tmp_path / RUN / "results"
+    write_table(res, "runs", "run", [{"run_id": RUN, "config_name": "t", "status": "ok", "reference_variant": "ref",
+                                      "started_at": datetime(2025, 1, 1, tzinfo=timezone.utc)}])
+    parts = {}
+    for variant, right, extra in (("ref", 800, 0), ("var", 792, 10)):
+        write_table(res, "variants", variant, [{"run_id": RUN, "variant": variant, "is_reference": variant == "ref",
+                                                "status": "ok", "quantization": variant}])
+        samples = _samples(variant, "arithmetic", [1.0] * right + [0.0] * (1000 - right))
+        samples += [{**s, "sample_id": f"extra-{i}"} for i, s in enumerate(_samples(variant, "arithmetic", [0.0] * extra))]
+        scores = _scores(variant, samples, "arithmetic")
+        scores.append({**scores[0], "metric": "judge", "value": 1.0 if variant == "ref" else 0.99 - 1e-13,
+                       "unit": "fraction", "sample_stat": None})
+        write_table(res, "quality_samples", variant, samples)
+        write_table(res, "quality_scores", variant, scores)
+        parts[variant] = (samples, scores)
+    deltas = quality_deltas(parts["ref"][1], parts["ref"][0], parts["var"][1], parts["var"][0],
+                            reference_variant="ref")
+    write_table(res, "quality_deltas", "var", deltas)
+    db = tmp_path / "wh.duckdb"
+    load_run(tmp_path / RUN, db)
+    with open_warehouse(db, read_only=True) as con:
+        sql = dict(((m, (r99, r999)) for m, r99, r999 in con.execute(
+            "select metric, retention_99, retention_999 from v_retention where variant = 'var'").fetchall()))
+    python = {d["metric"]: (d["retention_99"], d["retention_999"]) for d in deltas}
+    assert python == sql == {"accuracy": (True, False), "judge": (False, False)}

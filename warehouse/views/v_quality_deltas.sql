@@ -4,16 +4,24 @@
 --   reference_value, value         the reference's and the variant's score over the samples both
 --                                  have, in the metric's unit
 --   delta                          value - reference_value (unit as above; fractions x100 = points)
---   ci_low, ci_high                paired bootstrap percentile CI of delta (tasks/stats.py)
---   p_value                        exact McNemar p-value (0/1 per-sample scores only), else NULL
+--   ci_low, ci_high                paired CI of delta at `confidence` (tasks/stats.py): Tango's score
+--                                  interval for 0/1 scores, else a BCa bootstrap; [0, 0] when
+--                                  identical. Per metric, not adjusted for the family
+--   p_value                        raw two-sided p of the row's test: exact McNemar (0/1 scores),
+--                                  else a paired sign-flip permutation test; NULL: no test
 --   n                              paired samples
---   retention_99, retention_999    keeps >= 99 % / >= 99.9 % of the reference score (MLPerf)
---   verdict                        better | worse | inconclusive (CI spans zero, or n < the
---                                  config's min_samples) | identical (every paired sample equal) |
+--   retention_99, retention_999    value / reference_value (reference / value when lower is
+--                                  better) >= 0.99 / >= 0.999, as v_retention (MLPerf)
+--   verdict                        better | worse (the CI excludes zero AND p_value_adjusted <=
+--                                  1 - confidence) | inconclusive (otherwise, or n < the config's
+--                                  min_samples) | identical (every paired sample equal) |
 --                                  no_ci (no per-sample statistic) | no_data
 --   unit, higher_is_better, reference_variant, confidence, method
--- The bootstrap is computed in Python at the end of each variant's suites and stored in
--- quality_deltas; this view only selects it, with ok variants only.
+--   p_value_adjusted               Holm's step-down adjustment of p_value over the family: every
+--                                  row of this (run_id, variant) with a p_value; the verdict uses it
+--   p_family_size                  number of tests in that family
+-- Intervals and tests are computed in Python at the end of each variant's suites and stored
+-- in quality_deltas; this view only selects them, with ok variants only.
 
 with deltas as (
     select d.*
@@ -42,7 +50,9 @@ final as (
         higher_is_better,
         reference_variant,
         confidence,
-        method
+        method,
+        p_value_adjusted,
+        p_family_size
     from deltas
 )
 

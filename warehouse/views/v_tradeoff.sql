@@ -17,13 +17,14 @@
 --   quality_metric                 that metric, 'suite.metric' (runs.primary_quality_metric)
 --   goodput_req_s                  requests/s meeting every SLO limit, headline scenario
 --   mbu_pct                        %, model bandwidth utilisation, headline scenario (concurrency 1)
---   ttft_ms_mean_ci_lo, _ci_hi     ms, bootstrap interval of ttft_ms_mean (perf.confidence)
+--   ttft_ms_mean_ci_lo, _ci_hi     ms, t-interval over the repeats' TTFT means (perf.confidence;
+--                                  run-to-run variation only; NULL under 2 repeats)
 --   speedup_vs_reference           ratio, tps_mean / reference tps_mean
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
 --   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
 --   quality_delta_vs_reference     quality - reference quality, in the metric's own unit
---   quality_delta_ci_low, _ci_high paired bootstrap interval of the primary metric's delta over the
---                                  samples both variants have (quality_deltas; own unit)
+--   quality_delta_ci_low, _ci_high paired interval of the primary metric's delta over the samples
+--                                  both variants have (quality_deltas: Tango or BCa; own unit)
 --   quality_delta_n                paired samples behind that interval
 --   quality_verdict                better | worse | inconclusive | identical | no_ci | no_data
 --   then every metric column of v_quality_wide (<suite>_<metric>, own unit)
