@@ -16,6 +16,7 @@ from prefect.cache_policies import NONE
 
 from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.engines import Artifact, engine_for
+from tasks.jitter import needs_jitter_step
 from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
@@ -37,7 +38,9 @@ def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: Requ
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,
             "repeat": r.repeat, "prompt_tokens_source": r.prompt_tokens_source, "finish_reason": r.finish_reason,
-            "max_tokens": r.max_tokens}
+            "max_tokens": r.max_tokens, "ttft_answer_ms": r.ttft_answer_ms, "reasoning_tokens": r.reasoning_tokens,
+            "answer_tokens": r.answer_tokens, "reasoning_tokens_source": r.reasoning_tokens_source,
+            "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None}
 
 
 def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:
@@ -67,7 +70,7 @@ def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:
 def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
     known in advance, a time limit's requests are not)."""
-    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0)
+    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0) + needs_jitter_step(perf)
     requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
     return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
 
