@@ -63,8 +63,8 @@ def jitter_summary(runs: list[list[RequestRecord]], level: float = 0.95, resampl
             out[f"{key}_ci_lo"], out[f"{key}_ci_hi"] = _repeat_interval(vals, level, resamples, seed)
         else:
             out[f"{key}_ci_lo"] = out[f"{key}_ci_hi"] = None
-            what = "gaps" if name == "itl" else "ok requests"
-            notes.append(f"{name.upper()} CV: {len(vals)} of {len(cvs)} repeats had >= 2 {what}; "
-                         f"an interval needs >= 2 such repeats")
+            what = "2 chunk gaps with a mean above 0" if name == "itl" else "2 ok requests"
+            notes.append(f"{name.upper()} CV: {len(vals)} of {len(cvs)} repeats had one (>= {what}); "
+                         f"an interval needs 2 such repeats")
     out["jitter_note"] = "; ".join(notes) or None
     return out
