@@ -175,29 +175,33 @@ def _chunk_text(kind: str, obj: dict) -> tuple[str, str, str | None]:
     Reasoning comes as vLLM's reasoning parsers send it in chat deltas: `reasoning_content`, or
     `reasoning` (its newer name; servers that send both send the same text, so one is read).
     """
+    # The common shapes are checked inline (this runs once per chunk); _text_field names an odd field.
     choices = obj.get("choices")
-    if choices is None:
-        return "", "", None
-    if not isinstance(choices, list):
+    if type(choices) is not list:
+        if choices is None:
+            return "", "", None
         raise BadChunk(f"choices is a {type(choices).__name__}, not a list")
     if not choices:
         return "", "", None
     c = choices[0]
-    if not isinstance(c, dict):
+    if type(c) is not dict:
         raise BadChunk(f"choices[0] is a {type(c).__name__}, not an object")
     if kind == "chat":
         delta = c.get("delta") or {}
-        if not isinstance(delta, dict):
+        if type(delta) is not dict:
             raise BadChunk(f"choices[0].delta is a {type(delta).__name__}, not an object")
-        text = _text_field(delta, "content", "choices[0].delta.")
-        reasoning = (_text_field(delta, "reasoning_content", "choices[0].delta.")
-                     or _text_field(delta, "reasoning", "choices[0].delta."))
+        text, reasoning = delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning")
+        if (text is not None and type(text) is not str) or (reasoning is not None and type(reasoning) is not str):
+            for key in ("content", "reasoning_content", "reasoning"):
+                _text_field(delta, key, "choices[0].delta.")
     else:
-        text, reasoning = _text_field(c, "text", "choices[0]."), ""
+        text, reasoning = c.get("text"), None
+        if text is not None and type(text) is not str:
+            _text_field(c, "text", "choices[0].")
     fin = c.get("finish_reason")
-    if fin is not None and not isinstance(fin, str):
+    if fin is not None and type(fin) is not str:
         raise BadChunk(f"choices[0].finish_reason is a {type(fin).__name__}, not a string")
-    return text, reasoning, fin
+    return text or "", reasoning or "", fin
 
 
 def _count(v: object, name: str) -> int | None:
@@ -267,7 +271,7 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
                 ctype = resp.headers.get("content-type", "")
                 if "text/event-stream" not in ctype:
                     return fail(f"not an SSE stream (content-type '{ctype}')")
-                pending = bytearray()
+                pending = b""
                 received = 0
                 async for raw in resp.content.iter_any():
                     # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
@@ -277,19 +281,18 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
                     if received > MAX_RESPONSE_BYTES:
                         return fail(f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never "
                                     f"this long")
-                    pending += raw
                     if b"\n" not in raw:
+                        pending += raw
                         if len(pending) > MAX_SSE_LINE_BYTES:
                             return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes without a newline")
                         continue
-                    *lines, rest = pending.split(b"\n")
-                    pending = bytearray(rest)
+                    *lines, pending = (pending + raw).split(b"\n")
                     for line in lines:
                         if len(line) > MAX_SSE_LINE_BYTES:
                             return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes")
                         if not line.startswith(b"data:"):
                             continue  # SSE comments (': ping'), event names, blank separators
-                        data = bytes(line[5:].strip())
+                        data = line[5:].strip()
                         if data == b"[DONE]":
                             done, t_end = True, now
                             break
@@ -300,11 +303,13 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
                         if not isinstance(obj, dict):
                             return fail(f"SSE data is not a JSON object: {_excerpt(data)}")
                         try:
-                            usage.update(_usage(obj) or {})
+                            if obj.get("usage") is not None:
+                                usage.update(_usage(obj))
                             text, reasoning, fin = _chunk_text(kind, obj)
                         except BadChunk as err:
                             return fail(f"malformed SSE data: {err}: {_excerpt(data)}")
-                        got_choices = got_choices or bool(obj.get("choices"))
+                        if not got_choices and obj.get("choices"):
+                            got_choices = True
                         finish_reason = fin or finish_reason
                         if text or reasoning:
                             offset = (now - t_send) / 1e6
