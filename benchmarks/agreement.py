@@ -6,7 +6,8 @@ nightly serves it. Both tools read the same prompts from one ShareGPT-format fil
 them the same way for the same seed), ask for the same output length with min_tokens
 (vLLM: --extra-body), greedy, one request at a time. Runs go in ABBA order (tradeoff, vllm,
 vllm, tradeoff, ...) because run-to-run noise on TTFT is ~15 % and the server may drift. Prints per tool the median
-over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %).
+over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %), then the same for every
+numeric key the two JSON results share (vLLM's definitions on both sides: tasks/vllm_compat.py).
 
 The server runs verbose, so llama.cpp's own timer reports its decode time per token for every
 request: a referee no client touches. If the server decoded at different speeds while each tool
@@ -64,6 +65,7 @@ def main() -> None:
         tradeoff_perf(["--endpoint", url, "--model", model, "--concurrency", "1", "--num-prompts", "1",
                        "--warmup", "0", "--output-len", "8"], work / "warm.json")
         runs: dict[str, list[tuple[float, float]]] = {"tradeoff perf": [], "vllm bench serve": []}
+        results: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
         prefill: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
         decode: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
         *_, offset = server_timings(log, 0)
@@ -79,7 +81,8 @@ def main() -> None:
                 if tool == "tradeoff":
                     (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
                                           "--output-len", out_len, "--num-prompts", n, "--concurrency", "1",
-                                          "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf)],
+                                          "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf),
+                                          "--jitter", "off"],  # the same single scenario as vLLM's
                                          work / f"tradeoff-{run}.json")
                 else:
                     v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
@@ -98,6 +101,8 @@ def main() -> None:
                           f"{statistics.mean(v['output_lens'][i] for i in ok):.1f} (re-tokenized) vs "
                           f"{statistics.mean(len(v['itls'][i]) + 1 for i in ok):.1f} chunks (the last one empty, with finish_reason)")
             runs["vllm bench serve"].append((v["median_ttft_ms"], v["mean_tpot_ms"]))
+            results["tradeoff perf"].append(r)
+            results["vllm bench serve"].append(v)
             print(f"run {run + 1}/{args.runs} ({' then '.join(order)}): tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms "
                   f"TPOT {r['mean_tpot_ms']:.2f} ms ({took['tradeoff']:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} "
                   f"ms TPOT {v['mean_tpot_ms']:.2f} ms ({took['vllm']:.0f} s)", file=sys.stderr)
@@ -119,7 +124,30 @@ def main() -> None:
           "the server ran at a different speed, not the tools measured differently. TTFT also holds the HTTP "
           "path; TPOT also holds the HTTP path's time per token")
     print("; ".join(counts))
+    shared_keys(results)
     print(f"(raw results in {work})")
+
+
+INPUTS = {"num_prompts", "request_rate", "burstiness", "max_concurrency"}  # what was asked, not measured
+
+
+def shared_keys(results: dict[str, list[dict]]) -> None:
+    """Every numeric key both tools write: the median over runs per tool and the difference in %."""
+    t_runs, v_runs = results["tradeoff perf"], results["vllm bench serve"]
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    keys = sorted(k for k in set(t_runs[0]) & set(v_runs[0]) - INPUTS
+                  if all(number(r.get(k)) for r in t_runs) and all(number(r.get(k)) for r in v_runs))
+    print(f"every shared key, median over {len(t_runs)} runs of each tool (vLLM's definitions on both sides):")
+    print(f"{'key':<28} {'tradeoff perf':>14} {'vllm bench serve':>17} {'difference':>11}")
+    outside = []
+    for k in keys:
+        t, v = statistics.median(r[k] for r in t_runs), statistics.median(r[k] for r in v_runs)
+        diff = 0.0 if t == v else (t / v - 1) * 100 if v else float("inf")
+        if abs(diff) > 5:
+            outside.append(k)
+        print(f"{k:<28} {t:>14.4g} {v:>17.4g} {diff:>10.1f}%")
+    print(f"{len(keys) - len(outside)} of {len(keys)} shared keys within 5 %"
+          + (f"; outside: {', '.join(outside)}" if outside else ""))
 
 
 if __name__ == "__main__":

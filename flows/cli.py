@@ -141,12 +141,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_perf(args: argparse.Namespace) -> int:
     """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
-    from tasks.bench import one_line, run_standalone
+    from tasks.bench import one_line, run_standalone, scenarios_without_ok
 
     results = run_standalone(args)
     for r in results:
         print(one_line(r))
     print(f"wrote {args.output} ({len(results)} scenario{'s' if len(results) != 1 else ''})")
+    failed = scenarios_without_ok(results)
+    if failed:
+        print(f"error: no ok request in scenario {', '.join(failed)}: every request there errored or was cut short "
+              f"(see {args.output}, --detailed lists each error)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -194,6 +194,14 @@ class PerfSpec(_Strict):
     request_timeout_s: float = Field(
         default=300.0, gt=0, le=3_600, description="longest wait for a response's next bytes, the first included (seconds); "
                                          "a request that waits longer is errored (or incomplete after its first chunk)")
+    request_deadline_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="longest one request may take, send to last byte (seconds), whatever the "
+                                         "server sends meanwhile (e.g. ': ping' comments); past it the request is "
+                                         "errored (incomplete after its first chunk)")
+    jitter: Literal["auto", "always", "off"] = Field(
+        default="auto", description="the fixed-length concurrency-1 `jitter` scenario that v_tradeoff's "
+                                    "ttft_cv_pct/itl_cv_pct come from; auto: only when the workload is not fixed-length "
+                                    "(len_spread > 0 or a dataset), else the lowest-concurrency step is that workload")
     peak_window_s: float = Field(default=1.0, gt=0, le=3_600, description="window for peak output tokens/s (seconds)")
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from tasks.config import PerfSpec, RunConfig
+from tasks.jitter import needs_jitter_step
 from tasks.loadgen import fixed_steps
 from tasks.runinfo import RunPaths
 from tasks.tables import read_table
@@ -24,7 +25,7 @@ from tasks.validate import ValidationReport, validate_results
 def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
     known in advance, a time limit's requests are not)."""
-    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0)
+    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0) + needs_jitter_step(perf)
     requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
     return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from tasks.config import PerfSpec
 from tasks.energy import EnergyReading, EnergyWindow, PowerSample, per_token
+from tasks.jitter import JITTER_LABEL, jitter_summary, needs_jitter_step
 from tasks.metrics import RequestRecord, summarize_repeats
 from tasks.perf import Prompt, load_sharegpt, run_load, synthetic_prompts
 from tasks.roofline import Bandwidth, mbu_pct
@@ -66,7 +67,7 @@ class Scenario:
         return [r for run in self.runs for r in run.warmup + run.measured]
 
 
-Workload = Callable[[int, int], list[Prompt]]  # (seed, n) -> prompts
+Workload = Callable[..., list[Prompt]]  # (seed, n[, fixed_length]) -> prompts
 
 
 def fixed_steps(spec: PerfSpec) -> list[Step]:
@@ -77,6 +78,8 @@ def fixed_steps(spec: PerfSpec) -> list[Step]:
 
 
 SYNC_STEP = Step("sync", "synchronous", 1)
+# The fixed-length concurrency-1 workload the jitter figure is measured on (tasks.jitter).
+JITTER_STEP = Step(JITTER_LABEL, "concurrency", 1)
 
 
 def max_step(spec: PerfSpec) -> Step:
@@ -106,19 +109,28 @@ def make_workload(spec: PerfSpec, encode: Callable[[str], list[int]] | None = No
 
     From a file, output lengths are the dataset's unless `output_len` was set explicitly
     (as vLLM's --sharegpt-output-len); every (step, repeat) sends the same file prompts.
+    `fixed_length` (the jitter scenario) asks for synthetic prompts of exactly `input_len`
+    tokens asking for `output_len`, whatever the spread or dataset.
     """
+    def fixed(seed: int, n: int) -> list[Prompt]:
+        return synthetic_prompts(n, spec.input_len, seed, spec.unique_prompts, encode, decode, spec.output_len, 0.0)
+
     if spec.dataset:
         fixed_out = spec.output_len if "output_len" in spec.model_fields_set else None
         cache: dict[int, list[Prompt]] = {}
 
-        def from_file(seed: int, n: int) -> list[Prompt]:
+        def from_file(seed: int, n: int, fixed_length: bool = False) -> list[Prompt]:
+            if fixed_length:
+                return fixed(seed, n)
             if n not in cache:
                 cache[n] = load_sharegpt(spec.dataset, n, spec.seed, count_tokens, fixed_out)
             return cache[n]
 
         return from_file
 
-    def synthetic(seed: int, n: int) -> list[Prompt]:
+    def synthetic(seed: int, n: int, fixed_length: bool = False) -> list[Prompt]:
+        if fixed_length:
+            return fixed(seed, n)
         return synthetic_prompts(n, spec.input_len, seed, spec.unique_prompts, encode, decode,
                                  spec.output_len, spec.len_spread)
 
@@ -170,7 +182,7 @@ def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], bas
              energy_off_reason: str | None = None) -> StepRun:
     """Warm-up one by one, then the measured requests of one step inside an energy window."""
     common = dict(kind=spec.endpoint, force=force, count_tokens=count_tokens, timeout_s=spec.request_timeout_s,
-                  repeat=repeat)
+                  repeat=repeat, deadline_s=spec.request_deadline_s)
     n_warm = spec.warmup_requests
     warm = asyncio.run(run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1,
                                 first_index=first_index, **common))
@@ -196,7 +208,8 @@ def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, forc
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
     """
-    steps = fixed_steps(spec) + ([SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
+    steps = ([JITTER_STEP] if needs_jitter_step(spec) else []) + fixed_steps(spec) + (
+        [SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
     with _Progress(progress) as bar:
@@ -206,7 +219,8 @@ def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, forc
                 step = steps[i]
                 seed = spec.seed * 1_000_003 + i * 1009 + repeat
                 sc = scenarios.setdefault(step.label, Scenario(step, []))
-                prompts = workload(seed, spec.warmup_requests + spec.num_prompts)
+                n = spec.warmup_requests + spec.num_prompts
+                prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
                 tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", spec.num_prompts)
                 sc.runs.append(run_step(spec, step, repeat, prompts, base_url, model, force, count_tokens,
                                         sum(len(r.warmup) + len(r.measured) for r in sc.runs), seed, tracker,
@@ -254,6 +268,7 @@ def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_by
     slo = spec.slo.limits() if spec.slo else None
     s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo,
                           spec.confidence, spec.bootstrap_resamples, spec.seed)
+    s.update(jitter_summary([run.measured for run in sc.runs], spec.confidence, spec.bootstrap_resamples, spec.seed))
     step = sc.step
     readings = [run.energy for run in sc.runs]
     measured = [r for run in sc.runs for r in run.measured]

@@ -41,7 +41,9 @@ def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: Requ
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,
             "repeat": r.repeat, "prompt_tokens_source": r.prompt_tokens_source, "finish_reason": r.finish_reason,
-            "max_tokens": r.max_tokens}
+            "max_tokens": r.max_tokens, "ttft_answer_ms": r.ttft_answer_ms, "reasoning_tokens": r.reasoning_tokens,
+            "answer_tokens": r.answer_tokens, "reasoning_tokens_source": r.reasoning_tokens_source,
+            "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None}
 
 
 def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:

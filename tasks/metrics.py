@@ -1,10 +1,15 @@
 """Latency and throughput metrics with vLLM's `bench serve` definitions, plus jitter. Plain Python.
 
 Definitions (times in ms, measured at the client):
-- TTFT: send -> first chunk carrying text.
-- E2EL: send -> last byte of the stream.
+- TTFT: send -> first chunk carrying output: answer text or reasoning (as vLLM: any output).
+  TTFT of the answer (`ttft_answer_ms`): send -> first chunk of answer (non-reasoning) text.
+- E2EL: send -> the read that carried [DONE].
 - TPOT: per request (E2EL - TTFT) / (output_tokens - 1); requests with one token have none.
-- ITL: the gaps between successive text chunks, pooled over all requests.
+- ITL: the gaps between successive output chunks, pooled over all requests. Reasoning tokens
+  are output tokens: TPOT and ITL run over all of them.
+- duration: the measured wall interval, first send to the last request's return whatever
+  its status (vLLM's benchmark duration); throughputs divide by it, so failures at the tail
+  cannot inflate them.
 - jitter: coefficient of variation (sample std / mean) in %, of TTFT and of ITL; and p99/p50.
 - peak output tokens/s: the most output tokens that arrived in any window of `window_s`
   seconds (sliding, starting at a chunk arrival, fully inside the measured interval),
@@ -57,6 +62,13 @@ class RequestRecord:
     finish_reason: str | None = None  # the server's: length | stop | ...
     max_tokens: int | None = None  # output tokens asked for
     repeat: int = 0
+    # 007_timing: reasoning-aware timing (chat with a reasoning parser), and when the request returned
+    ttft_answer_ms: float | None = None  # send -> first answer (non-reasoning) chunk; None: all reasoning
+    reasoning_tokens: int | None = None  # output tokens that were reasoning (0 when no reasoning delta came)
+    answer_tokens: int | None = None  # output tokens that were the answer: output_tokens - reasoning_tokens
+    reasoning_tokens_source: str | None = None  # usage | tokenizer | approx_chunks; None without reasoning
+    end_ms: float | None = None  # when the request returned, whatever its status (ms from the scenario's start)
+    vllm_success: bool | None = None  # would `vllm bench serve` count it as successful (its `completed`)?
 
     @property
     def itl_ms(self) -> list[float]:
@@ -147,7 +159,11 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: 
     if ok:
         start = min(r.start_ms for r in ok)
         end = max(r.start_ms + r.e2el_ms for r in ok)
-        duration_s = max((end - start) / 1000.0, 1e-9)
+        # The measured wall interval (as vLLM's benchmark duration): first send to the last request's
+        # return, whatever its status, so requests that fail at the tail do not inflate throughputs.
+        wall_start = min(r.start_ms for r in measured)
+        wall_end = max([end] + [r.end_ms for r in measured if r.end_ms is not None])
+        duration_s = max((wall_end - wall_start) / 1000.0, 1e-9)
     else:
         start = end = 0.0
         duration_s = None
@@ -174,6 +190,11 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: 
     out.update(describe([r.tpot_ms for r in ok], "tpot_ms", percentiles))
     out.update(describe(itl, "itl_ms", percentiles))
     out.update(describe([r.e2el_ms for r in ok], "e2el_ms", percentiles))
+    # 007_timing: time to the first answer (non-reasoning) token, and how many output tokens were reasoning
+    out.update(describe([r.ttft_answer_ms for r in ok], "ttft_answer_ms", percentiles))
+    out["total_reasoning_tokens"] = sum(r.reasoning_tokens or 0 for r in ok)
+    out["total_answer_tokens"] = sum(r.answer_tokens if r.answer_tokens is not None else (r.output_tokens or 0)
+                                     for r in ok)
     out["ttft_cv_pct"] = cv_pct(ttft)
     out["itl_cv_pct"] = cv_pct(itl)
     p50, p99 = out["ttft_ms_p50"], out["ttft_ms_p99"]
@@ -233,7 +254,8 @@ def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, pe
     """
     per = [summarize(r, window_s, percentiles, slo) for r in runs]
     pooled = summarize([r for run in runs for r in run], window_s, percentiles, slo)
-    for k in ("num_requests", "num_ok", "num_errors", "num_incomplete", "total_input_tokens", "total_output_tokens"):
+    for k in ("num_requests", "num_ok", "num_errors", "num_incomplete", "total_input_tokens", "total_output_tokens",
+              "total_reasoning_tokens", "total_answer_tokens"):
         pooled[k] = sum(p[k] or 0 for p in per)
     pooled["num_good"] = sum(p["num_good"] or 0 for p in per) if slo else None
     pooled["duration_s"] = sum(p["duration_s"] or 0 for p in per) or None

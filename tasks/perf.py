@@ -1,8 +1,11 @@
 """The one streaming client for OpenAI-compatible servers, synthetic workloads, and the concurrency sweep.
 
-Timestamps are taken at the client with `perf_counter_ns`: send, every text chunk (when the
+Timestamps are taken at the client with `perf_counter_ns`: send, every chunk carrying output
+(answer text, or reasoning as vLLM's reasoning parsers send it in chat deltas; stamped when the
 bytes carrying it are read, before parsing; chunks that arrive in one read share its time),
-end. HTTP is aiohttp, as in `vllm bench serve` and AIPerf: on a 2-core host that also runs the
+end. A server is untrusted input: each request has a total deadline, SSE lines and bodies a
+size cap, and any response the client cannot digest (malformed or oddly shaped JSON) errs that
+request with the reason, never the sweep. HTTP is aiohttp, as in `vllm bench serve` and AIPerf: on a 2-core host that also runs the
 server, httpx cost ~25 ms of client CPU per 64-token request against aiohttp's ~15 ms, and a
 client's CPU is taken from the server it measures.
 Output tokens come from the server's `usage` when it sends one; otherwise, when the
@@ -145,108 +148,244 @@ def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | N
     return body
 
 
-def _chunk_text(kind: str, obj: dict) -> tuple[str, str | None]:
-    """(text of this SSE chunk, its finish_reason or None)."""
-    choices = obj.get("choices") or []
+# What one response may send: a server is untrusted input (issue 18). No SSE line of a real
+# completions stream comes near 1 MiB, nor a response near 64 MiB (~4,000 tokens of chat chunks
+# are ~1 MB); past them the request is errored instead of growing memory without bound.
+MAX_SSE_LINE_BYTES = 1 << 20
+MAX_RESPONSE_BYTES = 64 << 20
+MAX_ERROR_BODY_BYTES = 4096  # read of a non-200 body, of which 200 characters are kept
+
+
+class BadChunk(ValueError):
+    """An SSE event whose JSON does not have the shape of a completions chunk; the message names the field."""
+
+
+def _text_field(d: dict, key: str, where: str) -> str:
+    v = d.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise BadChunk(f"{where}{key} is a {type(v).__name__}, not a string")
+    return v
+
+
+def _chunk_text(kind: str, obj: dict) -> tuple[str, str, str | None]:
+    """(answer text, reasoning text, finish_reason) of one SSE chunk; BadChunk when its shape is wrong.
+
+    Reasoning comes as vLLM's reasoning parsers send it in chat deltas: `reasoning_content`, or
+    `reasoning` (its newer name; servers that send both send the same text, so one is read).
+    """
+    # The common shapes are checked inline (this runs once per chunk); _text_field names an odd field.
+    choices = obj.get("choices")
+    if type(choices) is not list:
+        if choices is None:
+            return "", "", None
+        raise BadChunk(f"choices is a {type(choices).__name__}, not a list")
     if not choices:
-        return "", None
+        return "", "", None
     c = choices[0]
-    text = (c.get("delta") or {}).get("content") if kind == "chat" else c.get("text")
-    return text or "", c.get("finish_reason")
+    if type(c) is not dict:
+        raise BadChunk(f"choices[0] is a {type(c).__name__}, not an object")
+    if kind == "chat":
+        delta = c.get("delta") or {}
+        if type(delta) is not dict:
+            raise BadChunk(f"choices[0].delta is a {type(delta).__name__}, not an object")
+        text, reasoning = delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning")
+        if (text is not None and type(text) is not str) or (reasoning is not None and type(reasoning) is not str):
+            for key in ("content", "reasoning_content", "reasoning"):
+                _text_field(delta, key, "choices[0].delta.")
+    else:
+        text, reasoning = c.get("text"), None
+        if text is not None and type(text) is not str:
+            _text_field(c, "text", "choices[0].")
+    fin = c.get("finish_reason")
+    if fin is not None and type(fin) is not str:
+        raise BadChunk(f"choices[0].finish_reason is a {type(fin).__name__}, not a string")
+    return text or "", reasoning or "", fin
+
+
+def _count(v: object, name: str) -> int | None:
+    """A token count from the server: a non-negative whole number, else BadChunk naming it."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or int(v) != v:
+        raise BadChunk(f"{name} is {v!r}, not a token count")
+    return int(v)
+
+
+def _usage(obj: dict) -> dict[str, int] | None:
+    """The chunk's usage as {prompt_tokens, completion_tokens, reasoning_tokens} (those given); None without one."""
+    u = obj.get("usage")
+    if u is None:
+        return None
+    if not isinstance(u, dict):
+        raise BadChunk(f"usage is a {type(u).__name__}, not an object")
+    out = {k: _count(u.get(k), f"usage.{k}") for k in ("prompt_tokens", "completion_tokens")}
+    details = u.get("completion_tokens_details")
+    if details is not None:
+        if not isinstance(details, dict):
+            raise BadChunk(f"usage.completion_tokens_details is a {type(details).__name__}, not an object")
+        out["reasoning_tokens"] = _count(details.get("reasoning_tokens"),
+                                         "usage.completion_tokens_details.reasoning_tokens")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _excerpt(data: bytes) -> str:
+    return repr(data[:80].decode(errors="replace"))
 
 
 async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, kind: str, index: int,
                          origin_ns: int, count_tokens: Callable[[str], int] | None,
                          prompt_tokens: int | None, prompt_tokens_source: str | None = None,
-                         repeat: int = 0) -> RequestRecord:
-    """Send one streaming request; never raises: failures become status 'error' or 'incomplete'."""
+                         repeat: int = 0, deadline_s: float | None = None) -> RequestRecord:
+    """Send one streaming request; never raises: failures become status 'error' or 'incomplete'.
+
+    `deadline_s` bounds the whole request, send to last byte (a server that keeps a stream
+    alive with `: ping` comments is cut there); `timeout_s` of the session bounds each wait
+    for bytes. Each chunk carrying output (answer text or reasoning) is stamped when the
+    bytes carrying it are read; TTFT is the first of them (any output, as vLLM), TTFT of the
+    answer the first answer chunk.
+    """
     t_send = time.perf_counter_ns()
     rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens,
                         prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
-                        max_tokens=body.get("max_tokens"), repeat=repeat)
+                        max_tokens=body.get("max_tokens"), repeat=repeat, vllm_success=False)
     parts: list[str] = []
-    usage = None
+    reasoning_parts: list[str] = []
+    usage: dict[str, int] = {}
     done = False
+    got_choices = False  # a chunk with a non-empty choices list: what vllm bench serve calls success
     finish_reason = None
-    try:
-        async with client.post(url, json=body) as resp:
-            if resp.status != 200:
-                detail = " ".join((await resp.read()).decode(errors="replace").split())[:200]
-                rec.error = f"HTTP {resp.status}: {detail}"
-                return rec
-            ctype = resp.headers.get("content-type", "")
-            if "text/event-stream" not in ctype:
-                rec.error = f"not an SSE stream (content-type '{ctype}')"
-                return rec
-            pending = b""
-            async for raw in resp.content.iter_any():
-                # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
-                # before any parsing, so parsing earlier events never delays a later event's time.
-                now = time.perf_counter_ns()
-                *lines, pending = (pending + raw).split(b"\n")
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done, t_end = True, now
-                        break
-                    try:
-                        obj = json.loads(data)
-                    except (json.JSONDecodeError, UnicodeDecodeError):
-                        rec.error = f"malformed SSE data: {data[:80].decode(errors='replace')!r}"
-                        return rec
-                    if not isinstance(obj, dict):
-                        rec.error = f"SSE data is not a JSON object: {data[:80].decode(errors='replace')!r}"
-                        return rec
-                    usage = obj.get("usage") or usage
-                    text, fin = _chunk_text(kind, obj)
-                    finish_reason = fin or finish_reason
-                    if text:
-                        rec.chunk_offsets_ms.append((now - t_send) / 1e6)
-                        parts.append(text)
-                if done:
-                    break
-            if done:
-                # Read what follows [DONE] (the chunked body's end) so the connection is reused,
-                # as vllm bench serve's client does; a server that then hangs costs at most 5 s.
-                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    await asyncio.wait_for(resp.content.read(), 5.0)
-            else:
-                t_end = time.perf_counter_ns()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-        rec.error = f"{type(err).__name__}: {err}"[:300] if str(err) else type(err).__name__
-        rec.status = "incomplete" if rec.chunk_offsets_ms else "error"
+    deadline = asyncio.timeout(deadline_s)
+
+    def fail(error: str, status: str = "error") -> RequestRecord:
+        rec.error, rec.status = error, status
         return rec
+
+    try:
+        try:
+            async with deadline, client.post(url, json=body) as resp:
+                if resp.status != 200:
+                    raw = await resp.content.read(MAX_ERROR_BODY_BYTES)
+                    return fail(f"HTTP {resp.status}: {' '.join(raw.decode(errors='replace').split())[:200]}")
+                ctype = resp.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    return fail(f"not an SSE stream (content-type '{ctype}')")
+                pending = b""
+                received = 0
+                async for raw in resp.content.iter_any():
+                    # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
+                    # before any parsing, so parsing earlier events never delays a later event's time.
+                    now = time.perf_counter_ns()
+                    received += len(raw)
+                    if received > MAX_RESPONSE_BYTES:
+                        return fail(f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never "
+                                    f"this long")
+                    if b"\n" not in raw:
+                        pending += raw
+                        if len(pending) > MAX_SSE_LINE_BYTES:
+                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes without a newline")
+                        continue
+                    *lines, pending = (pending + raw).split(b"\n")
+                    for line in lines:
+                        if len(line) > MAX_SSE_LINE_BYTES:
+                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes")
+                        if not line.startswith(b"data:"):
+                            continue  # SSE comments (': ping'), event names, blank separators
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done, t_end = True, now
+                            break
+                        try:
+                            obj = json.loads(data)
+                        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                            return fail(f"malformed SSE data: {_excerpt(data)}")
+                        if not isinstance(obj, dict):
+                            return fail(f"SSE data is not a JSON object: {_excerpt(data)}")
+                        try:
+                            if obj.get("usage") is not None:
+                                usage.update(_usage(obj))
+                            text, reasoning, fin = _chunk_text(kind, obj)
+                        except BadChunk as err:
+                            return fail(f"malformed SSE data: {err}: {_excerpt(data)}")
+                        if not got_choices and obj.get("choices"):
+                            got_choices = True
+                        finish_reason = fin or finish_reason
+                        if text or reasoning:
+                            offset = (now - t_send) / 1e6
+                            rec.chunk_offsets_ms.append(offset)
+                            if reasoning:
+                                reasoning_parts.append(reasoning)
+                            if text:
+                                parts.append(text)
+                                if rec.ttft_answer_ms is None:
+                                    rec.ttft_answer_ms = offset
+                    if done:
+                        break
+                if done:
+                    # Read what follows [DONE] (the chunked body's end) so the connection is reused,
+                    # as vllm bench serve's client does; a server that then hangs costs at most 5 s.
+                    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                        await asyncio.wait_for(resp.content.read(MAX_ERROR_BODY_BYTES), 5.0)
+                else:
+                    t_end = time.perf_counter_ns()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            if not done:  # after [DONE] (draining the body's end) nothing is lost
+                status = "incomplete" if rec.chunk_offsets_ms else "error"
+                if deadline.expired():
+                    return fail(f"request deadline of {deadline_s:g} s exceeded", status)
+                return fail(f"{type(err).__name__}: {err}"[:300] if str(err) else type(err).__name__, status)
+        except Exception as err:  # noqa: BLE001 - a response the client cannot digest errs this request only
+            return fail(f"client error on this response ({type(err).__name__}: {err})"[:300])
+    finally:
+        rec.end_ms = (time.perf_counter_ns() - origin_ns) / 1e6
+    rec.vllm_success = got_choices
     rec.text = "".join(parts)
+    reasoning_text = "".join(reasoning_parts)
     rec.finish_reason = finish_reason
     rec.e2el_ms = (t_end - t_send) / 1e6
     if not rec.chunk_offsets_ms:
-        rec.error = "stream ended without any text"
-        return rec
+        return fail("stream ended without any text")
     rec.ttft_ms = rec.chunk_offsets_ms[0]
-    if usage and usage.get("prompt_tokens"):
-        rec.prompt_tokens, rec.prompt_tokens_source = int(usage["prompt_tokens"]), "usage"
-    if usage and usage.get("completion_tokens"):
-        rec.output_tokens, rec.output_tokens_source = int(usage["completion_tokens"]), "usage"
+    if usage.get("prompt_tokens"):
+        rec.prompt_tokens, rec.prompt_tokens_source = usage["prompt_tokens"], "usage"
+    if usage.get("completion_tokens"):
+        rec.output_tokens, rec.output_tokens_source = usage["completion_tokens"], "usage"
     elif finish_reason == "length" and body.get("max_tokens"):
         # Stopped by max_tokens: exactly that many tokens were generated. Re-tokenizing
         # the text can merge tokens across boundaries and undercount.
         rec.output_tokens, rec.output_tokens_source = int(body["max_tokens"]), "max_tokens"
     elif count_tokens is not None:
-        rec.output_tokens, rec.output_tokens_source = count_tokens(rec.text), "tokenizer"
+        rec.output_tokens = count_tokens(rec.text) + (count_tokens(reasoning_text) if reasoning_text else 0)
+        rec.output_tokens_source = "tokenizer"
     else:
         # No usage, no tokenizer: one token per text chunk, an approximation named as such.
         rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "approx_chunks"
+    # Reasoning tokens are output tokens (as vLLM, guidellm and AIPerf count them): TPOT runs over all of them.
+    rec.reasoning_tokens = 0
+    if reasoning_parts:
+        if "reasoning_tokens" in usage:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = usage["reasoning_tokens"], "usage"
+        elif count_tokens is not None:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = count_tokens(reasoning_text), "tokenizer"
+        else:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = len(reasoning_parts), "approx_chunks"
+        rec.reasoning_tokens = min(rec.reasoning_tokens, rec.output_tokens)
+    rec.answer_tokens = rec.output_tokens - rec.reasoning_tokens
     if not (done or finish_reason):
-        rec.status, rec.error = "incomplete", "stream closed before [DONE]"
-        return rec
-    rec.status = "ok"
+        return fail("stream closed before [DONE]", "incomplete")
+    rec.status, rec.error = "ok", None
     return rec
 
 
+def api_root(url: str) -> str:
+    """The server root of an endpoint given with or without a trailing /v1 (the clients append /v1/...)."""
+    root = url.strip().rstrip("/")
+    return root[: -len("/v1")].rstrip("/") if root.endswith("/v1") else root
+
+
 def endpoint_url(base_url: str, kind: str) -> str:
-    return base_url.rstrip("/") + ("/v1/chat/completions" if kind == "chat" else "/v1/completions")
+    return api_root(base_url) + ("/v1/chat/completions" if kind == "chat" else "/v1/completions")
 
 
 async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tokens: int,
@@ -254,11 +393,12 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
                    max_duration_s: float | None = None, kind: str = "completions", force: str | None = None,
                    count_tokens: Callable[[str], int] | None = None, timeout_s: float = 300.0,
                    first_index: int = 0, repeat: int = 0,
-                   on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+                   on_record: Callable[[RequestRecord], None] | None = None,
+                   deadline_s: float | None = None) -> list[RequestRecord]:
     """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
     `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
-    those in flight finish (bounded by `timeout_s`). Records keep the prompts' order; unsent
-    prompts have none.
+    those in flight finish (bounded by `timeout_s` per wait for bytes and `deadline_s` per
+    request). Records keep the prompts' order; unsent prompts have none.
     """
     url = endpoint_url(base_url, kind)
     slots = min(concurrency or len(prompts), len(prompts)) + 1
@@ -268,7 +408,7 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots), timeout=timeout,
-                                     headers=endpoint_headers(base_url)) as client:
+                                     headers=endpoint_headers(api_root(base_url))) as client:
         origin = time.perf_counter_ns()
         deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
 
@@ -286,7 +426,7 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
                     return None
                 body = _payload(kind, model, p.text, p.output_len or max_tokens, force)
                 rec = await stream_request(client, url, body, kind, i, origin, count_tokens, p.tokens,
-                                           p.tokens_source, repeat)
+                                           p.tokens_source, repeat, deadline_s)
             if on_record:
                 on_record(rec)
             return rec
@@ -311,9 +451,13 @@ def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:
     last = ""
     while time.monotonic() < deadline:
         try:
-            r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=2.0)
+            r = httpx.get(api_root(base_url) + "/v1/models", timeout=2.0)
             r.raise_for_status()
-            return [m.get("id") for m in r.json().get("data", [])]
+            listing = r.json()
+            models = listing.get("data", []) if isinstance(listing, dict) else None
+            if not isinstance(models, list):
+                raise ValueError("GET /v1/models answered no model list")
+            return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
         except (httpx.HTTPError, ValueError) as err:
             last = f"{type(err).__name__}: {err}"
             time.sleep(0.5)

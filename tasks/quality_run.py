@@ -21,6 +21,7 @@ from tasks.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.config import ConfigError, SuiteSpec
 from tasks.failures import account_errors
 from tasks.names import SUITE_KEY_PATTERN, contained, name_problem
+from tasks.perf import api_root
 from tasks.quality import SUITES, SuiteContext, check_params, close_matches, suite_for
 from tasks.tables import write_table
 
@@ -81,7 +82,7 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
             raise ConfigError(f"{name}: file {p} not found; pass the GGUF the endpoint serves")
     output = Path(output)
     suite = suite_for(spec.name)
-    ctx = SuiteContext(variant=model, base_url=endpoint.rstrip("/").removesuffix("/v1"), served_model=model,
+    ctx = SuiteContext(variant=model, base_url=api_root(endpoint), served_model=model,
                        artifact_path=gguf, reference_artifact_path=reference_gguf or gguf, limit=spec.limit,
                        seed=spec.seed, params=spec.params, n_ctx=n_ctx,
                        work_dir=contained(output, output / "quality" / spec.key, "suite folder"),

@@ -76,6 +76,18 @@ def _energy_clause(j_per_token: float | None, reference_j_per_token: float | Non
     return f"energy {j_per_token:.3g} J/token"
 
 
+def _itl_jitter_clause(row: pd.Series) -> str | None:
+    """Speculative variants only: their ITL jitter against the reference's, the figure speculation moves
+    (accepted drafts arrive in bursts, rejected ones stall), with its interval over repeats where there is one."""
+    ratio, cv = _value(row.get("itl_jitter_ratio_vs_reference")), _value(row.get("itl_cv_pct"))
+    if not _value(row.get("speculative")) or cv is None:
+        return None
+    lo, hi = _value(row.get("itl_cv_pct_ci_lo")), _value(row.get("itl_cv_pct_ci_hi"))
+    interval = f", CI {lo:.0f}..{hi:.0f}" if lo is not None and hi is not None else ""
+    return (f"ITL jitter {ratio:.1f}x ({cv:.0f} % CV{interval})" if ratio is not None
+            else f"ITL jitter {cv:.0f} % CV{interval}")
+
+
 def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
     """One sentence per variant of a tradeoff_frame: failed ones say why, ok ones compare with the reference.
 
@@ -101,6 +113,7 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
             f"TTFT {ttft:+.0f} %" if ttft is not None else None,
             f"jitter {jitter:.1f}x" if jitter is not None else None,
+            _itl_jitter_clause(row),
             _quality_clause(identifier(row["quality_metric"]), dq, quality_unit,
                             (_value(row.get("quality_delta_ci_low")), _value(row.get("quality_delta_ci_high"))),
                             _value(row.get("quality_verdict"))) if dq is not None else None,

@@ -107,9 +107,10 @@ def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
 
 
 def jitter_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    # v_tradeoff's jitter figures: per-repeat CVs of the fixed-length jitter workload (tasks.jitter)
     s = con.execute("""
-        select variant, ttft_cv_pct, itl_cv_pct from perf_summary where run_id = ?
-        qualify concurrency = min(concurrency) over (partition by variant) order by variant""", [run_id]).df()
+        select variant, ttft_cv_pct, itl_cv_pct from v_tradeoff where run_id = ? and status = 'ok'
+        order by variant""", [run_id]).df()
     if s.empty:
         return _note("no perf summary")
     fig, ax = _axes()

@@ -84,6 +84,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("prompt_tokens_source", pa.string()),  # usage | tokenizer | approx_words
         ("finish_reason", pa.string()),  # the server's: length | stop | ...
         ("max_tokens", pa.int32()),  # output tokens asked for
+        # 007_timing: reasoning-aware timing (tasks.perf), when the request returned
+        ("ttft_answer_ms", pa.float64()),  # send -> first answer (non-reasoning) chunk; NULL: all reasoning
+        ("reasoning_tokens", pa.int32()),  # output tokens that were reasoning (0: no reasoning delta)
+        ("answer_tokens", pa.int32()),  # output_tokens - reasoning_tokens
+        ("reasoning_tokens_source", pa.string()),  # usage | tokenizer | approx_chunks; NULL without reasoning
+        ("end_s", pa.float64()),  # when the request returned, any status, from the scenario's start
     ]),
     # One row per (variant, scenario).
     "perf_summary": pa.schema([
@@ -145,6 +151,19 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("mem_bandwidth_gb_s", pa.float64()),  # host memory bandwidth (1e9 bytes/s), concurrency-1 rows
         ("mem_bandwidth_method", pa.string()),  # how it was measured (or that it is a specification)
         ("mbu_pct", pa.float64()),  # model bandwidth utilisation, concurrency-1 rows
+        # 007_timing: time to the first answer token, reasoning tokens, jitter per repeat (tasks.jitter)
+        ("ttft_answer_ms_mean", pa.float64()),
+        ("ttft_answer_ms_p50", pa.float64()),
+        ("ttft_answer_ms_p99", pa.float64()),
+        ("total_reasoning_tokens", pa.int64()),
+        ("total_answer_tokens", pa.int64()),
+        ("ttft_cv_pct_median", pa.float64()),  # median over repeats of each repeat's TTFT CV
+        ("ttft_cv_pct_median_ci_lo", pa.float64()),  # NULL below 2 repeats (jitter_note says why)
+        ("ttft_cv_pct_median_ci_hi", pa.float64()),
+        ("itl_cv_pct_median", pa.float64()),  # median over repeats of each repeat's ITL CV
+        ("itl_cv_pct_median_ci_lo", pa.float64()),
+        ("itl_cv_pct_median_ci_hi", pa.float64()),
+        ("jitter_note", pa.string()),  # why a jitter figure or its interval is NULL
     ]),
     # One row per (variant, scenario, repeat, device, sample): power at a fixed interval.
     "perf_power": pa.schema([

@@ -107,6 +107,11 @@ def perf_requests_suite(expected: int | None):
         gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1, row_condition=ok),
         gxe.ExpectColumnValuesToNotBeNull(column="concurrency"),
         gxe.ExpectColumnValuesToBeBetween(column="concurrency", min_value=1),
+        # 007_timing: the answer starts no earlier than the first output; reasoning is part of the output
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ttft_answer_ms", column_B="ttft_ms", or_equal=True,
+                                                    ignore_row_if="either_value_is_missing"),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="output_tokens", column_B="reasoning_tokens",
+                                                    or_equal=True, ignore_row_if="either_value_is_missing"),
     ])
 
 
@@ -136,6 +141,10 @@ def perf_summary_suite(expected: int | None):
         gxe.ExpectColumnValuesToBeBetween(column="mbu_pct", min_value=0, max_value=MAX_FINITE, strict_min=True),
         gxe.ExpectColumnValuesToBeBetween(column="tokens_per_j", min_value=0, max_value=MAX_FINITE, strict_min=True),
         gxe.ExpectColumnValuesToNotBeNull(column="mem_bandwidth_method", row_condition=col("mbu_pct").is_not_null()),
+        # 007_timing: jitter per repeat, its interval ordered
+        *[gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=f"{m}_ci_hi", column_B=f"{m}_ci_lo", or_equal=True,
+                                                      ignore_row_if="either_value_is_missing")
+          for m in ("ttft_cv_pct_median", "itl_cv_pct_median")],
     ])
 
 

@@ -1,7 +1,9 @@
 """A local OpenAI-style SSE server used as a measuring instrument and to feed the client bad streams.
 
 The request's `model` picks the behaviour: ok (finish_reason length), stop (finish_reason
-stop), usage, html, garbage, http500, cut, empty, stall (two chunks, then 3 s of silence).
+stop), usage, html, garbage, http500, cut, empty, stall (two chunks, then 3 s of silence);
+hostile ones: ping (': ping' every second, never an event, for up to a minute), nonewline
+(1.5 MiB without a newline), and the ODD shapes (two good chunks, then one odd JSON event).
 """
 
 from __future__ import annotations
@@ -10,6 +12,19 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+# Odd but well-formed JSON a server may send (issue 18): each must err its request, never the sweep.
+ODD = {
+    "odd-usage": {"choices": [], "usage": "n/a"},
+    "odd-choices": {"choices": "x"},
+    "odd-tokens": {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": "many"}},
+    "odd-negative": {"choices": [], "usage": {"completion_tokens": -4}},
+    "odd-choice": {"choices": [5]},
+    "odd-text": {"choices": [{"index": 0, "text": 5, "finish_reason": None}]},
+    "odd-finish": {"choices": [{"index": 0, "text": " t", "finish_reason": 3}]},
+    "odd-details": {"choices": [], "usage": {"completion_tokens": 4, "completion_tokens_details": [1]}},
+}
 
 
 def _chunk(text: str, finish: str | None = None) -> bytes:
@@ -50,6 +65,21 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"<html>nope</html>")
             return
         self._start()
+        if mode == "ping":
+            for _ in range(60):  # a keep-alive comment every second, never an event
+                self.wfile.write(b": ping\n\n")
+                self.wfile.flush()
+                time.sleep(1.0)
+            return
+        if mode == "nonewline":
+            for _ in range(24):  # 1.5 MiB in 64 KiB writes, never a newline
+                self.wfile.write(b"x" * 65536)
+            time.sleep(2)
+            return
+        if mode in ODD:
+            self.wfile.write(_chunk(" t0") + _chunk(" t1"))
+            self.wfile.write(f"data: {json.dumps(ODD[mode])}\n\n".encode() + b"data: [DONE]\n\n")
+            return
         if mode == "garbage":
             self.wfile.write(b"data: {not json\n\n")
             return

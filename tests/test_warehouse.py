@@ -257,8 +257,12 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
         "run_id", "started_at", "variant", "engine", "model", "quantization", "speculative", "is_reference",
         "status", "error", "tps_peak", "tps_mean", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
         "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "goodput_req_s", "mbu_pct",
-        "ttft_ms_mean_ci_lo", "ttft_ms_mean_ci_hi", "speedup_vs_reference",
-        "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "quality_delta_vs_reference",
+        "ttft_ms_mean_ci_lo", "ttft_ms_mean_ci_hi",
+        # 007_timing: jitter per repeat of the fixed-length jitter workload (tasks/jitter.py)
+        "ttft_cv_pct", "ttft_cv_pct_ci_lo", "ttft_cv_pct_ci_hi", "itl_cv_pct", "itl_cv_pct_ci_lo", "itl_cv_pct_ci_hi",
+        "jitter_scenario", "jitter_note", "speedup_vs_reference",
+        "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "itl_jitter_ratio_vs_reference",
+        "quality_delta_vs_reference",
         "quality_delta_ci_low", "quality_delta_ci_high", "quality_delta_n", "quality_verdict",
         "arithmetic_accuracy", "fidelity_kl_mean",
     ]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.engines import Artifact, Endpoint, Engine, _set_headers, check_args, register_engine
 from tasks.credentials import key_source_problem, remember_key, url_problem
+from tasks.perf import api_root
 
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
@@ -42,8 +43,7 @@ class HostedArgs(BaseModel):
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
-        v = v.rstrip("/")
-        return v[: -len("/v1")] if v.endswith("/v1") else v
+        return api_root(v)
 
 
 class HostedError(RuntimeError):

@@ -8,7 +8,7 @@
 --   tps_peak                       output tokens/s, best window, max over the variant's scenarios
 --   tps_mean                       output tokens/s, best sustained: max over its scenarios
 --   ttft_ms_mean, ttft_ms_p99      ms, time to first token, headline scenario
---   jitter_pct                     %, TTFT coefficient of variation, headline scenario
+--   jitter_pct                     %, the same as ttft_cv_pct (kept for its readers)
 --   itl_ms_mean                    ms, inter-token latency, headline scenario
 --   tpot_ms_mean                   ms per output token, headline scenario
 --   energy_j_per_token             joules per output token, in the scenario that gave tps_mean
@@ -19,28 +19,41 @@
 --   mbu_pct                        %, model bandwidth utilisation, headline scenario (concurrency 1)
 --   ttft_ms_mean_ci_lo, _ci_hi     ms, t-interval over the repeats' TTFT means (perf.confidence;
 --                                  run-to-run variation only; NULL under 2 repeats)
+--   ttft_cv_pct                    %, TTFT jitter of the jitter scenario: the median over repeats of each
+--                                  repeat's coefficient of variation (sample std / mean) of TTFT; rows
+--                                  loaded without it (before 007) fall back to the CV pooled over repeats
+--   ttft_cv_pct_ci_lo, _ci_hi      %, interval of ttft_cv_pct over the repeats; NULL below 2 (jitter_note)
+--   itl_cv_pct                     %, ITL jitter likewise: each repeat's CV of its pooled chunk gaps, median
+--   itl_cv_pct_ci_lo, _ci_hi       %, interval of itl_cv_pct over the repeats; NULL below 2 (jitter_note)
+--   jitter_scenario                the scenario the jitter figures come from: `jitter` (the fixed-length
+--                                  concurrency-1 workload, perf.jitter) when it ran, else the headline
+--   jitter_note                    why a jitter figure or its interval is NULL
 --   speedup_vs_reference           ratio, tps_mean / reference tps_mean
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
 --   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
+--   itl_jitter_ratio_vs_reference  ratio, itl_cv_pct / reference itl_cv_pct (speculative decoding moves it)
 --   quality_delta_vs_reference     quality - reference quality, in the metric's own unit
 --   quality_delta_ci_low, _ci_high paired interval of the primary metric's delta over the samples
 --                                  both variants have (quality_deltas: Tango or BCa; own unit)
 --   quality_delta_n                paired samples behind that interval
 --   quality_verdict                better | worse | inconclusive | identical | no_ci | no_data
 --   then every metric column of v_quality_wide (<suite>_<metric>, own unit)
--- The headline scenario is the lowest-concurrency one: the latency a single user sees.
+-- The headline scenario is the lowest-concurrency one: the latency a single user sees. The `jitter`
+-- scenario is a measuring instrument for the jitter figures only: speed and latency never come from it.
 -- Comparisons are NULL when either side is NULL, a denominator is 0, or a run has not exactly
 -- one reference variant.
 
 with headline as (
     select *
     from perf_summary
+    where scenario <> 'jitter'
     qualify row_number() over (partition by run_id, variant order by concurrency, scenario) = 1
 ),
 
 best_sustained as (
     select *
     from perf_summary
+    where scenario <> 'jitter'
     qualify row_number() over (
         partition by run_id, variant order by output_throughput desc nulls last, concurrency, scenario
     ) = 1
@@ -49,7 +62,16 @@ best_sustained as (
 peak as (
     select run_id, variant, max(peak_output_throughput) as tps_peak
     from perf_summary
+    where scenario <> 'jitter'
     group by run_id, variant
+),
+
+jitter as (
+    select *
+    from perf_summary
+    qualify row_number() over (
+        partition by run_id, variant order by scenario = 'jitter' desc, concurrency, scenario
+    ) = 1
 ),
 
 primary_quality as (
@@ -75,7 +97,7 @@ measured as (
         b.output_throughput as tps_mean,
         h.ttft_ms_mean,
         h.ttft_ms_p99,
-        h.ttft_cv_pct as jitter_pct,
+        coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as jitter_pct,
         h.itl_ms_mean,
         h.tpot_ms_mean,
         b.energy_j_per_token,
@@ -85,12 +107,21 @@ measured as (
         h.request_goodput as goodput_req_s,
         h.mbu_pct,
         h.ttft_ms_mean_ci_lo,
-        h.ttft_ms_mean_ci_hi
+        h.ttft_ms_mean_ci_hi,
+        coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as ttft_cv_pct,
+        j.ttft_cv_pct_median_ci_lo as ttft_cv_pct_ci_lo,
+        j.ttft_cv_pct_median_ci_hi as ttft_cv_pct_ci_hi,
+        coalesce(j.itl_cv_pct_median, j.itl_cv_pct) as itl_cv_pct,
+        j.itl_cv_pct_median_ci_lo as itl_cv_pct_ci_lo,
+        j.itl_cv_pct_median_ci_hi as itl_cv_pct_ci_hi,
+        j.scenario as jitter_scenario,
+        j.jitter_note
     from variants as v
     join runs as r on v.run_id = r.run_id
     left join peak as p on v.run_id = p.run_id and v.variant = p.variant
     left join best_sustained as b on v.run_id = b.run_id and v.variant = b.variant
     left join headline as h on v.run_id = h.run_id and v.variant = h.variant
+    left join jitter as j on v.run_id = j.run_id and v.variant = j.variant
     left join primary_quality as q on v.run_id = q.run_id and v.variant = q.variant
 ),
 
@@ -102,7 +133,7 @@ primary_delta as (
 ),
 
 reference as (
-    select run_id, tps_mean, ttft_ms_mean, jitter_pct, quality
+    select run_id, tps_mean, ttft_ms_mean, jitter_pct, itl_cv_pct, quality
     from measured
     where is_reference
     -- two references would duplicate every row; compare with none instead
@@ -115,6 +146,7 @@ final as (
         m.tps_mean / nullif(ref.tps_mean, 0) as speedup_vs_reference,
         (m.ttft_ms_mean / nullif(ref.ttft_ms_mean, 0) - 1) * 100 as ttft_change_pct_vs_reference,
         m.jitter_pct / nullif(ref.jitter_pct, 0) as jitter_ratio_vs_reference,
+        m.itl_cv_pct / nullif(ref.itl_cv_pct, 0) as itl_jitter_ratio_vs_reference,
         m.quality - ref.quality as quality_delta_vs_reference,
         pd.ci_low as quality_delta_ci_low,
         pd.ci_high as quality_delta_ci_high,

@@ -1,0 +1,153 @@
+"""A paced OpenAI-style SSE server: a measuring instrument whose timing is known, to check the client's.
+
+    python -m tests.stubs.paced_server [--port 0]      prints "paced: serving on PORT", then serves
+
+Answers POST /v1/completions and /v1/chat/completions with `max_tokens` output chunks: the first
+`ttft` ms after the request was read, then one every `itl` ms plus a jitter drawn uniformly in
+[-jitter, +jitter] ms (seeded by the prompt, so a rerun sends the same gaps). Each chunk is
+written at an absolute target time (no drift) as its own HTTP/1.1 chunk with Nagle off, and
+the time it was actually written is recorded. The request's `model` sets the pacing, as
+comma-separated key=value pairs (defaults in PACE):
+
+    ttft=60,itl=15,jitter=4      milliseconds
+    reasoning=3                  chat: the first 3 chunks are reasoning deltas, the rest answer
+    field=reasoning_content      the delta key reasoning comes in (vLLM's old name; `reasoning`:
+                                 its new one; `both`: the same text under both keys)
+    usage=1                      a final usage chunk (completion_tokens, and reasoning_tokens in
+                                 completion_tokens_details)
+    done=100                     ms between the last chunk and `data: [DONE]`
+    heavy=2,pad=150000           chunk 2 carries a JSON array of 150,000 zeros: parsing it takes
+                                 ~20 ms, so a client that stamped chunks after parsing shows it
+
+GET /truth returns what was sent, per prompt (completions: `prompt`; chat: the last message's
+content): {"recv_ns", "writes_ns": [...] (each chunk's write began), "written_ns": [...] (it
+ended: the last byte was with the kernel), "kinds": ["reasoning" | "answer", ...], "done_ns"},
+all from time.perf_counter_ns(), which on Linux is CLOCK_MONOTONIC, one clock for every
+process of the host: the client's own stamps can be compared with it directly.
+GET /v1/models lists the model `paced`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PACE = {"ttft": 60.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content", "usage": 0,
+        "done": 0.0, "heavy": -1, "pad": 150000}
+
+_TRUTH: dict[str, dict] = {}
+_LOCK = threading.Lock()
+
+
+def pace(model: str) -> dict:
+    """The model name's pacing over PACE's defaults; unknown keys are an error."""
+    out = dict(PACE)
+    for item in filter(None, (model or "").split(",")):
+        key, _, value = item.partition("=")
+        if key not in PACE:
+            raise ValueError(f"unknown pacing key {key!r}; known: {', '.join(PACE)}")
+        out[key] = type(PACE[key])(value) if not isinstance(PACE[key], str) else value
+    return out
+
+
+def gaps_ms(p: dict, n: int, key: str) -> list[float]:
+    """The n - 1 gaps after the first chunk: itl +- jitter, seeded by the prompt."""
+    rng = random.Random(f"{key}")
+    return [p["itl"] + rng.uniform(-p["jitter"], p["jitter"]) for _ in range(n - 1)]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small writes leave at once instead of waiting for an ACK
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _json(self, obj: object) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/truth":
+            with _LOCK:
+                return self._json(_TRUTH)
+        return self._json({"object": "list", "data": [{"id": "paced", "object": "model"}]})
+
+    def _event(self, obj: object) -> tuple[int, int]:
+        """Write one SSE event as one HTTP chunk; returns when its write started and ended (ns)."""
+        data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+        frame = b"%x\r\n%s\r\n" % (len(data), data)
+        start = time.perf_counter_ns()
+        self.wfile.write(frame)
+        return start, time.perf_counter_ns()
+
+    def do_POST(self):
+        recv = time.perf_counter_ns()
+        req = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        chat = self.path.endswith("/chat/completions")
+        key = req["messages"][-1]["content"] if chat else req["prompt"]
+        p = pace(req.get("model", ""))
+        n = int(req.get("max_tokens") or 8)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        targets = [recv + p["ttft"] * 1e6]
+        for g in gaps_ms(p, n, key):
+            targets.append(targets[-1] + g * 1e6)
+        writes, written, kinds = [], [], []
+        for i, target in enumerate(targets):
+            wait = (target - time.perf_counter_ns()) / 1e9
+            if wait > 0:
+                time.sleep(wait)
+            kind = "reasoning" if chat and i < p["reasoning"] else "answer"
+            fin = "length" if i == n - 1 else None
+            text = f" {kind[0]}{i}"
+            if chat:
+                if i == 0:
+                    self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                              "finish_reason": None}]})
+                fields = ["reasoning_content", "reasoning"] if p["field"] == "both" else [p["field"]]
+                delta = {f: text for f in fields} if kind == "reasoning" else {"content": text}
+                obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": fin}]}
+            else:
+                obj = {"choices": [{"index": 0, "text": text, "finish_reason": fin}]}
+            if i == p["heavy"]:
+                obj["pad"] = [0] * p["pad"]
+            start, end = self._event(obj)
+            writes.append(start)
+            written.append(end)
+            kinds.append(kind)
+        if p["usage"]:
+            n_reasoning = kinds.count("reasoning")
+            self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5,
+                                                  "completion_tokens_details": {"reasoning_tokens": n_reasoning}}})
+        if p["done"]:
+            time.sleep(p["done"] / 1000)
+        done, _ = self._event(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        with _LOCK:
+            _TRUTH[key] = {"recv_ns": recv, "writes_ns": writes, "written_ns": written, "kinds": kinds,
+                           "done_ns": done}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    a = ap.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    srv.daemon_threads = True
+    print(f"paced: serving on {srv.server_address[1]}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
