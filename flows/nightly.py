@@ -154,7 +154,7 @@ def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: st
 def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
     """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
-    per_variant = expected_perf_rows(cfg.perf)  # None: the count depends on timing (a time limit)
+    per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
     out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
     for table, n in per_variant.items():
         if n is None:

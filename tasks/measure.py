@@ -17,6 +17,7 @@ from prefect.cache_policies import NONE
 from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.engines import Artifact, engine_for
 from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
+from tasks.load_search import search_load
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
@@ -64,12 +65,13 @@ def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:
     return None if perf.force_output_len == "none" else perf.force_output_len
 
 
-def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
+def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
-    known in advance, a time limit's requests are not)."""
+    known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`)."""
     n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0)
     requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
-    return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
+    return {"perf_requests": None if perf.max_duration_s or search else requests,
+            "perf_summary": None if search else n_steps, "perf_power": None}
 
 
 def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_url: str,
@@ -86,6 +88,9 @@ def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_
     bandwidth = host_bandwidth()  # measured once per run, before the first request
     scenarios = run_perf(perf, base_url, engine.served_model_name(variant), workload, force, tok.count if tok else None,
                          progress=progress, on_scenario=on_scenario)
+    # decision.search: rate steps between the last step meeting the SLO and the first missing it (tasks/load_search.py)
+    scenarios += search_load(cfg, base_url, engine.served_model_name(variant), workload, force,
+                             tok.count if tok else None, scenarios, on_scenario)
     for sc in scenarios:
         sc.summary = summarize_scenario(perf, sc, force, artifact.bytes, bandwidth)
     return scenarios
