@@ -103,7 +103,7 @@ def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, A
     (config_json,), = con.execute("select config_json from runs where run_id = ?", [run_id]).fetchall()
     recorded = (json.loads(config_json or "{}") or {}).get("decision") or {}
     try:
-        return DecisionSpec.model_validate({**recorded, **overrides})
+        spec = DecisionSpec.model_validate({**recorded, **overrides})
     except ValidationError as err:
         e = err.errors()[0]
         field = str(e["loc"][0]) if e["loc"] else "decision"
@@ -116,6 +116,7 @@ def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, A
     if unknown:
         raise ConfigError(f"--gate: '{unknown[0]}' is not a quality metric of run {run_id}; "
                           f"known: {', '.join(sorted(known)) or 'none'}")
+    return spec
 
 
 def _literal(x: Any) -> str:

@@ -68,7 +68,9 @@ def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decis
                             "energy_note": s["energy_note"], **SERVER_SLO})
             requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
                           "request_index": i, "is_warmup": False, "status": "ok", "ttft_ms": t, "tpot_ms": s["tpot_ms"],
-                          "e2el_ms": t + 63 * s["tpot_ms"], "output_tokens": 64} for i, t in enumerate(s["ttft_ms"])]
+                          "e2el_ms": t + 63 * s["tpot_ms"], "output_tokens": 64,
+                          "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)]}
+                         for i, t in enumerate(s["ttft_ms"])]
             requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
                           "request_index": n_ok + i, "is_warmup": False, "status": "error", "error": "HTTP 503"}
                          for i in range(s["errors"])]
@@ -446,3 +448,39 @@ def test_search_finds_the_capacity_of_a_paced_server() -> None:
     print(f"\nsearch: {[(round(r, 2), m) for r, m in judged]}; sustainable {best:.2f} req/s, misses at "
           f"{first_miss:.2f}; {took:.1f} s")
     assert 18.0 <= best <= 24.5 and first_miss <= 30.0
+
+
+def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> None:
+    from tasks.report_html import render_html
+
+    with open_warehouse(demo_db, read_only=True) as con:
+        page = render_html(con, "d1")
+    section = page[page.index("<h2>Decision: which variant to ship</h2>"):page.index("<h2>Trade-off table</h2>")]
+    assert "<b>Ship q4_1 (the reference): at least 1.00 req/s" in section
+    assert "q2_k is faster (1.80x the req/s) but keeps 60.0 %" in section
+    assert section.count("<svg") == 1 and "ship this" in section and "retention target 99 %" in section
+    assert "not plotted (no sustainable load or no retention): q8_0" in section
+
+
+def test_a_search_makes_the_perf_row_counts_open() -> None:
+    from tasks.measure import expected_perf_rows
+
+    perf = PerfSpec(concurrency=[1, 2], num_prompts=3)
+    assert expected_perf_rows(perf) == {"perf_requests": 8, "perf_summary": 2, "perf_power": None}
+    assert expected_perf_rows(perf, search=True) == {"perf_requests": None, "perf_summary": None, "perf_power": None}
+
+
+def test_cli_recommend(demo_db: Path, capsys) -> None:
+    from flows.cli import main
+
+    assert main(["recommend", "--warehouse", str(demo_db)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("run d1: decision under p99") and out[2].startswith("Ship q4_1 (the reference)")
+    assert main(["recommend", "--warehouse", str(demo_db), "--optimise", "tps", "--gate", "arithmetic.accuracy"]) == 0
+    assert "(overridden: --gate, --optimise)" in capsys.readouterr().out.splitlines()[0]
+    for flags, message in ((["--retention", "ninety"], "error: --retention: 'ninety' is not a number; write e.g. "
+                                                       "--retention 0.99"),
+                           (["--gate", "fidelity.kl"], "error: --gate: 'fidelity.kl' is not a quality metric of run d1; "
+                                                      "known: arithmetic.accuracy")):
+        assert main(["recommend", "--warehouse", str(demo_db), *flags]) == 2
+        assert capsys.readouterr().err.strip() == message
