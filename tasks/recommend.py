@@ -169,6 +169,10 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     run_id = run_id or latest[0]
     if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchall()[0][0]:
         raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
+    if not con.execute("select count(*) from duckdb_views() where view_name = 'v_recommendation'").fetchall()[0][0]:
+        # a read-only connection sees the views as the last writer left them
+        raise WarehouseError(f"{path} has no v_recommendation yet (an older tradeoff wrote it last); refresh its views "
+                             f"with `tradeoff load RUN_DIR` of any run")
     return run_id
 
 
@@ -342,7 +346,7 @@ def _table(df: pd.DataFrame) -> str:
 def _notes(df: pd.DataFrame) -> list[str]:
     """One line per distinct reason a cost, energy, carbon or efficiency figure is NULL."""
     out = []
-    for col, what in (("carbon_note", "carbon"), ("cost_note", "cost"), ("efficiency_note", "tokens per correct answer")):
+    for col, what in (("carbon_note", "carbon"), ("cost_note", "cost"), ("efficiency_note", "per-correct-answer figures")):
         for note, g in df[df[col].notna()].groupby(col, sort=False):
             out.append(f"{what} NULL for {', '.join(g['variant'])}: {note}")
     return out

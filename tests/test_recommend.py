@@ -413,10 +413,11 @@ def test_search_stops_at_its_time_budget() -> None:
 
 
 def test_search_finds_the_capacity_of_a_paced_server() -> None:
-    """A single-slot server taking 50 ms per request sustains 20 req/s. Requests arrive evenly (burstiness 100);
-    above 20 req/s each waits for the one before it, so with 20 requests the last one's TTFT is about
-    50 ms + 20 x 50 ms - 19 / rate: p99 TTFT <= 250 ms holds up to ~23.7 req/s. The sweep measures 4 and
-    40 req/s; the search must bracket the limit."""
+    """A single-slot server taking 50 ms per request serves 20 req/s. Requests arrive evenly (burstiness 100);
+    above 20 req/s request k waits k x (50 ms - 1000 / rate ms), so over 20 requests p99 TTFT (numpy's, between
+    the 19th and 20th) is 50 + 18.81 x (50 - 1000 / rate) ms: within 250 ms up to ~25.4 req/s. The sweep
+    measures 4 and 40 req/s; the search must bracket the limit (the client's own ~1 ms per request and the
+    arrivals' residual jitter put it a little lower)."""
     from tasks.loadgen import make_workload, run_perf
     from tasks.load_search import bracket, search_load
     from tests.slo_stub import start_paced_stub
@@ -447,7 +448,7 @@ def test_search_finds_the_capacity_of_a_paced_server() -> None:
     first_miss = min([rate for rate, met in judged if not met and rate > best] + [40.0])
     print(f"\nsearch: {[(round(r, 2), m) for r, m in judged]}; sustainable {best:.2f} req/s, misses at "
           f"{first_miss:.2f}; {took:.1f} s")
-    assert 18.0 <= best <= 24.5 and first_miss <= 30.0
+    assert 18.0 <= best <= 26.0 and first_miss <= 31.0
 
 
 def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> None:
@@ -484,3 +485,28 @@ def test_cli_recommend(demo_db: Path, capsys) -> None:
                                                       "known: arithmetic.accuracy")):
         assert main(["recommend", "--warehouse", str(demo_db), *flags]) == 2
         assert capsys.readouterr().err.strip() == message
+
+
+def test_a_warehouse_written_before_the_views_existed_is_one_line(demo_db: Path) -> None:
+    import duckdb
+
+    from tasks.recommend import format_recommendation
+    from warehouse.db import WarehouseError
+
+    with duckdb.connect(str(demo_db)) as con:
+        con.execute("drop view v_recommendation")
+    with open_warehouse(demo_db, read_only=True) as con, pytest.raises(WarehouseError, match="has no v_recommendation "
+                                                                                              "yet .*`tradeoff load"):
+        format_recommendation(con)
+
+
+def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
+    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(12, 300))], "accuracy": 0.5},
+                "bad": {"steps": [step("c1", 1, 1.0, ttfts(12, 300))], "accuracy": 0.05,
+                        "delta": delta(0.5, 0.05, (-0.7, -0.3))}}
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision={}), db)
+    with open_warehouse(db, read_only=True) as con:
+        bad = by_variant(con, "z1")["bad"]
+    assert (bad["retention_ci_low"], bad["retention_ci_high"]) == (0.0, pytest.approx(0.4))
+    assert bad["verdict"] == "fails_gate" and bad["beats_recommended"] is True

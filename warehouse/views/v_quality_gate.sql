@@ -11,7 +11,8 @@
 --                                  reference got right and the variant wrong, and the reverse
 --   retention                      value / reference (higher-is-better), reference / value (lower-is-better)
 --   retention_ci_low, _ci_high     the delta interval mapped to retention (the retention_ci CTE, the one
---                                  place this mapping lives; the reference value is taken as known)
+--                                  place this mapping lives; the reference value is taken as known; a
+--                                  lower bound below 0 is clipped to 0)
 --   retention_target               from v_decision (0.99: MLPerf's 99 % class)
 --   gate                           pass | fail | not_enough_evidence
 --   gate_reason                    why, in words
@@ -86,7 +87,7 @@ retention_ci as (
         end as retention,
         case
             when reference_value is null or reference_value <= 0 then null
-            when higher_is_better then (reference_value + ci_low) / reference_value
+            when higher_is_better then greatest((reference_value + ci_low) / reference_value, 0)
             when reference_value + ci_high > 0 then reference_value / (reference_value + ci_high)
         end as retention_ci_low,
         case

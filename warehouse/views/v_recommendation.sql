@@ -28,7 +28,7 @@
 --   output_tok_per_correct         output tokens per correct answer: mean output tokens per sample / accuracy
 --   s_per_correct                  s of serving time per correct answer at the sustainable output tokens/s
 --   usd_per_correct                USD per correct answer at that load (or at the hosted token prices)
---   efficiency_note                why the three above are NULL
+--   efficiency_note                why (some of) the three above are NULL
 --   optimise                       rate | tps | cost | energy | cost_per_correct (v_decision)
 --   objective                      the variant's value of it (req/s, tok/s, USD/1M tok, J/1M tok, USD)
 --   rank                           1 = recommended, among variants that meet the SLO and pass the gate
@@ -209,7 +209,7 @@ assembled as (
             when es.unit <> 'fraction' then d.gate_metrics[1] || ' is not an accuracy'
             when not es.accuracy > 0 then 'no correct answer'
             when et.output_tokens is null then 'the suite records no token counts per sample'
-            when b.scenario is null then 'no sustainable load'
+            when b.scenario is null then 'no sustainable load: no seconds or USD per correct answer'
         end as efficiency_note,
         d.optimise,
         d.tie_tolerance_pct
