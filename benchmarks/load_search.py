@@ -43,6 +43,10 @@ def one(service_ms: float, limit_ms: float) -> None:
         took = time.monotonic() - t0
     finally:
         srv.shutdown()
+    if span is None:
+        print(f"service {service_ms:5.0f} ms: the sweep left nothing to bracket (the low rate missed the SLO or the high "
+              f"one met it): a loaded host? {[sc.step.label for sc in sweep]}")
+        return
     judged = [(sc.step.rate, check_step([r for run in sc.runs for r in run.measured], {"ttft_ms": limit_ms}, 99).met)
               for sc in added]
     best = max([r for r, met in judged if met] + [span[0]])
