@@ -313,7 +313,6 @@ class NotifySpec(_Strict):
         return v
 
 
-
 class LoadSearchSpec(_Strict):
     """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
     that misses it, halving the gap each time (tasks/load_search.py)."""
@@ -359,10 +358,11 @@ class DecisionSpec(_Strict):
         # The preset's limits are written out, so the run's recorded config (runs.config_json) carries the numbers.
         return SloSpec(preset=v.preset, **v.limits()) if v is not None else None
 
-    def slo_limits(self, perf: "PerfSpec") -> dict[str, float] | None:
+    def slo_limits(self, perf: PerfSpec) -> dict[str, float] | None:
         """The limits the decision checks: its own SLO, else the perf sweep's goodput SLO."""
         slo = self.slo or perf.slo
         return slo.limits() if slo else None
+
 
 class RunConfig(_Strict):
     """A whole nightly run."""

@@ -1,5 +1,6 @@
 """Notifications: a failed or partial nightly, regressions flagged by v_regressions, or a recommendation
-(v_recommendation) that differs from the previous night's, go to a Prefect notification block (a webhook, Slack, e-mail, ...) named in the config's `notify.block`.
+(v_recommendation) that differs from the previous night's go to a Prefect notification block (a webhook,
+Slack, e-mail, ...) named in the config's `notify.block`.
 
 The messages are plain functions of a run's outcome (tested without Prefect); `send` loads the
 block and calls it, with retries and backoff for transient HTTP errors.
@@ -68,15 +69,15 @@ def run_message(run_id: str, status: str, failed: list[str], errors: dict[str, s
                 recommendation: str | None = None) -> tuple[str, str] | None:
     """(subject, body) of a nightly's notification, or None when there is nothing to say."""
     parts, body = [], []
-    if recommendation:
-        parts.append("recommendation changed")
-        body.append(recommendation)
     if status == "failed" or (status == "partial" and on_partial):
         parts.append(f"{status} ({len(failed)} variant{'s' if len(failed) != 1 else ''} failed)")
         body += [f"- {v}: {errors.get(v, 'failed').strip().splitlines()[0][:300]}" for v in failed]
     if flagged and on_regression:
         parts.append(f"{len(flagged)} regression{'s' if len(flagged) != 1 else ''}")
         body += ["Regressions (v_regressions):"] + [f"- {line}" for line in flagged]
+    if recommendation:
+        parts.append("recommendation changed")
+        body.append(recommendation)
     if not parts:
         return None
     return f"tradeoff nightly {run_id}: " + ", ".join(parts), "\n".join(body)
