@@ -225,6 +225,8 @@ def test_an_slo_no_variant_meets(tmp_path: Path) -> None:
     assert got["q4_1"]["decision_note"] == "no variant meets the SLO at any measured step"
     assert got["q4_1"]["slo_note"] == "no step meets the SLO; lowest, c1: p99 TTFT 311 ms > 250 ms"
     assert got["q4_1"]["sustainable_req_s"] is None and got["q4_1"]["gco2e_per_1m_output_tok"] is None
+    assert got["q4_1"]["carbon_note"] == "no sustainable load"  # its steps have energy
+    assert got["q2_k"]["carbon_note"] == "no sustainable load; energy not measured either: no NVML, no RAPL"
 
 
 def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path: Path) -> None:

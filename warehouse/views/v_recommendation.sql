@@ -189,6 +189,8 @@ assembled as (
             when b.energy_j_per_token is null then coalesce(b.energy_note, 'not measured')
         end as energy_note,
         case
+            when b.scenario is null and l.energy_j_per_token is null and l.energy_note is not null
+                then 'no sustainable load; energy not measured either: ' || l.energy_note
             when b.scenario is null then 'no sustainable load'
             when b.energy_j_per_token is null then 'energy not measured: ' || coalesce(b.energy_note, 'no reason recorded')
             when d.grid_gco2e_per_kwh is null then 'no grid intensity: set decision.grid_gco2e_per_kwh'
