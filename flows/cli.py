@@ -1,4 +1,5 @@
-"""The `tradeoff` command: check a config, run the nightly flow, load a run folder, print the report."""
+"""The `tradeoff` command: check a config, run the nightly flow, load a run folder, print the report and the
+recommendation."""
 
 from __future__ import annotations
 
@@ -83,6 +84,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
             path = write_html(con, args.run or latest_run_id(con), args.html)
             print(f"html report: {path}")
+    finally:
+        con.close()
+    return 0
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Which variant to ship under the run's SLO and quality gate (v_recommendation), in words first."""
+    from tasks.recommend import format_recommendation, overrides_from_args
+    from warehouse.db import open_warehouse
+
+    overrides = overrides_from_args(args)  # bad flags fail here, before the warehouse is opened
+    con = open_warehouse(_warehouse(args), read_only=True)
+    try:
+        print(format_recommendation(con, args.run, overrides))
     finally:
         con.close()
     return 0
@@ -182,6 +197,7 @@ def _share(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     from tasks.bench import add_arguments as add_perf_arguments
+    from tasks.recommend import add_arguments as add_recommend_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -217,6 +233,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_report)
+    c = sub.add_parser("recommend", help="which variant to ship under an SLO and a quality gate, at what load "
+                                         "and cost (v_recommendation)")
+    add_recommend_arguments(c)
+    c.set_defaults(func=cmd_recommend)
     c = sub.add_parser("sql", help="run a SQL query on the warehouse (read-only) and print the result")
     c.add_argument("query")
     c.add_argument("--max-rows", type=int, default=100)

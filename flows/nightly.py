@@ -28,7 +28,7 @@ from tasks.config import ConfigError, RunConfig, Variant, load_config, parse_con
 from tasks.failures import reported, run_outcome
 from tasks.fanout import check_pool, submit_variant, wait_for_runs
 from tasks.gate import expected_rows
-from tasks.notify import deliver, load_block, regressions, run_message, send
+from tasks.notify import deliver, load_block, recommendation_change, regressions, run_message, send
 from tasks.results import ResultsLocation
 from tasks.runinfo import RunPaths, host_info, make_run_paths, new_run_id, valid_run_id
 from tasks.runlock import run_lock
@@ -177,8 +177,10 @@ def load_results_task(paths: RunPaths, warehouse: Path, only: list[str] | None =
 
 @task(name="report", cache_policy=NONE)
 def report_task(warehouse: Path, paths: RunPaths) -> str:
-    """Text and HTML reports, plus the trade-off table, takeaways and a link to the HTML as Prefect artifacts."""
+    """Text and HTML reports, plus the trade-off table, takeaways, the recommendation and a link to the HTML as
+    Prefect artifacts."""
     from tasks.report import format_report, quality_unit, takeaways, tradeoff_frame
+    from tasks.recommend import recommendation_markdown
     from tasks.report_html import write_html
     from warehouse.db import open_warehouse
 
@@ -190,8 +192,11 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
         metric = df["quality_metric"].dropna().iloc[0] if df["quality_metric"].notna().any() else None
         lines = takeaways(df, quality_unit(con, run_id, metric))
         html_path = write_html(con, run_id, paths.root / "report.html").resolve()
+        decision = recommendation_markdown(con, run_id)
     finally:
         con.close()
+    create_markdown_artifact(key="tradeoff-recommendation", markdown=decision,
+                             description=f"Which variant to ship of run {run_id} (v_recommendation)")
     create_link_artifact(key="tradeoff-report", link=html_path.as_uri(), link_text=f"HTML report of {run_id}",
                          description="Self-contained page: tables and plots (open on the host that ran the flow)")
     create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records", date_format="iso")),
@@ -203,13 +208,16 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
 
 @task(name="notify-outcome", cache_policy=NONE)
 def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, rows: list[dict]) -> str | None:
-    """Tell the notify block about a failed or partial run and about regressions flagged in v_regressions."""
+    """Tell the notify block about a failed or partial run, regressions flagged in v_regressions and a changed
+    recommendation (v_recommendation)."""
     if cfg.notify is None:
         return None
     failed = [r["variant"] for r in rows if r["status"] == "failed"]
     errors = {r["variant"]: str(r["error"] or "failed") for r in rows if r["status"] == "failed"}
     flagged = regressions(warehouse, run_id) if cfg.notify.on_regression else []
-    message = run_message(run_id, status, failed, errors, flagged, cfg.notify.on_partial, cfg.notify.on_regression)
+    changed = recommendation_change(warehouse, run_id) if cfg.notify.on_recommendation_change else None
+    message = run_message(run_id, status, failed, errors, flagged, cfg.notify.on_partial, cfg.notify.on_regression,
+                          changed)
     if message is None:
         return None
     send(cfg.notify.block, *message)

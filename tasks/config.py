@@ -334,6 +334,8 @@ class NotifySpec(_Strict):
                                    "e.g. custom-webhook/tradeoff-alerts")
     on_partial: bool = Field(default=True, description="also when some variants failed")
     on_regression: bool = Field(default=True, description="also when v_regressions flags this run")
+    on_recommendation_change: bool = Field(default=True, description="also when v_recommendation's pick differs "
+                                                                     "from the previous run of the config")
 
     @field_validator("block")
     @classmethod
@@ -341,6 +343,57 @@ class NotifySpec(_Strict):
         if not re.fullmatch(r"[a-z0-9-]+/[^/]+", v):
             raise ValueError(f"'{v}' is not 'block-type-slug/name'; write e.g. custom-webhook/tradeoff-alerts")
         return v
+
+
+class LoadSearchSpec(_Strict):
+    """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
+    that misses it, halving the gap each time (tasks/load_search.py)."""
+
+    budget_s: float = Field(default=120.0, gt=0, description="longest the search may take per variant (s)")
+    max_steps: int = Field(default=6, ge=1, description="most rate steps it adds")
+    tolerance_pct: float = Field(default=10.0, gt=0, lt=100,
+                                 description="stop when the gap between passing and failing rate is below this (%)")
+
+
+class DecisionSpec(_Strict):
+    """Which variant to ship (`tradeoff recommend`, v_recommendation): an SLO, a quality gate and an objective.
+
+    Every field is optional. The SLO defaults to perf.slo (the goodput limits), the gate to the primary
+    quality metric at MLPerf's 99 % retention class; the recommendation maximises the sustainable request rate.
+    """
+
+    slo: SloSpec | None = Field(default=None, description="latency limits at `percentile`: a preset name or "
+                                                          "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
+    percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
+                                                                      "meet each limit (MLPerf: 99)")
+    gate_metrics: list[str] | None = Field(default=None, description="'suite.metric' list that gates quality; "
+                                                                     "default: quality.primary")
+    retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
+                                                                   "must keep (MLPerf classes: 0.99, 0.999)")
+    optimise: Literal["rate", "tps", "cost", "energy", "cost_per_correct"] = Field(
+        default="rate", description="max sustainable request rate | max output tokens/s | min USD per 1M output "
+                                    "tokens | min J per 1M output tokens | min USD per correct answer")
+    grid_gco2e_per_kwh: float | None = Field(default=None, ge=0, description="grid carbon intensity (gCO2e/kWh), "
+                                                                             "from your provider; no lookup")
+    tie_tolerance_pct: float = Field(default=5.0, ge=0, description="objective values this close to the best are "
+                                                                    "a tie (%), broken on quality")
+    search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _preset_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
+
+    @field_validator("slo")
+    @classmethod
+    def _explicit_limits(cls, v: SloSpec | None) -> SloSpec | None:
+        # The preset's limits are written out, so the run's recorded config (runs.config_json) carries the numbers.
+        return SloSpec(preset=v.preset, **v.limits()) if v is not None else None
+
+    def slo_limits(self, perf: PerfSpec) -> dict[str, float] | None:
+        """The limits the decision checks: its own SLO, else the perf sweep's goodput SLO."""
+        slo = self.slo or perf.slo
+        return slo.limits() if slo else None
 
 
 class RunConfig(_Strict):
@@ -355,6 +408,8 @@ class RunConfig(_Strict):
     server_start_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
     notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
+    decision: DecisionSpec = Field(default_factory=DecisionSpec, description="SLO, quality gate and objective "
+                                                                             "of `tradeoff recommend`")
 
     _safe_name = field_validator("name")(safe_name)
 
@@ -431,6 +486,10 @@ def _check_semantics(cfg: RunConfig) -> None:
         suite = cfg.quality.primary.split(".", 1)[0]
         if suite not in set(keys):
             raise ConfigError(f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite")
+    for i, metric in enumerate(cfg.decision.gate_metrics or []):
+        if metric.split(".", 1)[0] not in set(keys) or "." not in metric:
+            raise ConfigError(f"decision.gate_metrics[{i}]: '{metric}' is not 'suite.metric' of a suite in quality.suites; "
+                              f"use e.g. {cfg.quality.primary or 'arithmetic.accuracy'}")
 
 
 def _format_validation_error(err: ValidationError) -> str:

@@ -22,18 +22,19 @@ from tasks.tables import read_table
 from tasks.validate import ValidationReport, validate_results
 
 
-def expected_perf_rows(perf: PerfSpec) -> dict[str, int | None]:
+def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
-    known in advance, a time limit's requests are not)."""
+    known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`)."""
     n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0) + needs_jitter_step(perf)
     requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
-    return {"perf_requests": None if perf.max_duration_s else requests, "perf_summary": n_steps, "perf_power": None}
+    return {"perf_requests": None if perf.max_duration_s or search else requests,
+            "perf_summary": None if search else n_steps, "perf_power": None}
 
 
 def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
     """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
-    per_variant = expected_perf_rows(cfg.perf)  # None: the count depends on timing (a time limit)
+    per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
     out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
     for table, n in per_variant.items():
         if n is None:

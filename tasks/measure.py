@@ -20,6 +20,7 @@ from tasks.engines import Artifact, engine_for
 from tasks.failures import account_errors, request_counts
 from tasks.gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.gate (no Prefect import there)
 from tasks.loadgen import Scenario, Step, StepRun, make_workload, run_perf, summarize_scenario
+from tasks.load_search import search_load
 from tasks.metrics import RequestRecord
 from tasks.roofline import host_bandwidth
 from tasks.names import contained
@@ -84,6 +85,9 @@ def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_
     bandwidth = host_bandwidth()  # measured once per run, before the first request
     scenarios = run_perf(perf, base_url, engine.served_model_name(variant), workload, force, tok.count if tok else None,
                          progress=progress, on_scenario=on_scenario)
+    # decision.search: rate steps between the last step meeting the SLO and the first missing it (tasks/load_search.py)
+    scenarios += search_load(cfg, base_url, engine.served_model_name(variant), workload, force,
+                             tok.count if tok else None, scenarios, on_scenario)
     for sc in scenarios:
         sc.summary = summarize_scenario(perf, sc, force, artifact.bytes, bandwidth)
     return scenarios

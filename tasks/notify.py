@@ -1,5 +1,6 @@
-"""Notifications: a failed or partial nightly, or regressions flagged by v_regressions, go to a Prefect
-notification block (a webhook, Slack, e-mail, ...) named in the config's `notify.block`.
+"""Notifications: a failed or partial nightly, regressions flagged by v_regressions, or a recommendation
+(v_recommendation) that differs from the previous night's go to a Prefect notification block (a webhook,
+Slack, e-mail, ...) named in the config's `notify.block`.
 
 The messages are plain functions of a run's outcome (tested without Prefect); `send` loads the
 block and calls it, with retries and backoff for transient HTTP errors.
@@ -35,8 +36,37 @@ def regressions(warehouse: Path, run_id: str) -> list[str]:
             for v, m, val, mean, lo, hi, chg, n in rows]
 
 
+def recommendation_change(warehouse: Path, run_id: str) -> str | None:
+    """One line when v_recommendation's pick differs from the previous run of the same config on the same
+    hardware (a run that did not fail); None when it is the same or there is no earlier run."""
+    from warehouse.db import open_warehouse
+
+    con = open_warehouse(warehouse, read_only=True)
+    try:
+        rows = con.execute("""
+            with this as (select * from runs where run_id = ?),
+            earlier as (
+                select r.run_id from runs as r, this as t
+                where r.config_name = t.config_name and r.hardware_id is not distinct from t.hardware_id
+                    and r.started_at < t.started_at and r.status <> 'failed'
+                order by r.started_at desc limit 1
+            )
+            select run_id, any_value(recommended_variant), any_value(decision_note) from v_recommendation
+            where run_id = ? or run_id in (select run_id from earlier)
+            group by run_id""", [run_id, run_id]).fetchall()
+    finally:
+        con.close()
+    picks = {r: (pick, note) for r, pick, note in rows}
+    previous = next((r for r in picks if r != run_id), None)
+    if previous is None or run_id not in picks or picks[previous][0] == picks[run_id][0]:
+        return None
+    now, note = picks[run_id]
+    return f"recommendation changed: {picks[previous][0] or 'none'} (run {previous}) -> {now or f'none ({note})'}"
+
+
 def run_message(run_id: str, status: str, failed: list[str], errors: dict[str, str], flagged: list[str],
-                on_partial: bool = True, on_regression: bool = True) -> tuple[str, str] | None:
+                on_partial: bool = True, on_regression: bool = True,
+                recommendation: str | None = None) -> tuple[str, str] | None:
     """(subject, body) of a nightly's notification, or None when there is nothing to say."""
     parts, body = [], []
     if status == "failed" or (status == "partial" and on_partial):
@@ -45,6 +75,9 @@ def run_message(run_id: str, status: str, failed: list[str], errors: dict[str, s
     if flagged and on_regression:
         parts.append(f"{len(flagged)} regression{'s' if len(flagged) != 1 else ''}")
         body += ["Regressions (v_regressions):"] + [f"- {line}" for line in flagged]
+    if recommendation:
+        parts.append("recommendation changed")
+        body.append(recommendation)
     if not parts:
         return None
     return f"tradeoff nightly {run_id}: " + ", ".join(parts), "\n".join(body)

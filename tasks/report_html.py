@@ -1,6 +1,7 @@
 """The HTML report of one run: one self-contained page (inline CSS and SVG plots, no scripts, no
 external resources) with the trade-off table, takeaways and the plots an inference team reads.
 
+First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes).
 Plots: tokens/s vs quality with the Pareto frontier, TTFT and ITL CDFs per variant, jitter bars,
 throughput and latency vs concurrency, energy per token, the long-context length x depth grid,
 and history across nights. A plot with no data says why instead of drawing nothing.
@@ -194,6 +195,64 @@ def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> st
     return _svg(fig)
 
 
+def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The decision (v_recommendation): the sentences, then sustainable output tokens/s vs retention of the gating
+    metric with both intervals as error bars, the frontier and the recommended variant marked, then the rows."""
+    from tasks.recommend import recommendation_frame, summary_lines
+
+    df = recommendation_frame(con, run_id)
+    if df.empty:
+        return _note("no variants")
+    lines = summary_lines(df)
+    text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
+    pts = df[df.sustainable_output_tok_s.notna() & df.retention.notna()]
+    left_out = sorted(set(df.variant) - set(pts.variant))
+    if pts.empty:
+        plot = _note("no variant has both a sustainable load and a retention to plot")
+    else:
+        fig, ax = _axes(6.4, 4.0)
+        x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
+        xerr = [(x - pts.sustainable_output_tok_s_ci_lo.astype(float).fillna(x)).clip(lower=0),
+                (pts.sustainable_output_tok_s_ci_hi.astype(float).fillna(x) - x).clip(lower=0)]
+        yerr = [(y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
+                (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0)]
+        colors = {"recommended": "#2ca02c", "passes": "#1f77b4", "fails_gate": "#d62728",
+                  "not_enough_evidence": "#ff7f0e", "not_ranked": "#7f7f7f"}
+        for verdict, g in pts.groupby("verdict"):
+            i = g.index
+            ax.errorbar(x[i], y[i], xerr=[xerr[0][i], xerr[1][i]], yerr=[yerr[0][i], yerr[1][i]], fmt="o",
+                        color=colors.get(verdict, "#7f7f7f"), capsize=3, label=verdict, zorder=3)
+        chosen = pts[pts.verdict == "recommended"]
+        if not chosen.empty:
+            ax.scatter(x[chosen.index], y[chosen.index], marker="*", s=260, color="#2ca02c", edgecolor="black",
+                       zorder=4, label="ship this")
+        # frontier: no other point has both more tokens/s and a higher retention
+        front = pts[[not ((x > x[i]) & (y >= y[i]) | (x >= x[i]) & (y > y[i])).any() for i in pts.index]]
+        front = front.assign(_x=x[front.index], _y=y[front.index]).sort_values("_x")
+        ax.plot(front._x, front._y, "-", color="#1f77b4", alpha=0.5, label="frontier")
+        target = float(df.retention_target.dropna().iloc[0]) * 100 if df.retention_target.notna().any() else None
+        if target is not None:
+            ax.axhline(target, ls="--", color="#d62728", alpha=0.6, label=f"retention target {target:g} %")
+        for i in pts.index:
+            ax.annotate(pts.variant[i], (x[i], y[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.set_xlabel("output tokens/s at the sustainable load (95 % CI where >= 2 repeats)")
+        ax.set_ylabel(f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)")
+        ax.legend(fontsize=7)
+        plot = _svg(fig) + (_note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}")
+                            if left_out else "")
+    table = _table(df, [("variant", "variant", 0), ("verdict", "verdict", 0), ("sustainable_scenario", "step", 0),
+                        ("sustainable_req_s", "req/s", 3), ("sustainable_output_tok_s", "tok/s", 1),
+                        ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
+                        ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1), ("gate", "gate", 0),
+                        ("gate_metric", "metric", 0), ("retention", "retention", 4),
+                        ("retention_ci_low", "CI low", 4), ("retention_ci_high", "CI high", 4),
+                        ("n_needed", "n needed", 0), ("j_per_1m_output_tok", "J/1M tok", 0),
+                        ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1), ("usd_per_1m_output_tok", "USD/1M tok", 3),
+                        ("verdict_reason", "reason", 0)])
+    return f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>' \
+           f'<div class="scroll">{table}</div>'
+
+
 def _fmt(x, digits: int = 1) -> str:
     if x is None or (not isinstance(x, str) and pd.isna(x)):
         return "NULL"
@@ -254,6 +313,7 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <title>tradeoff report {html.escape(run_id)}</title><style>{CSS}</style></head><body>
 <h1>tradeoff: run {html.escape(run_id)} ({html.escape(str(run.config_name))}, {html.escape(str(run.status))})</h1>
 <p class="note">started {_fmt(run.started_at)} UTC · reference {html.escape(str(run.reference_variant))} · {meta}</p>
+<h2>Decision: which variant to ship</h2>{decision_section(con, run_id)}
 <h2>Trade-off table</h2><div class="scroll">{table}</div>
 <h2>Takeaways (against the reference)</h2><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines)}</ul>
 <h2>Plots</h2><div class="grid">{''.join(figs)}</div>

@@ -21,7 +21,8 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
 # Creation order: a view comes after the views it selects from.
 VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy", "v_cost",
-         "v_quality_deltas", "v_longctx_grid", "v_engine_metrics", "v_greedy_agreement")
+         "v_quality_deltas", "v_longctx_grid", "v_engine_metrics", "v_greedy_agreement",
+         "v_decision", "v_slo_steps", "v_quality_gate", "v_recommendation")
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
 METRIC_COLUMNS = "/* metric_columns */"
 

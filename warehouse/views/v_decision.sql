@@ -1,0 +1,73 @@
+-- v_decision: the settings of each run's decision (the config's `decision:` block, DecisionSpec in
+-- tasks/config.py, read from runs.config_json), one row per run. Runs recorded before the block
+-- existed get the same defaults as DecisionSpec. `tradeoff recommend --slo/--retention/--optimise/...`
+-- shadows this view for its own read-only connection with a temp view of the same columns, so every
+-- view built on it (v_slo_steps, v_quality_gate, v_recommendation) follows the overrides. Columns:
+--   run_id
+--   slo_label                      SLO preset name, or the limits as text
+--   slo_ttft_ms, slo_tpot_ms,      ms, per-request limits at the SLO percentile; NULL: no limit. From
+--   slo_e2el_ms                    decision.slo, else the goodput SLO the perf steps recorded (perf.slo)
+--   slo_percentile                 percentile of a step's requests that must meet each limit (99: MLPerf)
+--   gate_metrics                   'suite.metric' list gating quality (default: the primary metric)
+--   retention_target               share of the reference's score a gating metric must keep (0.99, 0.999)
+--   optimise                       rate | tps | cost | energy | cost_per_correct: what the recommendation maximises
+--                                  (rate, tps) or minimises (the others) among variants that pass
+--   grid_gco2e_per_kwh             gCO2e per kWh, given by the user; NULL: carbon is not computed
+--   tie_tolerance_pct              %, objective values this close to the best are a tie
+--   min_samples                    paired samples below which a gate is not decided (quality.min_samples)
+--   power                          power of the sample-size estimate for undecided gates (0.8)
+
+with settings as (
+    select
+        r.run_id,
+        r.primary_quality_metric,
+        r.config_json ->> '$.decision.slo.preset' as slo_preset,
+        json_extract(r.config_json, '$.decision.slo') as slo_json,
+        try_cast(r.config_json ->> '$.decision.slo.ttft_ms' as double) as ttft_ms,
+        try_cast(r.config_json ->> '$.decision.slo.tpot_ms' as double) as tpot_ms,
+        try_cast(r.config_json ->> '$.decision.slo.e2el_ms' as double) as e2el_ms,
+        try_cast(r.config_json ->> '$.decision.percentile' as double) as percentile,
+        from_json(json_extract(r.config_json, '$.decision.gate_metrics'), '["VARCHAR"]') as gate_metrics,
+        try_cast(r.config_json ->> '$.decision.retention' as double) as retention,
+        r.config_json ->> '$.decision.optimise' as optimise,
+        try_cast(r.config_json ->> '$.decision.grid_gco2e_per_kwh' as double) as grid_gco2e_per_kwh,
+        try_cast(r.config_json ->> '$.decision.tie_tolerance_pct' as double) as tie_tolerance_pct,
+        try_cast(r.config_json ->> '$.quality.min_samples' as integer) as min_samples
+    from runs as r
+),
+
+-- The goodput limits every perf step recorded (perf.slo): the SLO when decision.slo is not set.
+recorded_slo as (
+    select run_id, max(goodput_slo) as label, max(slo_ttft_ms) as ttft_ms, max(slo_tpot_ms) as tpot_ms,
+        max(slo_e2el_ms) as e2el_ms
+    from perf_summary
+    group by run_id
+),
+
+final as (
+    select
+        s.run_id,
+        case
+            when s.slo_json is not null and s.slo_json <> 'null'
+                then coalesce(s.slo_preset, concat_ws(',', 'ttft_ms<=' || s.ttft_ms, 'tpot_ms<=' || s.tpot_ms,
+                                                      'e2el_ms<=' || s.e2el_ms))
+            else p.label
+        end as slo_label,
+        case when s.slo_json is not null and s.slo_json <> 'null' then s.ttft_ms else p.ttft_ms end as slo_ttft_ms,
+        case when s.slo_json is not null and s.slo_json <> 'null' then s.tpot_ms else p.tpot_ms end as slo_tpot_ms,
+        case when s.slo_json is not null and s.slo_json <> 'null' then s.e2el_ms else p.e2el_ms end as slo_e2el_ms,
+        coalesce(s.percentile, 99.0) as slo_percentile,
+        coalesce(s.gate_metrics,
+                 case when s.primary_quality_metric is null then []::varchar[] else [s.primary_quality_metric] end)
+            as gate_metrics,
+        coalesce(s.retention, 0.99) as retention_target,
+        coalesce(s.optimise, 'rate') as optimise,
+        s.grid_gco2e_per_kwh,
+        coalesce(s.tie_tolerance_pct, 5.0) as tie_tolerance_pct,
+        coalesce(s.min_samples, 30) as min_samples,
+        0.8 as power
+    from settings as s
+    left join recorded_slo as p on s.run_id = p.run_id
+)
+
+select * from final

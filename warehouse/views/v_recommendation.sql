@@ -1,0 +1,380 @@
+-- v_recommendation: the decision, one row per (run_id, variant) of `variants`: which variant to ship under
+-- the run's SLO and quality gate (v_decision), at what load, and what it costs. `tradeoff recommend` prints
+-- these rows in words (tasks/recommend.py). Columns:
+--   run_id, variant, engine, quantization, speculative, is_reference, status
+--   slo_label, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the SLO (v_decision)
+--   steps_measured, steps_meeting_slo
+--   sustainable_scenario           the step with the highest load that meets the SLO (v_slo_steps); NULL: none
+--   sustainable_concurrency        its concurrency (requests in flight; a rate step's cap, or its request count)
+--   sustainable_request_rate       requests/s it offered (rate steps; NULL for closed-loop steps)
+--   sustainable_req_s              requests/s: the step's load (offered rate, else completed requests/s)
+--   sustainable_goodput_req_s      requests/s that met every limit in that step
+--   sustainable_output_tok_s       output tokens/s in that step; _ci_lo/_ci_hi its interval (>= 2 repeats)
+--   sustainable_ttft_ms_pctl, sustainable_tpot_ms_pctl   ms, TTFT and TPOT at the SLO percentile there
+--   sustainable_is_lower_bound     the highest step measured still meets the SLO: the limit lies higher
+--   next_failing_scenario, next_failing_req_s   the lowest step above it that misses the SLO
+--   slo_note                       why there is no sustainable load (the lowest step's miss), or a caveat
+--   gate                           pass | fail | not_enough_evidence (v_quality_gate, over every gating metric)
+--   gate_metric                    the metric that decides the gate: the failing one, the undecided one that
+--                                  needs the most samples, or the tightest passing one
+--   retention, retention_ci_low, retention_ci_high, retention_target, n, n_needed, gate_reason   of that metric
+--   gate_detail                    every gating metric: 'metric: gate (reason)'
+--   usd_per_1m_output_tok          USD per 1M output tokens at the sustainable load (own hardware: usd_per_hour
+--                                  over its tokens/s; hosted: the output price); cost_note why NULL
+--   j_per_1m_output_tok            J per 1M output tokens at the sustainable load (measured J/token x 1e6)
+--   gco2e_per_1m_output_tok        gCO2e per 1M output tokens = J / 3.6e6 x decision.grid_gco2e_per_kwh
+--   energy_note, carbon_note       why energy or carbon is NULL
+--   efficiency_metric              the first gating metric, when it is an accuracy (fraction)
+--   output_tok_per_correct         output tokens per correct answer: mean output tokens per sample / accuracy
+--   s_per_correct                  s of serving time per correct answer at the sustainable output tokens/s
+--   usd_per_correct                USD per correct answer at that load (or at the hosted token prices)
+--   efficiency_note                why (some of) the three above are NULL
+--   optimise                       rate | tps | cost | energy | cost_per_correct (v_decision)
+--   objective                      the variant's value of it (req/s, tok/s, USD/1M tok, J/1M tok, USD)
+--   rank                           1 = recommended, among variants that meet the SLO and pass the gate
+--   tied_with                      variants whose objective is within tie_tolerance_pct of the best
+--   verdict                        recommended | passes | not_ranked (no objective value) | fails_gate |
+--                                  not_enough_evidence | misses_slo | failed
+--   verdict_reason                 why, in words
+--   beats_recommended              better on the objective than the recommended variant (e.g. faster)
+--   recommended_variant            the run's recommendation (same on every row); NULL: none
+--   decision_note                  why there is none
+
+with decision as (
+    select * from v_decision
+),
+
+steps as (
+    select * from v_slo_steps
+),
+
+step_counts as (
+    select run_id, variant, count(*) as steps_measured, count(*) filter (where slo_met) as steps_meeting_slo
+    from steps
+    group by run_id, variant
+),
+
+best as (
+    select *
+    from steps
+    where slo_met
+    qualify row_number() over (partition by run_id, variant order by load_req_s desc nulls last, concurrency desc, scenario) = 1
+),
+
+next_failing as (
+    select s.run_id, s.variant, s.scenario, s.load_req_s
+    from steps as s
+    join best as b on s.run_id = b.run_id and s.variant = b.variant
+    where not s.slo_met and s.load_req_s > b.load_req_s
+    qualify row_number() over (partition by s.run_id, s.variant order by s.load_req_s, s.scenario) = 1
+),
+
+lowest as (
+    select *
+    from steps
+    qualify row_number() over (partition by run_id, variant order by load_req_s nulls last, concurrency, scenario) = 1
+),
+
+gates as (
+    select
+        *,
+        row_number() over (
+            partition by run_id, variant
+            order by case gate when 'fail' then 0 when 'not_enough_evidence' then 1 else 2 end,
+                case when gate = 'fail' then retention_ci_high end nulls last,
+                case when gate = 'not_enough_evidence' then coalesce(n_needed, 9e18) end desc,
+                case when gate = 'pass' then retention_ci_low end nulls last,
+                gate_metric
+        ) as binding_order
+    from v_quality_gate
+),
+
+gate_summary as (
+    select
+        run_id,
+        variant,
+        case
+            when bool_or(gate = 'fail') then 'fail'
+            when bool_or(gate = 'not_enough_evidence') then 'not_enough_evidence'
+            else 'pass'
+        end as gate,
+        string_agg(gate_metric || ': ' || gate || ' (' || gate_reason || ')', '; ' order by gate_metric) as gate_detail
+    from gates
+    group by run_id, variant
+),
+
+binding as (
+    select * from gates where binding_order = 1
+),
+
+efficiency_tokens as (
+    select
+        s.run_id,
+        s.variant,
+        avg(try_cast(json_extract(s.details, '$.output_tokens') as double)) as output_tokens,
+        avg(try_cast(json_extract(s.details, '$.prompt_tokens') as double)) as prompt_tokens
+    from quality_samples as s
+    join decision as d on s.run_id = d.run_id and s.suite = split_part(d.gate_metrics[1], '.', 1)
+    group by s.run_id, s.variant
+),
+
+efficiency_score as (
+    select sc.run_id, sc.variant, sc.value as accuracy, sc.unit
+    from quality_scores as sc
+    join decision as d on sc.run_id = d.run_id and sc.suite || '.' || sc.metric = d.gate_metrics[1]
+),
+
+assembled as (
+    select
+        v.run_id,
+        v.variant,
+        v.engine,
+        v.quantization,
+        v.speculative,
+        v.is_reference,
+        v.status,
+        v.error,
+        d.slo_label,
+        d.slo_percentile,
+        d.slo_ttft_ms,
+        d.slo_tpot_ms,
+        d.slo_e2el_ms,
+        coalesce(c.steps_measured, 0) as steps_measured,
+        coalesce(c.steps_meeting_slo, 0) as steps_meeting_slo,
+        b.scenario as sustainable_scenario,
+        b.concurrency as sustainable_concurrency,
+        b.request_rate as sustainable_request_rate,
+        b.load_req_s as sustainable_req_s,
+        b.goodput_req_s as sustainable_goodput_req_s,
+        b.output_tok_s as sustainable_output_tok_s,
+        b.output_tok_s_ci_lo as sustainable_output_tok_s_ci_lo,
+        b.output_tok_s_ci_hi as sustainable_output_tok_s_ci_hi,
+        b.ttft_ms_pctl as sustainable_ttft_ms_pctl,
+        b.tpot_ms_pctl as sustainable_tpot_ms_pctl,
+        case when b.scenario is not null then nf.scenario is null end as sustainable_is_lower_bound,
+        nf.scenario as next_failing_scenario,
+        nf.load_req_s as next_failing_req_s,
+        case
+            when v.status <> 'ok' then 'variant failed'
+            when c.steps_measured is null then 'no perf step measured'
+            when b.scenario is null then 'no step meets the SLO; lowest, ' || l.scenario || ': ' || l.slo_fail_reason
+            when nf.scenario is null then 'the highest step measured (' || b.scenario || ') meets the SLO: the limit lies higher'
+        end as slo_note,
+        case
+            when v.status <> 'ok' then null
+            when g.gate is null and len(d.gate_metrics) = 0 then 'pass'
+            else coalesce(g.gate, 'not_enough_evidence')
+        end as gate,
+        bg.gate_metric,
+        bg.retention,
+        bg.retention_ci_low,
+        bg.retention_ci_high,
+        d.retention_target,
+        bg.n,
+        bg.n_needed,
+        case
+            when len(d.gate_metrics) = 0 then 'no gating metric: set decision.gate_metrics or quality.primary'
+            else g.gate_detail
+        end as gate_detail,
+        bg.gate_reason,
+        coalesce(v.usd_per_1m_output_tok, v.usd_per_hour / nullif(b.output_tok_s * 3600, 0) * 1e6) as usd_per_1m_output_tok,
+        case
+            when v.usd_per_1m_output_tok is null and v.usd_per_hour is null then 'no price in the config (cost:)'
+            when v.usd_per_1m_output_tok is null and b.scenario is null then 'no sustainable load'
+        end as cost_note,
+        b.energy_j_per_token * 1e6 as j_per_1m_output_tok,
+        b.energy_j_per_token * 1e6 / 3.6e6 * d.grid_gco2e_per_kwh as gco2e_per_1m_output_tok,
+        case
+            when b.scenario is null then 'no sustainable load'
+            when b.energy_j_per_token is null then coalesce(b.energy_note, 'not measured')
+        end as energy_note,
+        case
+            when b.scenario is null and l.energy_j_per_token is null and l.energy_note is not null
+                then 'no sustainable load; energy not measured either: ' || l.energy_note
+            when b.scenario is null then 'no sustainable load'
+            when b.energy_j_per_token is null then 'energy not measured: ' || coalesce(b.energy_note, 'no reason recorded')
+            when d.grid_gco2e_per_kwh is null then 'no grid intensity: set decision.grid_gco2e_per_kwh'
+        end as carbon_note,
+        case when es.unit = 'fraction' then d.gate_metrics[1] end as efficiency_metric,
+        case when es.unit = 'fraction' and es.accuracy > 0 then et.output_tokens / es.accuracy end as output_tok_per_correct,
+        case when es.unit = 'fraction' and es.accuracy > 0 then et.output_tokens / es.accuracy / nullif(b.output_tok_s, 0) end
+            as s_per_correct,
+        case
+            when es.unit <> 'fraction' or not es.accuracy > 0 then null
+            when v.usd_per_1m_output_tok is not null
+                then (coalesce(v.usd_per_1m_input_tok, 0) * et.prompt_tokens + v.usd_per_1m_output_tok * et.output_tokens) / 1e6 / es.accuracy
+            else v.usd_per_hour / 3600 * et.output_tokens / es.accuracy / nullif(b.output_tok_s, 0)
+        end as usd_per_correct,
+        case
+            when len(d.gate_metrics) = 0 then 'no gating metric'
+            when es.unit is null then 'no score of ' || d.gate_metrics[1]
+            when es.unit <> 'fraction' then d.gate_metrics[1] || ' is not an accuracy'
+            when not es.accuracy > 0 then 'no correct answer'
+            when et.output_tokens is null then 'the suite records no token counts per sample'
+            when b.scenario is null then 'no sustainable load: no seconds or USD per correct answer'
+        end as efficiency_note,
+        d.optimise,
+        d.tie_tolerance_pct
+    from variants as v
+    join decision as d on v.run_id = d.run_id
+    left join step_counts as c on v.run_id = c.run_id and v.variant = c.variant
+    left join best as b on v.run_id = b.run_id and v.variant = b.variant
+    left join next_failing as nf on v.run_id = nf.run_id and v.variant = nf.variant
+    left join lowest as l on v.run_id = l.run_id and v.variant = l.variant
+    left join gate_summary as g on v.run_id = g.run_id and v.variant = g.variant
+    left join binding as bg on v.run_id = bg.run_id and v.variant = bg.variant
+    left join efficiency_tokens as et on v.run_id = et.run_id and v.variant = et.variant
+    left join efficiency_score as es on v.run_id = es.run_id and v.variant = es.variant
+),
+
+objectives as (
+    select
+        *,
+        case optimise
+            when 'rate' then sustainable_req_s
+            when 'tps' then sustainable_output_tok_s
+            when 'cost' then usd_per_1m_output_tok
+            when 'energy' then j_per_1m_output_tok
+            when 'cost_per_correct' then usd_per_correct
+        end as objective,
+        optimise in ('rate', 'tps') as higher_is_better,
+        status = 'ok' and sustainable_scenario is not null and gate = 'pass' as eligible
+    from assembled
+),
+
+signed as (
+    select
+        *,
+        case when higher_is_better then objective else -objective end as score,
+        max(case when higher_is_better then objective else -objective end)
+            filter (where eligible and objective is not null) over (partition by run_id) as best_score
+    from objectives
+),
+
+tied as (
+    select
+        *,
+        eligible and objective is not null
+            and abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score) as in_tie
+    from signed
+),
+
+ranked as (
+    select
+        *,
+        case when eligible and objective is not null then row_number() over (
+            partition by run_id, eligible and objective is not null
+            order by in_tie desc, case when in_tie then retention_ci_low end desc nulls last,
+                case when in_tie then is_reference end desc, score desc, variant
+        ) end as rank,
+        list(variant order by variant) filter (where in_tie) over (partition by run_id) as tie_set
+    from tied
+),
+
+chosen as (
+    select
+        *,
+        max(case when rank = 1 then variant end) over (partition by run_id) as recommended_variant,
+        max(case when rank = 1 then score end) over (partition by run_id) as recommended_score,
+        max(case when rank = 1 then objective end) over (partition by run_id) as recommended_objective,
+        bool_or(status = 'ok') over (partition by run_id) as any_ok,
+        bool_or(status = 'ok' and sustainable_scenario is not null) over (partition by run_id) as any_slo,
+        bool_or(eligible) over (partition by run_id) as any_eligible
+    from ranked
+),
+
+final as (
+    select
+        run_id,
+        variant,
+        engine,
+        quantization,
+        speculative,
+        is_reference,
+        status,
+        slo_label,
+        slo_percentile,
+        slo_ttft_ms,
+        slo_tpot_ms,
+        slo_e2el_ms,
+        steps_measured,
+        steps_meeting_slo,
+        sustainable_scenario,
+        sustainable_concurrency,
+        sustainable_request_rate,
+        sustainable_req_s,
+        sustainable_goodput_req_s,
+        sustainable_output_tok_s,
+        sustainable_output_tok_s_ci_lo,
+        sustainable_output_tok_s_ci_hi,
+        sustainable_ttft_ms_pctl,
+        sustainable_tpot_ms_pctl,
+        sustainable_is_lower_bound,
+        next_failing_scenario,
+        next_failing_req_s,
+        slo_note,
+        gate,
+        gate_metric,
+        retention,
+        retention_ci_low,
+        retention_ci_high,
+        retention_target,
+        n,
+        n_needed,
+        gate_reason,
+        gate_detail,
+        usd_per_1m_output_tok,
+        cost_note,
+        j_per_1m_output_tok,
+        gco2e_per_1m_output_tok,
+        energy_note,
+        carbon_note,
+        efficiency_metric,
+        output_tok_per_correct,
+        s_per_correct,
+        usd_per_correct,
+        efficiency_note,
+        optimise,
+        objective,
+        rank,
+        case when in_tie and len(tie_set) > 1 then list_filter(tie_set, lambda x: x <> variant) end as tied_with,
+        case
+            when status <> 'ok' then 'failed'
+            when sustainable_scenario is null then 'misses_slo'
+            when gate = 'fail' then 'fails_gate'
+            when gate = 'not_enough_evidence' then 'not_enough_evidence'
+            when objective is null then 'not_ranked'
+            when rank = 1 then 'recommended'
+            else 'passes'
+        end as verdict,
+        case
+            when status <> 'ok' then 'failed: ' || coalesce(split_part(trim(error), chr(10), 1), 'no error recorded')
+            when sustainable_scenario is null then slo_note
+            when gate = 'fail' then gate_metric || ': ' || gate_reason
+            when gate = 'not_enough_evidence' then gate_metric || ': ' || gate_reason
+                || coalesce(printf('; ~%d paired samples needed (have %d)', n_needed, n), '')
+            when objective is null then 'no ' || optimise || ' value'
+                || coalesce(': ' || case optimise when 'cost' then cost_note when 'energy' then energy_note
+                                                  when 'cost_per_correct' then efficiency_note end, '')
+            when rank = 1 and in_tie and len(tie_set) > 1
+                then 'best ' || optimise || ', tied with ' || array_to_string(list_filter(tie_set, lambda x: x <> variant), ', ')
+                     || ' (within ' || tie_tolerance_pct || ' %): chosen on the retention lower bound, then the reference'
+            when rank = 1 then 'best ' || optimise || ' among variants that meet the SLO and pass the gate'
+            else printf('meets the SLO and passes the gate; %s %.2fx the recommended', optimise, objective / nullif(recommended_objective, 0))
+        end as verdict_reason,
+        case
+            when recommended_variant is null or variant = recommended_variant or objective is null then null
+            else score > recommended_score
+        end as beats_recommended,
+        recommended_variant,
+        case
+            when recommended_variant is not null then null
+            when not any_ok then 'no variant completed'
+            when not any_slo then 'no variant meets the SLO at any measured step'
+            when not any_eligible then 'no variant that meets the SLO passes the quality gate'
+            else 'no variant that passes has a ' || optimise || ' value'
+        end as decision_note
+    from chosen
+)
+
+select * from final
