@@ -349,8 +349,8 @@ class LoadSearchSpec(_Strict):
     """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
     that misses it, halving the gap each time (tasks/load_search.py)."""
 
-    budget_s: float = Field(default=120.0, gt=0, description="longest the search may take per variant (s)")
-    max_steps: int = Field(default=6, ge=1, description="most rate steps it adds")
+    budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
+    max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")
     tolerance_pct: float = Field(default=10.0, gt=0, lt=100,
                                  description="stop when the gap between passing and failing rate is below this (%)")
 
@@ -366,16 +366,16 @@ class DecisionSpec(_Strict):
                                                           "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
     percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
                                                                       "meet each limit (MLPerf: 99)")
-    gate_metrics: list[str] | None = Field(default=None, description="'suite.metric' list that gates quality; "
+    gate_metrics: list[str] | None = Field(default=None, max_length=64, description="'suite.metric' list that gates quality; "
                                                                      "default: quality.primary")
     retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
                                                                    "must keep (MLPerf classes: 0.99, 0.999)")
     optimise: Literal["rate", "tps", "cost", "energy", "cost_per_correct"] = Field(
         default="rate", description="max sustainable request rate | max output tokens/s | min USD per 1M output "
                                     "tokens | min J per 1M output tokens | min USD per correct answer")
-    grid_gco2e_per_kwh: float | None = Field(default=None, ge=0, description="grid carbon intensity (gCO2e/kWh), "
+    grid_gco2e_per_kwh: float | None = Field(default=None, ge=0, le=10_000, description="grid carbon intensity (gCO2e/kWh), "
                                                                              "from your provider; no lookup")
-    tie_tolerance_pct: float = Field(default=5.0, ge=0, description="objective values this close to the best are "
+    tie_tolerance_pct: float = Field(default=5.0, ge=0, le=100, description="objective values this close to the best are "
                                                                     "a tie (%), broken on quality")
     search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
 
