@@ -35,8 +35,8 @@ from common import demo_server, hf_tokenizer_dir, server_timings, tradeoff_perf,
 
 def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
     """tradeoff's synthetic prompts as a ShareGPT file (the answer text is unused: the output length is fixed)."""
-    from tasks.perf import synthetic_prompts
-    from tasks.tokenizer import load_tokenizer
+    from tasks.engines.tokenizer import load_tokenizer
+    from tasks.perf.workload import synthetic_prompts
 
     tok = load_tokenizer(str(gguf))
     prompts = synthetic_prompts(n, input_len, seed, True, tok.encode, tok.decode)

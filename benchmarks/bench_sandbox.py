@@ -7,7 +7,7 @@ YAML alias bomb.
   (`sandbox: none`), interleaved, median and p90 wall time;
 - a hostile candidate (a detached setsid child, then a hang) with a 1 s timeout: wall time
   until `run_tests` returns, and how many of the jail's processes were left (must be 0);
-- the YAML alias bomb (10 references per level) refused by `tasks.bounds.load_yaml`, against
+- the YAML alias bomb (10 references per level) refused by `tasks.core.bounds.load_yaml`, against
   what the same 10^6-value document cost before (json.dumps of it, as config_json did).
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tasks.bounds import load_yaml  # noqa: E402
-from tasks.sandbox import Limits, run_untrusted, unavailable_reason  # noqa: E402
-from tasks.suites.code import _CANDIDATE, code_problems, run_tests  # noqa: E402
+from tasks.core.bounds import load_yaml  # noqa: E402
+from tasks.quality.sandbox import Limits, run_untrusted, unavailable_reason  # noqa: E402
+from tasks.quality.suites.code import _CANDIDATE, code_problems, run_tests  # noqa: E402
 
 HOSTILE = '''
 import os, time

@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.tables import SCHEMAS, write_table
+from warehouse.contract import SCHEMAS, write_table
 from warehouse.db import load_run, open_warehouse
 
 VARIANTS = ("q4_1", "q3_k_m", "q2_k", "q4_1-spec")

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import ROOT, demo_config, hf_tokenizer_dir, tradeoff_perf, vllm_bench_serve
 
 
@@ -54,7 +53,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-a-"))
     gguf = demo_config().models["smollm2-135m"].local_path()
     tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")  # vllm needs a tokenizer for its random prompts
-    from tasks.serve import free_port
+    from tasks.engines.launcher import free_port
 
     port = free_port()
     server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sse_server.py"), str(port)],

@@ -20,7 +20,7 @@ def demo_config():
     """configs/demo.yaml as a RunConfig (only the models and variants are used here)."""
     import yaml
 
-    from tasks.config import RunConfig
+    from tasks.core.config import RunConfig
 
     return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
 
@@ -30,8 +30,8 @@ def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str
     """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
     verbose: the server also prints llama.cpp's own timings of every request into its log
     (`server_timings` reads them)."""
-    from tasks.engines import engine_for
-    from tasks.serve import free_port, serving
+    from tasks.engines.base import engine_for
+    from tasks.engines.launcher import free_port, serving
 
     cfg = demo_config()
     v = cfg.reference

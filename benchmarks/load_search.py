@@ -16,9 +16,10 @@ import time
 
 from common import ROOT  # noqa: F401 - puts the repository on sys.path
 
-from tasks.config import RunConfig
-from tasks.load_search import bracket, check_step, search_load
-from tasks.loadgen import make_workload, run_perf
+from tasks.core.config import RunConfig
+from tasks.perf.load_search import bracket, check_step, search_load
+from tasks.perf.sweep import run_perf
+from tasks.perf.workload import make_workload
 from tests.slo_stub import start_paced_stub
 
 N = 20

@@ -1,7 +1,7 @@
 """Benchmark: do the quality verdicts and the perf intervals keep their promises? (issue 15)
 
 Simulates data with a known truth and runs the code the pipeline runs on it
-(tasks.stats.paired_test and verdict, tasks.stat_tests, tasks.metrics), printing:
+(tasks.quality.deltas.paired_test and verdict, tasks.core.stat_tests, tasks.perf.metrics), printing:
 
 1. Paired 0/1 scores (accuracy-like) at n = 50, 100, 500 and discordance rates 5, 15 and 25 %
    (the demo's arithmetic suite: q3_k_m and q2_k against q4_1 disagree on ~15-25 % of 80
@@ -42,9 +42,9 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tasks.metrics import bootstrap_ci  # noqa: E402  (the old perf interval, kept for the jitter figures)
-from tasks.stat_tests import holm, paired_bootstrap_interval, sign_flip_p, t_interval, tango_interval  # noqa: E402
-from tasks.stats import MIN_TAIL_SAMPLES, _delta_of, parse_sample_stat, paired_test, verdict  # noqa: E402
+from tasks.core.stat_tests import holm, paired_bootstrap_interval, sign_flip_p, t_interval, tango_interval  # noqa: E402
+from tasks.perf.metrics import bootstrap_ci  # noqa: E402  (the old perf interval, kept for the jitter figures)
+from tasks.quality.deltas import MIN_TAIL_SAMPLES, _delta_of, paired_test, parse_sample_stat, verdict  # noqa: E402
 
 CONF = 0.95
 ALPHA = 1 - CONF

@@ -20,10 +20,11 @@ import sys
 import aiohttp
 import httpx
 import numpy as np
-
 from common import ROOT
-from tasks.metrics import cv_pct
-from tasks.perf import Prompt, _payload, endpoint_url, stream_request
+
+from tasks.client import _payload, endpoint_url, stream_request
+from tasks.perf.metrics import cv_pct
+from tasks.perf.workload import Prompt
 
 
 async def _measure(url: str, model: str, kind: str, prompts: list[Prompt], concurrency: int, tokens: int):

@@ -8,6 +8,27 @@ import os
 import sys
 from pathlib import Path
 
+from flows.nightly import nightly
+from tasks.core.errors import ConfigError
+from tasks.core.lifecycle import StopSignals, start_prefect_api, tie_prefect_api
+from tasks.core.runinfo import valid_run_id
+from tasks.doctor import main as doctor
+from tasks.loader import load_config
+from tasks.orchestration.failures import run_summary
+from tasks.orchestration.runs import preflight, with_work_pool
+from tasks.orchestration.warehouse_ops import load_checked, rebuild
+from tasks.perf.options import add_arguments as add_perf_arguments
+from tasks.perf.options import scenarios_without_ok
+from tasks.perf.run import run_standalone
+from tasks.perf.vllm_json import one_line
+from tasks.quality.run import format_summary, load_suite_spec, parse_param, run_standalone
+from tasks.report.html import write_html
+from tasks.report.recommend import add_arguments as add_recommend_arguments
+from tasks.report.recommend import format_recommendation, overrides_from_args
+from tasks.report.text import format_report, latest_run_id
+from warehouse.db import open_warehouse
+from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
+
 # Prefect's ephemeral API was seen to need ~20 s to start on a loaded 2-core machine;
 # its default start-up timeout (20 s) then fails the run before it begins.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -21,7 +42,6 @@ def _warehouse(args: argparse.Namespace) -> Path:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from tasks.config import load_config
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
@@ -32,20 +52,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from tasks.doctor import main as doctor
 
     return doctor()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tasks.config import load_config
-    from tasks.runinfo import valid_run_id
 
     valid_run_id(args.run_id, "--run-id")
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
-    from flows.nightly import nightly, preflight, with_work_pool
-    from tasks.failures import run_summary
-    from tasks.lifecycle import start_prefect_api, tie_prefect_api
 
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
@@ -56,7 +70,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from tasks.warehouse_ops import load_checked
 
     counts = load_checked(args.run_dir, _warehouse(args), skip_validation=args.skip_validation)
     print("loaded: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
@@ -65,22 +78,17 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
     """Build the warehouse anew from every run folder (or a results URL), each through the nightly's gate."""
-    from tasks.warehouse_ops import rebuild
-
     summary = rebuild(_warehouse(args), runs=args.runs_dir, results_url=args.results_url)
     print(summary.line())
     return 1 if summary.skipped else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tasks.report import format_report, latest_run_id
-    from warehouse.db import open_warehouse
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
         print(format_report(con, args.run))  # also rejects an unknown run id
         if args.html:
-            from tasks.report_html import write_html
 
             path = write_html(con, args.run or latest_run_id(con), args.html)
             print(f"html report: {path}")
@@ -91,9 +99,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Which variant to ship under the run's SLO and quality gate (v_recommendation), in words first."""
-    from tasks.recommend import format_recommendation, overrides_from_args
-    from warehouse.db import open_warehouse
-
     overrides = overrides_from_args(args)  # bad flags fail here, before the warehouse is opened
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
@@ -107,7 +112,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """Run one SQL statement read-only and print its result as a table."""
     import duckdb
 
-    from warehouse.db import open_warehouse
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
@@ -119,7 +123,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if rel is not None:
             rel.show(max_width=args.max_width, max_rows=args.max_rows)
     except duckdb.Error as err:
-        from warehouse.errors import REBUILD_HINT, is_damaged
 
         hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if is_damaged(str(err)) else ""
         print(f"error: {str(err).splitlines()[0]}{hint}", file=sys.stderr)
@@ -133,7 +136,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Write a table or view (or a query) to Parquet or CSV, by the output's extension."""
     import duckdb
 
-    from warehouse.db import open_warehouse
 
     out = Path(args.output)
     fmt = {".parquet": "parquet", ".csv": "csv"}.get(out.suffix.lower())
@@ -156,8 +158,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_perf(args: argparse.Namespace) -> int:
     """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
-    from tasks.bench import one_line, run_standalone, scenarios_without_ok
-
     results = run_standalone(args)
     for r in results:
         print(one_line(r))
@@ -172,8 +172,6 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def cmd_quality(args: argparse.Namespace) -> int:
     """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
-    from tasks.quality_run import format_summary, load_suite_spec, parse_param, run_standalone
-
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
     summary = run_standalone(args.endpoint, args.model, spec, Path(args.output),
@@ -196,8 +194,6 @@ def _share(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    from tasks.bench import add_arguments as add_perf_arguments
-    from tasks.recommend import add_arguments as add_recommend_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -273,8 +269,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tasks.config import ConfigError
-    from tasks.lifecycle import StopSignals
 
     args = parser().parse_args(argv)
     try:
@@ -289,7 +283,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - users get one line; TRADEOFF_DEBUG=1 shows the traceback
         if os.environ.get("TRADEOFF_DEBUG"):
             raise
-        from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
 
         prefix = "error" if isinstance(err, WarehouseError) else f"error ({type(err).__name__})"
         damaged = is_damaged(str(err)) and REBUILD_HINT not in str(err)

@@ -26,8 +26,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.config import GPU_SLOTS  # noqa: E402
-from tasks.gpu import gpu_limit_name  # noqa: E402
+from tasks.core.config import GPU_SLOTS  # noqa: E402
+from tasks.orchestration.gpu import gpu_limit_name  # noqa: E402
 
 POOL = "tradeoff"
 CONTROL_QUEUE, GPU_QUEUE = "control", "gpu"
@@ -99,7 +99,11 @@ def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 async def _setup(pool: str, gpu_hosts: list[str], webhook: str | None, block: str) -> list[str]:
     """Pool, queues, GPU limits and (optionally) the webhook block: created when missing, set when they differ."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate, WorkPoolCreate
+    from prefect.client.schemas.actions import (
+        GlobalConcurrencyLimitCreate,
+        GlobalConcurrencyLimitUpdate,
+        WorkPoolCreate,
+    )
     from prefect.exceptions import ObjectNotFound
 
     done = []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from tasks.serve import stop_group
+from tasks.engines.launcher import stop_group
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

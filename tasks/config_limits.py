@@ -13,17 +13,16 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from tasks.bounds import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES
-from tasks.config import RunConfig
+from tasks.core.bounds import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES
+from tasks.core.config import RunConfig
+from tasks.core.registry import SUITES
 from tasks.engines.openai_compatible import HostedArgs
 from tasks.engines.tensorrt_llm import TrtArgs
 from tasks.engines.vllm import VllmArgs
-from tasks.quality import SUITES
 
 # Numbers that are neither counts nor sizes, so carry no upper bound: seeds and prices.
 UNBOUNDED = {"seed", "fewshot_seed", "usd_per_hour", "usd_per_1m_input_tokens", "usd_per_1m_output_tokens"}
 ENGINE_ARGS = {"openai-compatible": HostedArgs, "tensorrt-llm": TrtArgs, "vllm": VllmArgs}  # llama.cpp: free-form
-
 
 
 def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:

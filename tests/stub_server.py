@@ -13,7 +13,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
 # Odd but well-formed JSON a server may send (issue 18): each must err its request, never the sweep.
 ODD = {
     "odd-usage": {"choices": [], "usage": "n/a"},

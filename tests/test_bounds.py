@@ -1,4 +1,4 @@
-"""The bounded YAML reader (tasks.bounds): the shipped configs read as safe_load reads them; what is refused."""
+"""The bounded YAML reader (tasks.core.bounds): the shipped configs read as safe_load reads them; what is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.bounds import data_problem, load_yaml
+from tasks.core.bounds import data_problem, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,7 +29,7 @@ import httpx
 import pytest
 import yaml
 
-from tasks.serve import free_port
+from tasks.engines.launcher import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 

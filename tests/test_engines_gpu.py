@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tasks.config import parse_config
-from tasks.engines import EngineUnavailable, engine_for, gpu_visible
+from tasks.engines.base import EngineUnavailable, engine_for, gpu_visible
+from tasks.loader import parse_config
 
 pytestmark = pytest.mark.gpu
 

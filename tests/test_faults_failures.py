@@ -23,8 +23,10 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from tasks.config import ConfigError, Variant, parse_config
-from tasks.engines import ENGINES
+from tasks.core.config import Variant
+from tasks.core.errors import ConfigError
+from tasks.core.registry import ENGINES
+from tasks.loader import parse_config
 from tests.fault_proxy import start_proxy
 from tests.helpers import q, smollm2
 from tests.test_engines_e2e import StubTestEngine
@@ -84,7 +86,7 @@ def smol_config(**extra):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """A real llama.cpp server on SmolLM2-135M: (base_url, config, variant, artifact)."""
-    from tasks.engines import engine_for
+    from tasks.engines.base import engine_for
 
     cfg = smol_config()
     v = cfg.variant("q4_1")
@@ -110,7 +112,7 @@ def test_every_variant_erroring_fails_the_nightly(prefect_harness, tmp_path, mon
     state = run_nightly_state({"name": "all-500", "models": {"smol": SMOL}, "variants": [dead("a", True), dead("b")],
                                "perf": PERF}, tmp_path, monkeypatch)
     assert state.is_failed() and state.name == "Failed"  # was Completed: green
-    from tasks.failures import run_summary
+    from tasks.orchestration.failures import run_summary
 
     assert all(part in state.message for part in ("all 2 variants failed", "a: PerfFailed", "b: PerfFailed"))
     summary = run_summary(state)
@@ -130,7 +132,7 @@ def test_one_variant_erroring_makes_the_nightly_partial(prefect_harness, tmp_pat
                                "variants": [{"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True},
                                             dead("dead")]}, tmp_path, monkeypatch)
     assert state.is_failed() and state.name == "Partial"  # was Completed: green
-    from tasks.failures import run_summary
+    from tasks.orchestration.failures import run_summary
 
     assert state.message.startswith(f"run {run_summary(state)['run_id']}: 1 of 2 variants failed: dead: PerfFailed: perf: ")
     assert run_summary(state)["status"] == "partial" and run_summary(state)["failed_variants"] == ["dead"]
@@ -142,7 +144,7 @@ def test_one_variant_erroring_makes_the_nightly_partial(prefect_harness, tmp_pat
 def third_failing(llama, tmp_path_factory) -> dict:
     """Request counts of a sweep through the fault proxy failing every 3rd POST (the first POST is the warm-up,
     so measured requests 2 and 5 of 6 fail)."""
-    from tasks.measure import measure_perf
+    from tasks.orchestration.tasks import measure_perf
 
     _, _, v, art = llama
     srv, url = start_proxy(llama[0], 3)
@@ -160,7 +162,7 @@ def third_failing(llama, tmp_path_factory) -> dict:
     (0.5, None),  # the same faults under perf.max_error_rate: 0.5: ok
 ])
 def test_the_error_share_decides(third_failing, max_error_rate, outcome) -> None:
-    from tasks.failures import perf_failure
+    from tasks.perf.failures import perf_failure
 
     assert (third_failing["requests"], third_failing["ok"], third_failing["errored"]) == (6, 4, 2)
     perf = smol_config(perf={**PERF, **({"max_error_rate": max_error_rate} if max_error_rate else {})}).perf
@@ -215,8 +217,8 @@ def test_the_nightlys_suites_count_errors_apart(llama, proxy, tmp_path, prefect_
     """measure_quality (the nightly's path), every request HTTP 500: suite_failed and error_rate, logged at ERROR."""
     from prefect import flow
 
-    from tasks.measure import measure_quality
-    from tasks.tables import read_table
+    from tasks.orchestration.tasks import measure_quality
+    from warehouse.contract import read_table
 
     _, _, v, art = llama
     cfg = smol_config(quality={"suites": [{"name": "arithmetic", "limit": 4}]})

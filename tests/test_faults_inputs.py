@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.config import ConfigError, parse_config
-from tasks.suites.code import run_tests
+from tasks.core.errors import ConfigError
+from tasks.loader import parse_config
+from tasks.quality.suites.code import run_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,8 +134,8 @@ def test_fault_candidate_object_claiming_equality_to_anything_fails():
 def test_fault_candidate_looking_for_host_secrets_sees_no_work_tree_no_prefect_home_no_env(tmp_path, monkeypatch):
     import json
 
-    from tasks.sandbox import Limits, run_untrusted
-    from tasks.suites.code import _CANDIDATE
+    from tasks.quality.sandbox import Limits, run_untrusted
+    from tasks.quality.suites.code import _CANDIDATE
 
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "sk-not-for-models")
     secret = tmp_path / "key.txt"
@@ -148,8 +149,8 @@ def test_fault_candidate_looking_for_host_secrets_sees_no_work_tree_no_prefect_h
 
 
 def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch, tmp_path):
-    from tasks import sandbox
-    from tasks.quality import SuiteContext, suite_for
+    from tasks.quality import sandbox
+    from tasks.quality.base import SuiteContext, suite_for
     from tests.quality_stub import start
 
     calls = []
@@ -167,8 +168,8 @@ def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch,
 
 
 def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_request(tmp_path):
-    from tasks.quality import SuiteContext, suite_for
-    from tasks.sandbox import SandboxUnavailable
+    from tasks.quality.base import SuiteContext, suite_for
+    from tasks.quality.sandbox import SandboxUnavailable
     from tests.quality_stub import start
 
     calls = []
@@ -233,7 +234,7 @@ def test_fault_run_id_flow_parameter_with_dotdot_is_refused_by_the_nightly_and_t
 
 
 def test_fault_run_folder_that_is_a_symlink_out_of_the_runs_folder_is_refused(tmp_path, monkeypatch):
-    from tasks.runinfo import make_run_paths
+    from tasks.core.runinfo import make_run_paths
 
     monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
     (tmp_path / "runs").mkdir()
@@ -269,7 +270,7 @@ def test_fault_suite_named_after_a_path_is_refused_at_load():
 
 @pytest.mark.parametrize("url", ["file://otherhost/x", "file://relative/x"])
 def test_fault_results_url_that_names_no_local_folder_is_refused(url):
-    from tasks.results import ResultsLocation, ResultsLocationError
+    from tasks.orchestration.results import ResultsLocation, ResultsLocationError
 
     with pytest.raises(ResultsLocationError, match="is not a local folder"):
         ResultsLocation.resolve(url)
@@ -278,8 +279,8 @@ def test_fault_results_url_that_names_no_local_folder_is_refused(url):
 def test_fault_results_location_holding_a_dotdot_file_name_cannot_write_outside_the_run(tmp_path):
     import fsspec
 
-    from tasks.results import ResultsLocation, ResultsLocationError
-    from tasks.runinfo import RunPaths
+    from tasks.core.runinfo import RunPaths
+    from tasks.orchestration.results import ResultsLocation, ResultsLocationError
 
     fs = fsspec.filesystem("memory")
     fs.pipe("/hostile/r1/results/perf_requests/../../../../escape.parquet", b"not parquet")
@@ -293,8 +294,8 @@ def test_fault_results_location_holding_a_dotdot_file_name_cannot_write_outside_
 
 
 def test_fault_clear_does_not_delete_through_a_symlinked_table_folder(tmp_path):
-    from tasks.results import ResultsLocation
-    from tasks.runinfo import RunPaths
+    from tasks.core.runinfo import RunPaths
+    from tasks.orchestration.results import ResultsLocation
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -388,13 +389,13 @@ def test_fault_lmeval_model_args_that_weaken_security_are_refused_at_load(arg, v
 def test_lmeval_hugging_face_tokenizer_without_remote_code_stays_allowed():
     cfg = yaml.safe_load((ROOT / "configs" / "nightly-gpu-quality.yaml").read_text())
     mc = next(s for s in cfg["quality"]["suites"] if s.get("label") == "mc")
-    from tasks.quality import check_params
+    from tasks.quality.base import check_params
 
     assert check_params("lm_eval", mc["params"]) is None  # tokenizer_backend: huggingface, tokenizer: <hub name>
 
 
 def test_fault_lmeval_never_sends_openai_api_key_from_the_environment(monkeypatch):
-    from tasks.suites.lmeval import make_lm
+    from tasks.quality.suites.lm_eval import make_lm
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-operators-environment")
     lm = make_lm("http://127.0.0.1:9", "m", "completions", None, "endpoint", 2048, 1, 30, {})
@@ -407,10 +408,10 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
     import json
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from tasks.engines import engine_for
-    from tasks.loadgen import Step
-    from tasks.measure import request_row
-    from tasks.perf import Prompt, run_concurrency
+    from tasks.engines.base import engine_for
+    from tasks.perf.run import request_row
+    from tasks.perf.sweep import Step, run_concurrency
+    from tasks.perf.workload import Prompt
 
     key = "sk-test-Zm9yIHRoZSBlY2hvIHRlc3Q"
 
@@ -453,7 +454,7 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
 
 
 def test_fault_key_cut_by_the_perf_clients_excerpt_is_replaced_too():
-    from tasks.credentials import error_excerpt, remember_key
+    from tasks.core.credentials import error_excerpt, remember_key
 
     key = "tk-Q3V0IGtleSBmcmFnbWVudA"
     remember_key(key)
@@ -477,7 +478,7 @@ def test_fault_steps_times_repeats_times_prompts_over_a_million_requests_is_refu
 
 
 def test_fault_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
-    from tasks.config import load_config
+    from tasks.loader import load_config
 
     text = (ROOT / "configs" / "tiny.yaml").read_text()
     levels = ["x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
@@ -497,7 +498,7 @@ def test_fault_config_mapping_flow_parameter_of_a_million_values_is_refused():
 
 
 def test_fault_config_file_over_a_mebibyte_is_refused_before_it_is_read(tmp_path):
-    from tasks.config import load_config
+    from tasks.loader import load_config
 
     big = tmp_path / "big.yaml"
     big.write_text((ROOT / "configs" / "tiny.yaml").read_text() + "#" * (1 << 20) + "\n")

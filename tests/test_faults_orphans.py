@@ -146,9 +146,10 @@ def test_a_prefect_timeout_on_start_server_stops_the_loading_server(prefect_harn
     """start-server cancelled by its Prefect timeout while the server still loads: the server is stopped too."""
     from prefect import flow
 
-    from flows.variant import start_endpoint
-    from tasks.config import parse_config
-    from tasks.engines import ENGINES, Artifact
+    from tasks.core.registry import ENGINES
+    from tasks.engines.base import Artifact
+    from tasks.loader import parse_config
+    from tasks.orchestration.tasks import start_endpoint
     from tests.test_engines_e2e import STUB, StubTestEngine
 
     monkeypatch.setitem(ENGINES, "stub-test", StubTestEngine)

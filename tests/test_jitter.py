@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from tasks.config import PerfSpec
-from tasks.jitter import jitter_summary, needs_jitter_step, repeat_cvs
-from tasks.loadgen import make_workload, run_perf, summarize_scenario
 from tasks.measure import expected_perf_rows
-from tasks.metrics import RequestRecord, bootstrap_ci, cv_pct, summarize_repeats
-from tasks.report import takeaways, tradeoff_frame
-from tasks.tables import write_table
+
+from tasks.core.config import PerfSpec
+from tasks.perf.jitter import jitter_summary, needs_jitter_step, repeat_cvs
+from tasks.perf.metrics import RequestRecord, bootstrap_ci, cv_pct, summarize_repeats
+from tasks.perf.run import summarize_scenario
+from tasks.perf.sweep import run_perf
+from tasks.perf.workload import make_workload
+from tasks.report.text import takeaways, tradeoff_frame
 from tests.stub_server import start_stub
 from tests.test_warehouse import write_run
+from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
 
 
@@ -154,9 +156,9 @@ def inverted_jitter_interval(t):
      "expect_column_pair_values_a_to_be_greater_than_b(itl_cv_pct_median_ci_hi, itl_cv_pct_median_ci_lo)"),
 ], ids=lambda p: p.__name__ if callable(p) else None)
 def test_the_gate_checks_the_timing_columns(tmp_path, corrupt, table, expectation):
-    from tasks.validate import validate_results
     from tests.test_validate import expected_rows, valid_tables
     from tests.test_validate import write_run as write_results
+    from warehouse.gate import validate_results
 
     tables = valid_tables()
     expected = expected_rows(tables)

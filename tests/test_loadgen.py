@@ -7,13 +7,15 @@ import random
 
 import numpy as np
 import pytest
-
-from tasks.config import ConfigError, PerfSpec
-from tasks.loadgen import (_request_rate, arrival_offsets_s, fixed_steps, make_workload, output_len_note, run_perf,
-                           summarize_scenario, sweep_rates)
 from tasks.measure import expected_perf_rows
-from tasks.metrics import RequestRecord
-from tasks.perf import _payload, load_sharegpt, synthetic_prompts
+
+from tasks.client import _payload
+from tasks.core.config import PerfSpec
+from tasks.core.errors import ConfigError
+from tasks.perf.metrics import RequestRecord
+from tasks.perf.run import output_len_note, summarize_scenario
+from tasks.perf.sweep import _request_rate, arrival_offsets_s, fixed_steps, run_perf, sweep_rates
+from tasks.perf.workload import load_sharegpt, make_workload, synthetic_prompts
 from tests.stub_server import start_stub
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tasks.metrics import RequestRecord, cv_pct, describe, peak_tokens_per_s, summarize
+from tasks.perf.metrics import RequestRecord, cv_pct, describe, peak_tokens_per_s, summarize
 
 
 def rec(i, start, ttft, e2el, out, chunks, status="ok", warm=False, prompt=10):

@@ -5,8 +5,10 @@ import time
 
 import pytest
 
-from tasks.metrics import summarize
-from tasks.perf import Prompt, check_endpoint, run_concurrency, synthetic_prompts
+from tasks.client import check_endpoint
+from tasks.perf.metrics import summarize
+from tasks.perf.sweep import run_concurrency
+from tasks.perf.workload import Prompt, synthetic_prompts
 from tests.stub_server import start_stub
 
 

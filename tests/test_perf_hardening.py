@@ -13,9 +13,10 @@ import pytest
 
 import tasks.perf as perf
 from flows.cli import main
-from tasks.config import PerfSpec
-from tasks.loadgen import make_workload, run_perf
-from tasks.perf import Prompt, api_root, run_load
+from tasks.client import api_root
+from tasks.core.config import PerfSpec
+from tasks.perf.sweep import run_load, run_perf
+from tasks.perf.workload import Prompt, make_workload
 from tests.stub_server import ODD, start_stub
 
 
@@ -106,7 +107,7 @@ def test_odd_json_never_aborts_the_sweep_and_the_file_is_written(stub, tmp_path,
 
 def test_finished_scenarios_are_written_when_the_sweep_stops(stub, tmp_path, monkeypatch):
     """A sweep stopped in its second scenario (Ctrl-C here) leaves the first one in the file."""
-    import tasks.loadgen as loadgen
+    import tasks.perf.sweep as loadgen
 
     real, calls = loadgen.run_step, []
 

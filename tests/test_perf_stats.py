@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from tasks.config import SLO_PRESETS, ConfigError, PerfSpec, SloSpec, parse_config
-from tasks.metrics import RequestRecord, bootstrap_ci, describe, meets_slo, summarize, summarize_repeats
-from tasks.stat_tests import t_interval
+from tasks.core.config import SLO_PRESETS, PerfSpec, SloSpec
+from tasks.core.errors import ConfigError
+from tasks.core.stat_tests import t_interval
+from tasks.loader import parse_config
+from tasks.perf.metrics import RequestRecord, bootstrap_ci, describe, meets_slo, summarize, summarize_repeats
 
 
 def rec(i, ttft, e2el, out=5, start=0.0, status="ok", warm=False, repeat=0):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from flows.cli import main
-from tasks.metrics import RequestRecord, summarize, summarize_repeats
-from tasks.vllm_compat import max_output_tokens_per_s, vllm_keys
+from tasks.perf.metrics import RequestRecord, summarize, summarize_repeats
+from tasks.perf.vllm_compat import max_output_tokens_per_s, vllm_keys
 from tests.stub_server import start_stub
 
 

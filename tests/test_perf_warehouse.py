@@ -6,8 +6,8 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.tables import write_table
 from tests.test_warehouse import write_run
+from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.process import ChildDied, ChildError, ChildWorker, exit_reason, run_in_child
-from tasks.serve import ServerDied, log_tail
+from tasks.core.process import ChildDied, ChildError, ChildWorker, exit_reason, run_in_child
+from tasks.engines.launcher import ServerDied, log_tail
 from tasks.tools import llama_build
 
 ROOT = Path(__file__).resolve().parents[1]

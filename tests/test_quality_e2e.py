@@ -114,9 +114,9 @@ def test_speculative_identity_reported(nightly_run):
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
-    from tasks.config import parse_config
-    from tasks.engines import engine_for
-    from tasks.serve import free_port, serving
+    from tasks.engines.base import engine_for
+    from tasks.engines.launcher import free_port, serving
+    from tasks.loader import parse_config
 
     # lm-eval's gsm8k is 5-shot: ~1,100 prompt tokens, more than the tiny nightly's 1,024 context.
     cfg = parse_config({**TINY_QUALITY, "models": {"smollm2-135m": {**MODEL, "max_context": 2048}}})
@@ -132,7 +132,7 @@ def endpoint(tmp_path_factory):
 
 @needs_gsm8k
 def test_gsm8k_through_tradeoff_quality_matches_lmeval_cli(endpoint, tmp_path):
-    from tasks.quality_run import compare_lmeval_samples
+    from tasks.quality.run import compare_lmeval_samples
 
     url, _ = endpoint
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}

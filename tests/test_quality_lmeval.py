@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.config import ConfigError, parse_config
-from tasks.quality import SuiteContext, suite_for
-from tasks.suites.lmeval import LlamaCppScorer, LocalData, logits_worker, write_local_overrides
+from tasks.core.errors import ConfigError
+from tasks.loader import parse_config
+from tasks.quality.base import SuiteContext, suite_for
+from tasks.quality.suites.lm_eval import LlamaCppScorer, LocalData, logits_worker, write_local_overrides
 from tests.quality_stub import start
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"

@@ -9,9 +9,16 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tasks.stat_tests import holm, sign_flip_p, tango_interval
-from tasks.stats import (bootstrap_delta_ci, delta_row, mcnemar_p, parse_sample_stat, quality_deltas, retention,
-                         verdict)
+from tasks.core.stat_tests import holm, sign_flip_p, tango_interval
+from tasks.quality.deltas import (
+    bootstrap_delta_ci,
+    delta_row,
+    mcnemar_p,
+    parse_sample_stat,
+    quality_deltas,
+    retention,
+    verdict,
+)
 
 
 @pytest.mark.parametrize("b, c, expected", [

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.quality import SuiteContext, close_matches, suite_for
-from tasks.suites.code import code_problems, extract_body, parses, run_tests
-from tasks.suites.coherence import distinct_n, loop_start, repetition_rate
-from tasks.suites.longctx import LongCtxParams, grid, passkey_prompt
+from tasks.core.errors import close_matches
+from tasks.quality.base import SuiteContext, suite_for
+from tasks.quality.suites.code import code_problems, extract_body, parses, run_tests
+from tasks.quality.suites.coherence import distinct_n, loop_start, repetition_rate
+from tasks.quality.suites.longctx import LongCtxParams, grid, passkey_prompt
 from tests.quality_stub import start
 
 # Correct bodies for some of the code specs; the oracle answers `pass` for the others.
@@ -219,7 +220,8 @@ def test_bad_suite_config_fails_in_one_line(suite, expect):
 
     import yaml
 
-    from tasks.config import ConfigError, parse_config
+    from tasks.core.errors import ConfigError
+    from tasks.loader import parse_config
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "demo.yaml").read_text())
     cfg = copy.deepcopy(cfg)

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tasks.stats import quality_deltas
-from tasks.tables import read_table, write_table
-from tasks.validate import validate_results
+from tasks.quality.deltas import quality_deltas
+from warehouse.contract import read_table, write_table
 from warehouse.db import load_run, open_warehouse
+from warehouse.gate import validate_results
 
 RUN = "r-quality"
 

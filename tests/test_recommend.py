@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import ConfigError, DecisionSpec, LoadSearchSpec, PerfSpec, RunConfig
-from tasks.tables import write_table
+from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec, RunConfig
+from tasks.core.errors import ConfigError
 from tests.test_warehouse import rows
+from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
 
 STARTED = datetime(2025, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
@@ -249,8 +250,8 @@ def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path:
 @pytest.mark.parametrize("n_ok, misses, percentile", [(12, 0, 99), (12, 1, 99), (199, 1, 99), (99, 1, 99),
                                                       (20, 3, 90), (5, 0, 100), (0, 3, 99)])
 def test_python_and_sql_judge_a_step_the_same(tmp_path: Path, n_ok: int, misses: int, percentile: float) -> None:
-    from tasks.load_search import check_step
-    from tasks.metrics import RequestRecord
+    from tasks.perf.load_search import check_step
+    from tasks.perf.metrics import RequestRecord
 
     ttft = [100.0 + 37 * ((i * 7) % 13) for i in range(n_ok)]
     variants = {"ref": {"ref": True, "steps": [step("c1", 1, 1.0, ttft, errors=misses)]}}
@@ -270,7 +271,7 @@ def test_python_and_sql_judge_a_step_the_same(tmp_path: Path, n_ok: int, misses:
 
 
 def test_command_line_overrides_shadow_the_runs_settings(demo_db: Path) -> None:
-    from tasks.recommend import format_recommendation
+    from tasks.report.recommend import format_recommendation
 
     with open_warehouse(demo_db, read_only=True) as con:
         text = format_recommendation(con, "d1", {"slo": {"ttft_ms": 250.0}})
@@ -286,7 +287,7 @@ def test_command_line_overrides_shadow_the_runs_settings(demo_db: Path) -> None:
 
 
 def test_plain_language_comes_first(demo_db: Path) -> None:
-    from tasks.recommend import format_recommendation, recommendation_markdown
+    from tasks.report.recommend import format_recommendation, recommendation_markdown
 
     with open_warehouse(demo_db, read_only=True) as con:
         lines = format_recommendation(con).splitlines()
@@ -312,7 +313,7 @@ def test_plain_language_comes_first(demo_db: Path) -> None:
     ({"optimise": "speed"}, "--optimise: Input should be 'rate', 'tps', 'cost', 'energy' or 'cost_per_correct'"),
 ])
 def test_bad_overrides_are_one_line(demo_db: Path, overrides: dict, message: str) -> None:
-    from tasks.recommend import format_recommendation
+    from tasks.report.recommend import format_recommendation
 
     with open_warehouse(demo_db, read_only=True) as con, pytest.raises(ConfigError) as err:
         format_recommendation(con, "d1", overrides)
@@ -322,7 +323,7 @@ def test_bad_overrides_are_one_line(demo_db: Path, overrides: dict, message: str
 @pytest.mark.parametrize("text, parsed", [("mlperf-llama2-70b-interactive", {"preset": "mlperf-llama2-70b-interactive"}),
                                           ("ttft_ms=500, tpot_ms=50", {"ttft_ms": 500.0, "tpot_ms": 50.0})])
 def test_slo_flag(text: str, parsed: dict) -> None:
-    from tasks.recommend import parse_slo
+    from tasks.report.recommend import parse_slo
 
     assert parse_slo(text) == parsed
 
@@ -330,7 +331,7 @@ def test_slo_flag(text: str, parsed: dict) -> None:
 @pytest.mark.parametrize("text, message", [("fast", "--slo: 'fast' is neither a preset"),
                                            ("ttft_ms=soon", "--slo: ttft_ms='soon' is not a number of ms")])
 def test_bad_slo_flag_is_one_line(text: str, message: str) -> None:
-    from tasks.recommend import parse_slo
+    from tasks.report.recommend import parse_slo
 
     with pytest.raises(ConfigError, match=message):
         parse_slo(text)
@@ -352,7 +353,7 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
 
 
 def test_decision_config_writes_preset_limits_out_and_checks_gate_metrics() -> None:
-    from tasks.config import parse_config
+    from tasks.loader import parse_config
 
     d = DecisionSpec.model_validate({"slo": "mlperf-llama2-70b-interactive"})
     assert (d.slo.preset, d.slo.ttft_ms, d.slo.tpot_ms) == ("mlperf-llama2-70b-interactive", 450.0, 40.0)
@@ -370,7 +371,7 @@ def test_decision_config_writes_preset_limits_out_and_checks_gate_metrics() -> N
 
 
 def test_recommendation_change_is_notified(tmp_path: Path) -> None:
-    from tasks.notify import recommendation_change, run_message
+    from tasks.report.notify import recommendation_change, run_message
 
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "n1", demo_like(), decision={}), db)
@@ -389,7 +390,7 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
 # --- the sustainable-load search -------------------------------------------------------------------------
 
 def test_search_bisects_between_passing_and_failing_rates() -> None:
-    from tasks.load_search import search_rates
+    from tasks.perf.load_search import search_rates
 
     threshold = 23.0
     tried = search_rates(4.0, 40.0, LoadSearchSpec(max_steps=10, tolerance_pct=5), lambda r: r <= threshold)
@@ -401,7 +402,7 @@ def test_search_bisects_between_passing_and_failing_rates() -> None:
 
 
 def test_search_stops_at_its_time_budget() -> None:
-    from tasks.load_search import search_rates
+    from tasks.perf.load_search import search_rates
 
     now = [0.0]
 
@@ -420,8 +421,9 @@ def test_search_finds_the_capacity_of_a_paced_server() -> None:
     the 19th and 20th) is 100 + 18.81 x (100 - 1000 / rate) ms: within 500 ms up to 12.7 req/s. The sweep
     measures 5 and 20 req/s; the search must bracket the limit (the client's own time per request and a
     busy host's stalls can only put it lower)."""
-    from tasks.loadgen import make_workload, run_perf
-    from tasks.load_search import bracket, check_step, search_load
+    from tasks.perf.load_search import bracket, check_step, search_load
+    from tasks.perf.sweep import run_perf
+    from tasks.perf.workload import make_workload
     from tests.slo_stub import start_paced_stub
 
     limit = {"ttft_ms": 500.0}
@@ -452,7 +454,7 @@ def test_search_finds_the_capacity_of_a_paced_server() -> None:
 
 
 def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> None:
-    from tasks.report_html import render_html
+    from tasks.report.html import render_html
 
     with open_warehouse(demo_db, read_only=True) as con:
         page = render_html(con, "d1")
@@ -490,7 +492,7 @@ def test_cli_recommend(demo_db: Path, capsys) -> None:
 def test_a_warehouse_written_before_the_views_existed_is_one_line(demo_db: Path) -> None:
     import duckdb
 
-    from tasks.recommend import format_recommendation
+    from tasks.report.recommend import format_recommendation
     from warehouse.db import WarehouseError
 
     with duckdb.connect(str(demo_db)) as con:

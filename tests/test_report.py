@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.report import format_report, latest_run_id, takeaways, tradeoff_frame
+from tasks.report.text import format_report, latest_run_id, takeaways, tradeoff_frame
 from tests.test_warehouse import write_run
 from warehouse.db import WarehouseError, load_run, open_warehouse
 

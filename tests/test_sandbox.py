@@ -1,4 +1,4 @@
-"""The jail for model-written code (tasks.sandbox), unit by unit: who the candidate is, what it may use, what it
+"""The jail for model-written code (tasks.quality.sandbox), unit by unit: who the candidate is, what it may use, what it
 cannot reach, and what happens where the jail cannot start. Real bubblewrap, real processes."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from tasks import sandbox
-from tasks.sandbox import Limits, run_untrusted
-from tasks.suites.code import run_tests
+from tasks.quality import sandbox
+from tasks.quality.sandbox import Limits, run_untrusted
+from tasks.quality.suites.code import run_tests
 
 # A child that writes what `probe` (Python source of one expression) evaluates to as its frame.
 CHILD = r'''

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.config import ConfigError, GPU_SLOTS, parse_config
-from tasks.results import ResultsLocation
-from tasks.runinfo import RunPaths
-from tasks.tables import read_table, write_table
+from tasks.core.config import GPU_SLOTS
+from tasks.core.errors import ConfigError
+from tasks.core.runinfo import RunPaths
+from tasks.loader import parse_config
+from tasks.orchestration.results import ResultsLocation
+from warehouse.contract import read_table, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,8 +124,8 @@ def test_missing_pool_and_deployment_name_the_fix(prefect_harness) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
 
-    from tasks.config import ScaleOutSpec
-    from tasks.fanout import FanOutError, check_pool
+    from tasks.core.config import ScaleOutSpec
+    from tasks.orchestration.fanout import FanOutError, check_pool
 
     with pytest.raises(FanOutError, match=r"work pool 'nosuch' does not exist on .*; create it with "
                                           r"`python scripts/cluster.py setup --pool nosuch`"):
@@ -143,7 +145,7 @@ def test_missing_pool_and_deployment_name_the_fix(prefect_harness) -> None:
     ("partial", ["b"], ["x", "y"], True, "tradeoff nightly r1: partial (1 variant failed), 2 regressions"),
 ])
 def test_run_message(status, failed, flagged, on_partial, subject) -> None:
-    from tasks.notify import run_message
+    from tasks.report.notify import run_message
 
     msg = run_message("r1", status, failed, {v: "ServerError: boom\nlog tail" for v in failed}, flagged, on_partial)
     assert (msg[0] if msg else None) == subject
@@ -166,7 +168,7 @@ class _Hook(BaseHTTPRequestHandler):
 def test_notification_reaches_a_local_webhook(prefect_harness) -> None:
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
 
-    from tasks.notify import NotifyError, deliver, load_block
+    from tasks.report.notify import NotifyError, deliver, load_block
 
     server = HTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -183,7 +185,7 @@ def test_notification_reaches_a_local_webhook(prefect_harness) -> None:
 
 
 def test_gpu_limit_keeps_engines_apart_unless_the_config_shares(prefect_harness, monkeypatch) -> None:
-    from tasks.gpu import gpu_limit_name, gpu_slots
+    from tasks.orchestration.gpu import gpu_limit_name, gpu_slots
 
     monkeypatch.setenv("TRADEOFF_GPU_HOST", "test/gpu 0")
     assert gpu_limit_name("test/gpu 0") == "gpu-test-gpu-0"
@@ -223,7 +225,7 @@ def test_an_ephemeral_api_holds_no_gpu_limit(prefect_harness) -> None:
     taken, so a run killed with its ephemeral API (leases in memory) cannot leave slots taken forever."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.gpu import gpu_slots
+    from tasks.orchestration.gpu import gpu_slots
 
     with temporary_settings(updates={PREFECT_API_URL: None}):
         with gpu_slots(1, timeout_s=1) as name:
@@ -234,7 +236,7 @@ def test_a_gpu_limit_of_another_size_is_refused(prefect_harness, monkeypatch) ->
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
-    from tasks.gpu import GpuLimitError, gpu_slots
+    from tasks.orchestration.gpu import GpuLimitError, gpu_slots
 
     monkeypatch.setenv("TRADEOFF_GPU_HOST", "odd")
     with get_client(sync_client=True) as client:
@@ -245,8 +247,9 @@ def test_a_gpu_limit_of_another_size_is_refused(prefect_harness, monkeypatch) ->
 
 
 def test_a_host_without_the_engine_records_the_package_and_fails_alone(prefect_harness, tmp_path, monkeypatch) -> None:
-    from flows.variant import VariantFailed, variant_flow
+    from flows.variant import variant_flow
     from tasks.engines.llama_cpp import LlamaCpp
+    from tasks.orchestration.variant import VariantFailed
 
     monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(LlamaCpp, "requires", {"no_such_module_tradeoff": "no-such-engine-package[server]"})
@@ -257,7 +260,7 @@ def test_a_host_without_the_engine_records_the_package_and_fails_alone(prefect_h
 
 
 def test_rerun_bookkeeping(tmp_path: Path, monkeypatch) -> None:
-    from flows.nightly import collect_rows, measured_variants, record_config
+    from tasks.orchestration.runs import collect_rows, measured_variants, record_config
 
     monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
     cfg = parse_config(tiny())

@@ -24,8 +24,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tasks.metrics import RequestRecord, cv_pct, summarize
-from tasks.perf import Prompt, _payload, endpoint_url, run_load, stream_request
+from tasks.client import _payload, endpoint_url, stream_request
+from tasks.perf.metrics import RequestRecord, cv_pct, summarize
+from tasks.perf.sweep import run_load
+from tasks.perf.workload import Prompt
 
 ROOT = Path(__file__).resolve().parent.parent
 PACE = "ttft=60,itl=15,jitter=4,done=80"

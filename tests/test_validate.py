@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tasks.metrics import RequestRecord, summarize
-from tasks.tables import TABLES, write_table
-from tasks.validate import validate_results
+from tasks.perf.metrics import RequestRecord, summarize
+from warehouse.contract import TABLES, write_table
+from warehouse.gate import validate_results
 
 RUN_ID = "demo-20250101T000000"
 VARIANTS = ("f16", "q4_0")  # f16 is the reference

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.validate import validate_results
 from tests.test_validate import RUN_ID, expected_rows, valid_tables, write_run
+from warehouse.gate import validate_results
 
 
 def with_perf_extras() -> dict[str, list[dict]]:

@@ -71,7 +71,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: Path) -> None:
-    from tasks.report_html import write_html
+    from tasks.report.html import write_html
 
     con = open_warehouse(three_nights, read_only=True)
     page = write_html(con, "r3", tmp_path / "report.html")
@@ -92,7 +92,7 @@ def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: 
 
 
 def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
-    from tasks.tables import write_table
+    from warehouse.contract import write_table
 
     run_dir = write_run(tmp_path / "runs", "c1")
     res = run_dir / "results"

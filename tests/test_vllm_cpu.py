@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.engines import EngineUnavailable
+from tasks.engines.base import EngineUnavailable
 from tasks.engines.vllm import vllm_python
 from tests.helpers import q, run_nightly, smollm2
 

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from tasks.tables import SCHEMAS, TABLES, table_parts, write_table
+from warehouse.contract import SCHEMAS, TABLES, table_parts, write_table
 from warehouse.db import WarehouseError, identifier, load_run, migrations, open_warehouse
 
 STARTED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.tables import SCHEMAS, TABLES, table_parts
+from warehouse.contract import SCHEMAS, TABLES, table_parts
 from warehouse.errors import WarehouseError
 
 

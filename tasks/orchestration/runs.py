@@ -1,0 +1,114 @@
+"""Bookkeeping of a nightly run: preflight, run ids, the config kept in the run folder, resumption, row counts, crash hooks."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+from prefect import get_run_logger
+from prefect.runtime import flow_run
+
+from tasks.core.config import RunConfig, Variant
+from tasks.core.errors import ConfigError
+from tasks.core.runinfo import RunPaths, new_run_id
+from tasks.loader import load_config
+from tasks.orchestration.failures import reported
+from tasks.orchestration.fanout import check_pool
+from tasks.orchestration.results import ResultsLocation
+from tasks.orchestration.variant import variant_row
+from tasks.report.notify import deliver, load_block
+from warehouse.contract import read_table, write_table
+
+
+def preflight(cfg: RunConfig) -> tuple[ResultsLocation, str | None]:
+    """Fail before any variant starts: results location not writable, pool or deployment or notify block missing.
+
+    Returns the results location and a warning (no worker online) or None.
+    """
+    location = ResultsLocation.resolve(cfg.scale_out.location())
+    location.check_writable()
+    warning = check_pool(cfg.scale_out) if cfg.scale_out.work_pool else None
+    if cfg.notify:
+        load_block(cfg.notify.block)
+    return location, warning
+
+
+def with_work_pool(cfg: RunConfig, work_pool: str | None) -> RunConfig:
+    """The config with scale_out.work_pool overridden (a flow or CLI parameter); '' means in-process."""
+    if work_pool is None:
+        return cfg
+    return cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(update={"work_pool": work_pool or None})})
+
+
+def default_run_id(config_name: str) -> str:
+    """A run id that a retry of the same Prefect flow run reproduces (so it resumes), else a fresh one."""
+    run_uuid = flow_run.get_id()
+    start = flow_run.get_scheduled_start_time()
+    if not run_uuid or start is None:
+        return new_run_id(config_name)
+    return f"{start.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{config_name}-{run_uuid.replace('-', '')[:4]}"
+
+
+def config_fingerprint(cfg: RunConfig) -> str:
+    """What makes two runs' results comparable: everything but where they run and who is told."""
+    blob = cfg.model_dump_json(exclude={"scale_out", "notify", "warehouse"})
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def record_config(paths: RunPaths, config_text: str, cfg: RunConfig) -> None:
+    """Keep the config (the file's text) in the run folder; refuse to resume a run folder that another
+    config started."""
+    mark = paths.root / "config.sha256"
+    fingerprint = config_fingerprint(cfg)
+    if mark.exists() and mark.read_text().strip() != fingerprint:
+        raise ConfigError(f"run {paths.run_id}: its folder holds results of another config; re-run it with the config "
+                          f"it was started with ({paths.root / 'config.yaml'}) or drop --run-id")
+    (paths.root / "config.yaml").write_text(config_text)
+    mark.write_text(fingerprint + "\n")
+
+
+def first_started_at(paths: RunPaths, now: datetime) -> datetime:
+    """A resumed run keeps the start time of its first attempt."""
+    runs = read_table(paths.results, "runs")
+    return runs["started_at"].iloc[0].to_pydatetime() if len(runs) else now
+
+
+def measured_variants(location: ResultsLocation, paths: RunPaths) -> set[str]:
+    """Variants of this run whose results are complete (an ok row) at the results location."""
+    location.fetch(paths)
+    rows = read_table(paths.results, "variants")
+    return set(rows.loc[rows["status"] == "ok", "variant"])
+
+
+def _ordered(cfg: RunConfig) -> list[Variant]:
+    return [cfg.reference] + [v for v in cfg.variants if not v.reference]
+
+
+def collect_rows(cfg: RunConfig, paths: RunPaths, location: ResultsLocation, ended: dict[str, str]) -> list[dict]:
+    """Every variant's row; a variant whose flow run left none (crashed, cancelled, never ran) gets a failed one."""
+    written = {r["variant"]: r for r in read_table(paths.results, "variants").to_dict("records")}
+    rows = []
+    for v in cfg.variants:
+        row = written.get(v.name)
+        if row is None:
+            why = ended.get(v.name, "no result")
+            if why.split(":")[0].endswith("completed"):
+                why += f"; but it left no results in {location.url}: set scale_out.results_url to a location every worker can write"
+            row = variant_row(paths.run_id, cfg, v, None, None, why)
+            write_table(paths.results, "variants", v.name, [row])
+            location.publish(paths, v.name)
+        rows.append(row)
+    return rows
+
+
+def notify_crash(flow, run, state) -> None:
+    """State hook of a nightly that failed or crashed: tell the config's notify block, if it has one."""
+    if reported(state):
+        return  # the run's own outcome (Partial or Failed): notify_outcome told the block already
+    try:
+        cfg = load_config(run.parameters.get("config", "configs/demo.yaml"))
+        if cfg.notify is not None:
+            deliver(cfg.notify.block, f"tradeoff nightly {run.name}: {state.type.value.lower()}",
+                    (state.message or state.type.value).splitlines()[0][:1000])
+    except Exception as err:  # noqa: BLE001 - a hook must not mask the run's own failure
+        get_run_logger().warning("could not send the failure notification: %s", err)

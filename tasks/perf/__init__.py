@@ -1,0 +1,1 @@
+"""Performance: workloads, load sweeps, metrics with vLLM's definitions, energy, roofline, the one perf run."""

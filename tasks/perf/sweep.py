@@ -1,0 +1,270 @@
+"""Load patterns and the perf run: steps (concurrency, Poisson rate, sweep), warm-up, repeats, energy.
+
+A step is one load pattern:
+- `c<N>`: fixed concurrency, N requests in flight until `num_prompts` are done;
+- `r<R>`: request rate R/s, arrival gaps drawn from a gamma distribution of shape
+  `burstiness` and mean 1/R (shape 1 = Poisson, as `vllm bench serve --burstiness`),
+  optionally capped at `max_concurrency` in flight;
+- the sweep (as guidellm): `sync` (one request at a time), `max` (all at once: the
+  maximum throughput), then `sweep<i>`: `sweep` rates evenly spaced strictly between
+  the two measured request rates.
+
+Each (step, repeat) sends `warmup_requests` first, one by one, then the measured
+requests inside an energy window; requests sent in the first `warmup_s` seconds of the
+measured part are flagged as warm-up too. No new request is sent after `max_duration_s`.
+Prompts are seeded per (step, repeat), so a rerun sends the same requests. Repeats
+interleave (every step once, then again) so slow drift does not favour one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import aiohttp
+import numpy as np
+
+from tasks.client import _payload, api_root, endpoint_headers, endpoint_url, stream_request
+from tasks.core.config import PerfSpec
+from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
+from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
+from tasks.perf.metrics import RequestRecord
+from tasks.perf.workload import Prompt, Workload
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str  # scenario name: c4, r2.5, sync, max, sweep1
+    kind: str  # concurrency | rate | synchronous | throughput
+    concurrency: int | None  # cap on requests in flight; None: no cap
+    rate: float | None = None  # target requests/s; None: no schedule (as fast as the cap allows)
+
+
+@dataclass
+class StepRun:
+    """One repeat of one step."""
+
+    step: Step
+    repeat: int
+    warmup: list[RequestRecord]
+    measured: list[RequestRecord]
+    energy: EnergyReading
+    power: list[PowerSample] = field(default_factory=list)
+
+
+@dataclass
+class Scenario:
+    """One step over all its repeats, with its summary."""
+
+    step: Step
+    runs: list[StepRun]
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return [r for run in self.runs for r in run.warmup + run.measured]
+
+
+def fixed_steps(spec: PerfSpec) -> list[Step]:
+    """The configured concurrency and rate steps, in order."""
+    steps = [Step(f"c{c}", "concurrency", c) for c in spec.concurrency or []]
+    steps += [Step(f"r{r:g}", "rate", spec.max_concurrency, r) for r in spec.rates]
+    return steps
+
+
+SYNC_STEP = Step("sync", "synchronous", 1)
+
+
+# The fixed-length concurrency-1 workload the jitter figure is measured on (tasks.perf.jitter).
+JITTER_STEP = Step(JITTER_LABEL, "concurrency", 1)
+
+
+def max_step(spec: PerfSpec) -> Step:
+    return Step("max", "throughput", spec.max_concurrency)
+
+
+def sweep_rates(sync_rps: float, max_rps: float, n: int) -> list[float]:
+    """`n` request rates evenly spaced strictly between the synchronous and the maximum rate."""
+    return [float(r) for r in np.linspace(sync_rps, max_rps, n + 2)[1:-1]]
+
+
+def arrival_offsets_s(n: int, rate: float | None, burstiness: float = 1.0, seed: int = 0) -> list[float] | None:
+    """Send times (s from the start) of `n` requests at `rate`/s; gaps ~ Gamma(burstiness, 1/(rate*burstiness)).
+
+    The first request goes at 0, as in vLLM. None for no schedule (rate None or inf).
+    """
+    if rate is None or math.isinf(rate):
+        return None
+    gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    return [0.0] + np.cumsum(gaps[:-1]).tolist()
+
+
+class _Progress:
+    """A rich progress bar on stderr (requests done, output tokens/s, errors); a no-op when off."""
+
+    def __init__(self, enabled: bool | None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[tok_s]:>8.1f} tok/s  errors {task.fields[errors]}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar:
+            self._bar.__exit__(*exc)
+
+    def track(self, description: str, total: int) -> Callable[[RequestRecord], None] | None:
+        if not self._bar:
+            return None
+        bar = self._bar
+        task = bar.add_task(description, total=total, tok_s=0.0, errors=0)
+        state = {"tokens": 0, "errors": 0, "first_ms": None}
+
+        def on_record(r: RequestRecord) -> None:
+            state["tokens"] += r.output_tokens or 0
+            state["errors"] += r.status != "ok"
+            first = state["first_ms"] = r.start_ms if state["first_ms"] is None else min(state["first_ms"], r.start_ms)
+            span_s = max((r.start_ms + (r.e2el_ms or 0) - first) / 1000, 1e-3)
+            bar.update(task, advance=1, tok_s=state["tokens"] / span_s, errors=state["errors"])
+
+        return on_record
+
+
+def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], base_url: str, model: str,
+             force: str | None, count_tokens: Callable[[str], int] | None, first_index: int,
+             offsets_seed: int, on_record: Callable[[RequestRecord], None] | None = None,
+             energy_off_reason: str | None = None) -> StepRun:
+    """Warm-up one by one, then the measured requests of one step inside an energy window."""
+    common = dict(kind=spec.endpoint, force=force, count_tokens=count_tokens, timeout_s=spec.request_timeout_s,
+                  repeat=repeat, deadline_s=spec.request_deadline_s)
+    n_warm = spec.warmup_requests
+    warm = asyncio.run(run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1,
+                                first_index=first_index, **common))
+    for r in warm:
+        r.is_warmup = True
+    todo = prompts[n_warm:]
+    offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
+    with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason) as window:
+        measured = asyncio.run(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
+                                        offsets_s=offsets, max_duration_s=spec.max_duration_s,
+                                        first_index=first_index + len(warm), on_record=on_record, **common))
+    for r in measured:
+        r.is_warmup = r.start_ms < spec.warmup_s * 1000.0
+    return StepRun(step, repeat, warm, measured, window.reading, window.samples)
+
+
+def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, force: str | None,
+             count_tokens: Callable[[str], int] | None = None, progress: bool | None = False,
+             on_scenario: Callable[[list[Scenario]], None] | None = None,
+             energy_off_reason: str | None = None) -> list[Scenario]:
+    """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
+
+    `on_scenario` is called with everything measured so far after each (step, repeat), so
+    callers can write partial results as they come.
+    """
+    steps = ([JITTER_STEP] if needs_jitter_step(spec) else []) + fixed_steps(spec) + (
+        [SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
+    sweep_pending = spec.sweep is not None
+    scenarios: dict[str, Scenario] = {}
+    with _Progress(progress) as bar:
+        for repeat in range(spec.repeats):
+            i = 0
+            while i < len(steps):
+                step = steps[i]
+                seed = spec.seed * 1_000_003 + i * 1009 + repeat
+                sc = scenarios.setdefault(step.label, Scenario(step, []))
+                n = spec.warmup_requests + spec.num_prompts
+                prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
+                tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", spec.num_prompts)
+                sc.runs.append(run_step(spec, step, repeat, prompts, base_url, model, force, count_tokens,
+                                        sum(len(r.warmup) + len(r.measured) for r in sc.runs), seed, tracker,
+                                        energy_off_reason))
+                if sweep_pending and step.label == "max":
+                    # The sweep's rates lie between the measured synchronous and maximum request rates.
+                    lo = _request_rate(scenarios["sync"].runs[0])
+                    hi = _request_rate(sc.runs[0])
+                    if lo and hi:
+                        steps += [Step(f"sweep{k + 1}", "rate", spec.max_concurrency, rate)
+                                  for k, rate in enumerate(sweep_rates(lo, hi, spec.sweep))]
+                    sweep_pending = False
+                if on_scenario:
+                    on_scenario(list(scenarios.values()))
+                i += 1
+    return list(scenarios.values())
+
+
+def _request_rate(run: StepRun) -> float | None:
+    ok = [r for r in run.measured if r.status == "ok"]
+    if not ok:
+        return None
+    span_ms = max(r.start_ms + r.e2el_ms for r in ok) - min(r.start_ms for r in ok)
+    return len(ok) / (span_ms / 1000.0) if span_ms > 0 else None
+
+
+async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tokens: int,
+                   concurrency: int | None = None, offsets_s: Sequence[float] | None = None,
+                   max_duration_s: float | None = None, kind: str = "completions", force: str | None = None,
+                   count_tokens: Callable[[str], int] | None = None, timeout_s: float = 300.0,
+                   first_index: int = 0, repeat: int = 0,
+                   on_record: Callable[[RequestRecord], None] | None = None,
+                   deadline_s: float | None = None) -> list[RequestRecord]:
+    """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
+    `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
+    those in flight finish (bounded by `timeout_s` per wait for bytes and `deadline_s` per
+    request). Records keep the prompts' order; unsent prompts have none.
+    """
+    url = endpoint_url(base_url, kind)
+    slots = min(concurrency or len(prompts), len(prompts)) + 1
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+    # timeout_s bounds each wait for bytes (as before: per read, not per request).
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots), timeout=timeout,
+                                     headers=endpoint_headers(api_root(base_url))) as client:
+        origin = time.perf_counter_ns()
+        deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
+
+        def late() -> bool:
+            return deadline is not None and time.perf_counter_ns() >= deadline
+
+        async def one(i: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            if max_duration_s and at_s >= max_duration_s:
+                return None  # due after the time limit: never sent (and not waited for)
+            wait = at_s - (time.perf_counter_ns() - origin) / 1e9
+            if wait > 0:
+                await asyncio.sleep(wait)
+            async with sem or contextlib.nullcontext():
+                if late():
+                    return None
+                body = _payload(kind, model, p.text, p.output_len or max_tokens, force)
+                rec = await stream_request(client, url, body, kind, i, origin, count_tokens, p.tokens,
+                                           p.tokens_source, repeat, deadline_s)
+            if on_record:
+                on_record(rec)
+            return rec
+
+        offsets = offsets_s or [0.0] * len(prompts)
+        done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+    return [r for r in done if r is not None]
+
+
+async def run_concurrency(base_url: str, model: str, prompts: list[Prompt], concurrency: int, max_tokens: int,
+                          kind: str = "completions", force: str | None = None,
+                          count_tokens: Callable[[str], int] | None = None,
+                          timeout_s: float = 300.0, first_index: int = 0) -> list[RequestRecord]:
+    """Send every prompt, with at most `concurrency` requests in flight; records keep the prompts' order."""
+    return await run_load(base_url, model, prompts, max_tokens, concurrency=concurrency, kind=kind, force=force,
+                          count_tokens=count_tokens, timeout_s=timeout_s, first_index=first_index)

@@ -1,0 +1,84 @@
+"""`tradeoff perf` results as `vllm bench serve --save-result` writes them, plus tradeoff's own keys."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import datetime
+
+from tasks.core.config import PerfSpec
+from tasks.core.credentials import error_excerpt
+from tasks.perf.metrics import PERCENTILES, pct_name
+from tasks.perf.sweep import Scenario
+from tasks.perf.vllm_compat import vllm_keys
+
+
+def max_in_flight(records: list) -> int:
+    """Most requests in flight at once (a sweep over send and end times)."""
+    events = sorted([(r.start_ms, 1) for r in records if r.e2el_ms] + [(r.start_ms + r.e2el_ms, -1)
+                                                                      for r in records if r.e2el_ms])
+    best = now = 0
+    for _, d in events:
+        now += d
+        best = max(best, now)
+    return best
+
+
+def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | None, detailed: bool) -> dict:
+    """One scenario as `vllm bench serve --save-result` writes it, plus tradeoff's own keys."""
+    s = sc.summary
+    step = sc.step
+    measured = [r for run in sc.runs for r in run.measured if not r.is_warmup]
+    ok = [r for r in measured if r.status == "ok"]  # send times are per repeat: never mix repeats in time
+    out = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+           "endpoint_type": "openai-chat" if spec.endpoint == "chat" else "openai",
+           "backend": "openai-chat" if spec.endpoint == "chat" else "openai", "label": "tradeoff",
+           "model_id": model, "tokenizer_id": tokenizer_id, "num_prompts": spec.num_prompts,
+           "request_rate": step.rate if step.rate else "inf", "burstiness": spec.burstiness,
+           "max_concurrency": step.concurrency, "total_input_tokens": s["total_input_tokens"],
+           "total_output_tokens": s["total_output_tokens"],
+           **vllm_keys([run.measured for run in sc.runs], s),  # duration, completed, failed, throughputs, std_*
+           "max_concurrent_requests": max((max_in_flight([r for r in run.measured if r.status == "ok"])
+                                           for run in sc.runs), default=0)}
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        out[f"mean_{m}_ms"] = s[f"{m}_ms_mean"]
+        out[f"median_{m}_ms"] = s[f"{m}_ms_p50"]
+        for p in sorted({*map(float, PERCENTILES), *spec.percentiles}):  # the warehouse's and the asked ones
+            out[f"{pct_name(p)}_{m}_ms"] = s[f"{m}_ms_{pct_name(p)}"]
+        out[f"sample_std_{m}_ms"] = s[f"{m}_ms_std"]  # tradeoff's own: ddof 1 (std_* is vLLM's ddof 0)
+    # tradeoff's own variants of vLLM's figures, under their own names
+    out["peak_output_tokens_per_s_sliding"] = s["peak_output_throughput"]
+    out["output_throughput_repeat_mean"] = s["output_throughput"]
+    if detailed:
+        out.update({"input_lens": [r.prompt_tokens for r in measured],
+                    "output_lens": [r.output_tokens or 0 for r in measured],
+                    "ttfts": [r.ttft_ms / 1000 if r.ttft_ms is not None else 0.0 for r in measured],
+                    "itls": [[g / 1000 for g in r.itl_ms] for r in measured],
+                    "start_times": [r.start_ms / 1000 for r in measured],
+                    "generated_texts": [r.text for r in measured], "errors": [error_excerpt(r.error) or "" for r in measured]})
+    own = ("scenario", "load_kind", "repeats", "num_requests", "num_ok", "num_errors", "num_incomplete", "num_warmup",
+           "ttft_cv_pct", "itl_cv_pct", "ttft_p99_p50_ratio", "itl_p99_p50_ratio", "num_good", "goodput_slo",
+           "slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms", "ci_level", "ci_method",
+           *(f"{m}_ci_{e}" for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct")
+             for e in ("lo", "hi")),
+           "peak_window_s", "energy_j", "energy_j_per_token", "tokens_per_j", "mean_power_w", "energy_source",
+           "energy_note", "energy_by_device_j", "model_bytes", "mem_bandwidth_gb_s", "mem_bandwidth_method",
+           "mbu_pct", "output_len_forced_by", "output_len_note",
+           # 007_timing: reasoning-aware timing and jitter per repeat
+           "ttft_answer_ms_mean", "ttft_answer_ms_p50", "ttft_answer_ms_p99", "total_reasoning_tokens",
+           "total_answer_tokens", *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_lo", "_ci_hi")),
+           "jitter_note")
+    out.update({k: s.get(k) for k in own})
+    out["output_tokens_sources"] = dict(Counter(r.output_tokens_source for r in ok))
+    out["prompt_tokens_sources"] = dict(Counter(r.prompt_tokens_source for r in ok))
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def one_line(r: dict) -> str:
+    """A scenario's headline numbers for the terminal."""
+    f = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    return (f"{r['scenario']:>8}: {r['num_ok']} ok, {r['num_errors']} errored, {r['num_incomplete']} incomplete; "
+            f"{f(r['output_throughput'])} tok/s, "
+            f"TTFT p50 {f(r['median_ttft_ms'])} ms, TPOT mean {f(r['mean_tpot_ms'], 2)} ms, "
+            f"TTFT CV {f(r['ttft_cv_pct'])} %, goodput {f(r['request_goodput'], 2)} req/s"
+            + (f", MBU {f(r['mbu_pct'])} %" if r.get("mbu_pct") is not None else ""))

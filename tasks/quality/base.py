@@ -1,0 +1,159 @@
+"""The quality suite interface: parameters, context, scores and results; suites register by name."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from tasks.core.config import ModelSpec, Variant
+from tasks.core.errors import close_matches
+from tasks.engines.base import Artifact, engine_for
+from tasks.engines.tokenizer import load_tokenizer
+
+
+class SuiteParams(BaseModel):
+    """Base of every suite's parameters: unknown keys are errors, caught when the config loads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class SuiteContext:
+    """What a suite may use: the variant's endpoint and artifact, and the reference's artifact.
+
+    `variant_spec`, `model_spec` and `engine` are set inside a nightly run (None for a bare
+    endpoint); suites that start a sibling server (the same variant without speculation, or
+    with prompt logits on) need them.
+    """
+
+    variant: str
+    base_url: str | None
+    served_model: str
+    artifact_path: Path | None
+    reference_artifact_path: Path | None
+    limit: int | None
+    seed: int
+    params: dict[str, Any]
+    work_dir: Path
+    n_ctx: int = 2048
+    engine: str | None = None
+    artifact: "Artifact | None" = None  # what the engine serves (any engine); artifact_path: a GGUF for in-process use
+    variant_spec: "Variant | None" = None
+    model_spec: "ModelSpec | None" = None
+    server_start_timeout_s: float = 120.0
+    request_timeout_s: float = 300.0
+
+    def tokenizer(self):
+        """The model's own tokenizer from the artifact, or None for a bare endpoint."""
+        if self.artifact_path is None:
+            return None
+
+        return load_tokenizer(str(self.artifact_path))
+
+
+UNITS = ("fraction", "nats", "ratio", "count", "tokens", "rating", "distance", "seconds")
+
+
+@dataclass
+class Score:
+    metric: str
+    value: float | None
+    stderr: float | None
+    n: int
+    unit: str  # one of UNITS
+    higher_is_better: bool
+    # How the value follows from the suite's samples, e.g. "mean(score)", "p99(kl) where ctx=512"
+    # (tasks.quality.deltas); None when it does not (no confidence interval on its delta then).
+    sample_stat: str | None = None
+    # Why the value is NULL or what to know about it (e.g. "judge endpoint down: ...").
+    note: str | None = None
+
+
+@dataclass
+class SuiteResult:
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+
+
+class Suite:
+    name: ClassVar[str]
+    version: ClassVar[str]
+    Params: ClassVar[type[SuiteParams]] = SuiteParams
+
+    def params(self, ctx: SuiteContext) -> Any:
+        return self.Params.model_validate(ctx.params)
+
+    def run(self, ctx: SuiteContext) -> SuiteResult:
+        raise NotImplementedError
+
+
+def binary_scores(samples: list[dict], metric: str = "accuracy") -> list[Score]:
+    """Accuracy over 0/1 sample scores plus the share of invalid (empty/unparseable/errored) answers."""
+    acc, se = mean_stderr([s["score"] for s in samples])
+    n = len(samples)
+    invalid = sum(not s["valid"] for s in samples)
+    return [Score(metric, acc, se, n, "fraction", True, "mean(score)"),
+            Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",
+                  note=f"{invalid} of {n} answers empty, unparseable or errored" if invalid else None)]
+
+
+def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and its standard error (sample std / sqrt(n)), as lm-eval reports for per-sample means."""
+    if not values:
+        return None, None
+    arr = np.asarray(values, dtype=float)
+    se = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else None
+    return float(arr.mean()), se
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:200]
+
+
+@contextlib.contextmanager
+def sibling_server(ctx: SuiteContext, log_name: str, **variant_changes: Any) -> Iterator[str]:
+    """A second server of the same variant with some settings changed (e.g. no speculation); yields its URL.
+
+    Started with the one launcher (tasks.engines.launcher) on a free port, stopped on exit.
+    """
+    if ctx.variant_spec is None or ctx.model_spec is None or ctx.engine is None or ctx.artifact is None:
+        raise ValueError("needs a variant built by tradeoff (engine, model, artifact); not available on a bare endpoint")
+
+    variant = ctx.variant_spec.model_copy(update=variant_changes)
+    with engine_for(ctx.engine).serving(ctx.artifact, variant, ctx.model_spec, ctx.work_dir / f"{log_name}.server.log",
+                                        ctx.server_start_timeout_s) as endpoint:
+        yield endpoint.base_url
+
+
+def suite_for(name: str) -> Suite:
+    if name not in SUITES:
+        raise ValueError(close_matches(name, list(SUITES), "suite"))
+    suite = SUITES[name]()
+    suite.name = name  # a family's member ('helm:gsm') runs under its own name
+    return suite
+
+
+def check_params(name: str, params: dict[str, Any]) -> str | None:
+    """None when `params` suit suite `name`, else one line 'params.<field>: problem'."""
+    from pydantic import ValidationError
+
+    try:
+        SUITES[name].Params.model_validate(params)
+    except ValidationError as err:
+        e = err.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown parameter of suite {name}; known: {', '.join(SUITES[name].Params.model_fields)}"
+        elif e["type"] == "missing":
+            msg = "required; add it"
+        elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
+            msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
+        return f"params{'.' + loc if loc else ''}: {msg}"
+    return None

@@ -1,0 +1,162 @@
+"""One quality suite against any running OpenAI-compatible endpoint, outside a nightly run.
+
+Backs `tradeoff quality --endpoint URL --model NAME --suite NAME [--limit N] --output DIR`.
+The suite is a registered name or a YAML file holding one suite spec (name, label, limit,
+seed, params: as an entry of a config's quality.suites). Results are written in the nightly's
+table contract (`DIR/results/quality_samples/`, `quality_scores/` as Parquet, `tradeoff load`
+needs a run around them, so they are plain files here), a `scores.json` summary, and each
+suite's own outputs (lm-eval's results and samples files) under `DIR/quality/<suite>/`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tasks.client import api_root
+from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
+from tasks.core.config import RunConfig, SuiteSpec, Variant
+from tasks.core.errors import ConfigError, close_matches
+from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
+from tasks.core.registry import SUITES
+from tasks.orchestration.run_gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.orchestration.run_gate (no Prefect import there)
+from tasks.quality.base import SuiteContext, check_params, suite_for
+from tasks.quality.deltas import quality_deltas
+from tasks.quality.failures import account_errors
+from warehouse.contract import read_table, write_table
+
+
+def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any] | None = None,
+                    seed: int | None = None) -> SuiteSpec:
+    """A SuiteSpec from a registered name or a YAML file, with command-line overrides; ConfigError on bad input."""
+    path = Path(suite)
+    if suite.endswith((".yaml", ".yml")):
+        if not path.is_file():
+            raise ConfigError(f"--suite: file {path} not found; pass a suite name or a YAML file with one suite spec")
+        try:
+            data = load_yaml(path.read_text()[: MAX_CONFIG_BYTES + 1], f"--suite {path}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"--suite: {path} must hold one mapping with name: and params:")
+    elif suite in SUITES:
+        data = {"name": suite}
+    else:
+        raise ConfigError(f"--suite: {close_matches(suite, list(SUITES), 'suite')}")
+    data = {**data, "params": {**(data.get("params") or {}), **(params or {})}}
+    if limit is not None:
+        data["limit"] = limit
+    if seed is not None:
+        data["seed"] = seed
+    try:
+        spec = SuiteSpec.model_validate(data)
+    except Exception as err:  # pydantic's message, first line
+        raise ConfigError(f"--suite: {str(err).splitlines()[0]}; fix the suite spec") from None
+    if spec.name not in SUITES:
+        raise ConfigError(f"--suite: {close_matches(spec.name, list(SUITES), 'suite')}")
+    if problem := name_problem(spec.key, SUITE_KEY_PATTERN):  # the suite's folder under --output
+        raise ConfigError(f"--suite: {problem}; give it a label")
+    problem = check_params(spec.name, spec.params)
+    if problem:
+        raise ConfigError(f"--suite ({spec.key}).{problem}")
+    return spec
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """`key=value` with the value read as YAML (`tasks=[gsm8k]`, `max_tokens=64`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--param {text!r}: write key=value, e.g. --param max_tokens=64")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise ConfigError(f"--param {text!r}: the value is not valid YAML") from None
+
+
+def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, gguf: Path | None = None,
+                   reference_gguf: Path | None = None, n_ctx: int = 2048, timeout_s: float = 300.0,
+                   max_error_rate: float = 0.1) -> dict:
+    """Run `spec` against `endpoint`; write its tables and a summary under `output`; return the summary."""
+    for name, p in (("--gguf", gguf), ("--reference-gguf", reference_gguf)):
+        if p is not None and not p.is_file():
+            raise ConfigError(f"{name}: file {p} not found; pass the GGUF the endpoint serves")
+    output = Path(output)
+    suite = suite_for(spec.name)
+    ctx = SuiteContext(variant=model, base_url=api_root(endpoint), served_model=model,
+                       artifact_path=gguf, reference_artifact_path=reference_gguf or gguf, limit=spec.limit,
+                       seed=spec.seed, params=spec.params, n_ctx=n_ctx,
+                       work_dir=contained(output, output / "quality" / spec.key, "suite folder"),
+                       engine="llama.cpp" if gguf else None, request_timeout_s=timeout_s)
+    result, _ = account_errors(suite.run(ctx), max_error_rate)  # errored requests apart; above the share: suite_failed
+    key = {"run_id": "standalone", "variant": model, "suite": spec.key}
+    samples = [{**key, **s} for s in result.samples]
+    scores = [{**key, "suite_version": suite.version, **asdict(s), "is_primary": False} for s in result.scores]
+    part = model.replace("/", "_")
+    write_table(output / "results", "quality_samples", part, samples)
+    write_table(output / "results", "quality_scores", part, scores)
+    summary = {"endpoint": endpoint, "model": model, "suite": spec.key, "suite_name": spec.name,
+               "suite_version": suite.version, "limit": spec.limit, "seed": spec.seed, "params": spec.params,
+               "samples": len(samples), "invalid": sum(not s["valid"] for s in samples),
+               "errored": sum(json.loads(s["details"]).get("errored", 0) for s in samples),
+               "scores": [{k: s[k] for k in ("metric", "value", "stderr", "n", "unit", "note")} for s in scores]}
+    (output / "scores.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"{summary['suite']} ({summary['suite_name']} v{summary['suite_version']}) on {summary['model']} at "
+             f"{summary['endpoint']}: {summary['samples']} samples, {summary['invalid']} invalid"
+             + (f" ({summary['errored']} errored at the endpoint)" if summary.get("errored") else "")]
+    for s in summary["scores"]:
+        value = "NULL" if s["value"] is None else f"{s['value']:.4g}"
+        se = f" ± {s['stderr']:.3g}" if s["stderr"] is not None else ""
+        note = f"  ({s['note']})" if s["note"] else ""
+        lines.append(f"  {s['metric']:<40} {value}{se} {s['unit']} (n={s['n']}){note}")
+    return "\n".join(lines)
+
+
+def lmeval_samples(folder: Path, task: str) -> dict[tuple[int, str], dict]:
+    """lm-eval's per-sample log of `task` under `folder` (the newest samples_<task>_*.jsonl): (doc_id, filter) -> row."""
+    files = sorted(Path(folder).rglob(f"samples_{task}_*.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise FileNotFoundError(f"no samples_{task}_*.jsonl under {folder}")
+    rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
+    return {(r["doc_id"], r.get("filter", "none")): r for r in rows}
+
+
+def compare_lmeval_samples(ours: Path, theirs: Path, task: str) -> dict:
+    """Per-sample comparison of two lm-eval sample logs of one task (e.g. `tradeoff quality` vs lm-eval's CLI).
+
+    Same when both logs hold the same (doc, filter) pairs with the same prompt, raw response,
+    filtered answer and metric values.
+    """
+    a, b = lmeval_samples(ours, task), lmeval_samples(theirs, task)
+    fields = ("prompt_hash", "resps", "filtered_resps", *sorted({m for r in a.values() for m in r.get("metrics", [])}))
+    differ = [k for k in sorted(set(a) | set(b)) if k not in a or k not in b
+              or any(a[k].get(f) != b[k].get(f) for f in fields)]
+    metric = next(iter(sorted({m for r in a.values() for m in r.get("metrics", [])})), None)
+    mean = lambda rows, f: sum(r.get(metric, 0) for k, r in rows.items() if k[1] == f) / max(1, sum(k[1] == f for k in rows))  # noqa: E731
+    filters = sorted({k[1] for k in a})
+    return {"task": task, "samples": len(a), "samples_other": len(b), "differ": differ, "same": not differ,
+            "metric": metric, "ours": {f: mean(a, f) for f in filters}, "theirs": {f: mean(b, f) for f in filters}}
+
+
+def write_quality_deltas(cfg: RunConfig, variant: Variant, samples: list[dict], scores: list[dict],
+                         results_dir: Path) -> list[dict]:
+    """The variant's quality deltas against the reference (measured first), as a quality_deltas part."""
+    ref = cfg.reference.name
+    if variant.name == ref:
+        return []
+    ref_scores = read_table(results_dir, "quality_scores")
+    ref_samples = read_table(results_dir, "quality_samples")
+    records = lambda df: df[df["variant"] == ref].astype(object).where(df.notna(), None).to_dict("records")  # noqa: E731
+    q = cfg.quality
+    rows = quality_deltas(records(ref_scores), records(ref_samples), [s for s in scores if s["metric"] != "suite_failed"],
+                          samples, reference_variant=ref, resamples=q.bootstrap_resamples, confidence=q.confidence,
+                          min_samples=q.min_samples)
+    write_table(results_dir, "quality_deltas", variant.name, rows)
+    return rows

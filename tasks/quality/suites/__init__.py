@@ -1,0 +1,1 @@
+"""Quality suites, one module each; tasks.loader registers them."""

@@ -1,0 +1,88 @@
+"""arithmetic: GPT-3-style few-shot arithmetic over the variant's endpoint, greedy, exact match on the first integer."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+import httpx
+from pydantic import Field
+
+from tasks.client import complete
+from tasks.core.errors import close_matches
+from tasks.core.registry import register_suite
+from tasks.quality.base import Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
+
+_OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
+
+
+# GPT-3 arithmetic task names -> (digits, operation).
+ARITH_TASKS = {"1D+": (1, "plus"), "1D-": (1, "minus"), "1Dx": (1, "times"), "2D+": (2, "plus"), "2D-": (2, "minus"), "3D+": (3, "plus"), "3D-": (3, "minus"),
+               "4D+": (4, "plus"), "4D-": (4, "minus"), "5D+": (5, "plus"), "5D-": (5, "minus"),
+               "2Dx": (2, "times")}
+
+
+_INT = re.compile(r"-?\d[\d,]*")
+
+
+def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, Any]]:
+    """`n` problems spread round-robin over `tasks`, operands drawn from a seeded RNG."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        task = tasks[i % len(tasks)]
+        digits, op = ARITH_TASKS[task]
+        a, b = (rng.randint(10 ** (digits - 1), 10**digits - 1) for _ in range(2))
+        out.append({"id": f"{task}-{i}", "task": task, "question": f"What is {a} {op} {b}?", "answer": _OPS[op](a, b)})
+    return out
+
+
+def parse_int(text: str) -> int | None:
+    m = _INT.search(text or "")
+    return int(m.group().replace(",", "")) if m else None
+
+
+class ArithmeticParams(SuiteParams):
+    tasks: list[str] = Field(default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
+                             max_length=64, description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}")
+    num_fewshot: int = Field(default=3, ge=0, le=64)
+
+    def model_post_init(self, _: Any) -> None:
+        unknown = [t for t in self.tasks if t not in ARITH_TASKS]
+        if unknown:
+            raise ValueError(close_matches(unknown[0], list(ARITH_TASKS), "arithmetic task"))
+
+
+@register_suite
+class Arithmetic(Suite):
+    name = "arithmetic"
+    version = "1"
+    Params = ArithmeticParams
+
+    def run(self, ctx: SuiteContext) -> SuiteResult:
+        p = self.params(ctx)
+        tasks = p.tasks
+        shots = arithmetic_problems(p.num_fewshot, ctx.seed + 1_000_003, tasks)
+        header = "".join(f"Q: {s['question']}\nA: {s['answer']}\n\n" for s in shots)
+        res = SuiteResult()
+        for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks):
+            prompt = f"{header}Q: {p['question']}\nA:"
+            usage: dict = {}
+            try:
+                text, error = complete(ctx.base_url, ctx.served_model, prompt, 12, stop=["\n", "Q:"],
+                                       timeout_s=ctx.request_timeout_s, usage=usage), None
+            except (httpx.HTTPError, KeyError, ValueError) as err:
+                text, error = "", error_text(err)
+            got = parse_int(text)
+            valid = got is not None and error is None
+            # The server's token counts per answer: v_cost prices an answer with them.
+            res.samples.append({"sample_id": p["id"], "prompt": prompt, "target": str(p["answer"]), "response": text,
+                                "score": float(got == p["answer"]), "valid": valid,
+                                "details": json.dumps({"task": p["task"], "parsed": got, "error": error,
+                                                       "invalid": int(not valid),
+                                                       "prompt_tokens": usage.get("prompt_tokens"),
+                                                       "output_tokens": usage.get("completion_tokens")})})
+        res.scores = binary_scores(res.samples)
+        return res

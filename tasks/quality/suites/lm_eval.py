@@ -1,0 +1,589 @@
+"""lm-evaluation-harness tasks against a variant's endpoint, and the log-likelihood check of each scoring path.
+
+`lm_eval` runs any task lm-eval knows (gsm8k, mmlu, truthfulqa_mc2, bbh, arc_challenge,
+hellaswag, ...) as a library, through lm-eval's own API model classes: `local-completions`
+(generation and log-likelihood over /v1/completions) or `local-chat-completions` (generate-only
+tasks over /v1/chat/completions). Per-sample results (log_samples) become quality_samples rows,
+the aggregates with lm-eval's stderr quality_scores rows, and lm-eval's own output files
+(results_*.json, samples_*.jsonl) stay in the run folder, so its tools can read them.
+
+Air-gapped data: `datasets` maps a task (or a group: every task in it) to local files. The
+suite writes an override task file `<task>.yaml` that `include:`s lm-eval's own definition and
+only swaps the data source (`dataset_path: json`, `data_files`); the prompts, filters and
+metrics stay lm-eval's. The same task name then runs on the hub data or on the local files,
+and `lm-eval run --include_path <run>/.../lm_eval/tasks --tasks <task>` reproduces the run.
+
+Log-likelihood: llama-cpp-python 0.3.36's server returns wrong prompt logprobs (echo=True):
+with a model that adds no BOS token, it pairs each prompt token with the logits of the
+position after it (one step off). `loglik_check` measures this for any endpoint against the
+in-process reference (llama.cpp `Llama.scores` of the same GGUF), and `lm_eval` scores
+log-likelihood requests in-process (`tradeoff-llama-cpp` model: lm-eval's local-completions
+for generation, llama.cpp logits for log-likelihood) where the engine's path is known wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tasks.client import endpoint_headers
+from tasks.core.credentials import model_args_problem
+from tasks.core.errors import close_matches
+from tasks.core.process import ChildWorker
+from tasks.core.registry import register_suite
+from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
+from tasks.quality.suites.fidelity import FIDELITY_TEXT
+
+# Engines whose server's prompt logprobs (echo=True) matched the in-process reference in
+# `loglik_check`. llama.cpp (llama-cpp-python 0.3.36 server) did not: see the module docstring.
+ENDPOINT_LOGLIK_OK: dict[str, bool] = {"llama.cpp": False}
+# Engine settings that make a server return prompt logprobs at all (the check starts such a sibling).
+PROMPT_LOGPROB_ARGS: dict[str, dict[str, Any]] = {"llama.cpp": {"logits_all": True}}
+INVALID_RESPONSES = ("", "[invalid]")  # lm-eval's regex filters answer "[invalid]" when nothing matches
+
+
+# ---------------------------------------------------------------- lm-eval task index and local data
+
+@lru_cache(maxsize=1)
+def task_index() -> dict[str, Any]:
+    """lm-eval's index of tasks, groups and tags (built once per process: it reads ~15,000 YAML files)."""
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    from lm_eval.tasks import TaskManager
+
+    return dict(TaskManager().task_index)
+
+
+def check_task_name(name: str) -> None:
+    """ValueError with close matches when lm-eval knows no task, group or tag `name` (a YAML path is fine)."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        return
+    index = task_index()
+    if name not in index:
+        raise ValueError(close_matches(name, list(index), "lm-eval task"))
+
+
+def leaf_tasks(name: str, index: dict[str, Any] | None = None) -> list[str]:
+    """The tasks a task/group/tag name stands for, groups and tags expanded recursively."""
+    index = index if index is not None else task_index()
+    entry = index.get(name)
+    if entry is None:
+        return []
+    kind = entry.kind.name
+    if kind in ("TASK", "PY_TASK"):
+        return [name]
+    members = sorted(entry.tags) if kind == "TAG" else [t if isinstance(t, str) else t.get("task") for t in entry.cfg["task"]]
+    out: list[str] = []
+    for m in members:
+        for t in leaf_tasks(m, index) if isinstance(m, str) else []:
+            if t not in out:
+                out.append(t)
+    return out
+
+
+class LocalData(BaseModel):
+    """Local files for a task's data instead of the hub: a datasets builder and its data_files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(default="json", description="datasets builder: json (also JSON Lines), csv, parquet")
+    data_files: dict[str, str] | str = Field(description="split -> file; '{dataset_name}' and '{task}' are "
+                                                         "filled per task (e.g. one BBH file per subtask)")
+    field: str | None = Field(default=None, description="JSON key holding the rows, e.g. examples (BBH)")
+
+
+def _fill(template: str, **values: str) -> str:
+    for k, v in values.items():
+        template = template.replace("{" + k + "}", v)
+    return template
+
+
+def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: Path | None = None) -> Path:
+    """Write `<task>.yaml` overrides that point lm-eval's own task definitions at local files; returns the folder.
+
+    Relative data paths are resolved against `base` (default: the working directory). A missing
+    file is a ValueError naming it.
+    """
+    index = task_index()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = base or Path.cwd()
+    for name, local in datasets.items():
+        tasks = leaf_tasks(name, index)
+        if not tasks:
+            raise ValueError(f"datasets.{name}: " + close_matches(name, list(index), "lm-eval task"))
+        for task in tasks:
+            entry = index[task]
+            values = {"task": task, "dataset_name": str((entry.cfg or {}).get("dataset_name") or "")}
+            # One file stands for the split the task is scored on.
+            files = (local.data_files if isinstance(local.data_files, dict)
+                     else {str((entry.cfg or {}).get("test_split") or "test"): local.data_files})
+            resolved: dict[str, str] = {}
+            for split, f in files.items():
+                p = Path(_fill(f, **values)).expanduser()
+                p = p if p.is_absolute() else (base / p)
+                if not p.is_file():
+                    raise ValueError(f"datasets.{name}: file {p} for task {task} not found; fix data_files or drop the entry")
+                resolved[split] = str(p.resolve())
+            kwargs: dict[str, Any] = {"data_files": resolved}
+            if local.field:
+                kwargs["field"] = local.field
+            override = {"include": str(entry.yaml_path), "task": task, "dataset_path": local.path,
+                        "dataset_name": None, "dataset_kwargs": kwargs}
+            (out_dir / f"{task}.yaml").write_text(yaml.safe_dump(override, sort_keys=False))
+    return out_dir
+
+
+# ---------------------------------------------------------------- in-process llama.cpp log-likelihood
+
+class LlamaCppLogits:
+    """llama.cpp logits of a GGUF (every position): the log-likelihood of token continuations.
+
+    Native code: lives in a child process (`tasks.core.process.ChildWorker`), so a crash fails the
+    suite with its signal instead of killing the run. Consecutive requests that share a prefix
+    (the choices of one multiple-choice question) reuse its evaluated positions, as llama.cpp's
+    own generate does.
+    """
+
+    def __init__(self, gguf: str, n_ctx: int = 2048, reuse_prefix: bool = True):
+        from llama_cpp import Llama
+
+        self.n_ctx, self.reuse_prefix = n_ctx, reuse_prefix
+        self.llm = Llama(model_path=gguf, logits_all=True, n_ctx=n_ctx, verbose=False, seed=0)
+
+    def _eval(self, tokens: list[int]) -> np.ndarray:
+        llm = self.llm
+        common = 0
+        if self.reuse_prefix:
+            have = llm.input_ids[: llm.n_tokens].tolist()
+            while common < min(len(have), len(tokens) - 1) and have[common] == tokens[common]:
+                common += 1
+        llm.n_tokens = common  # eval() drops the cache from here on and evaluates the rest
+        llm.eval(tokens[common:])
+        return np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
+
+    def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
+        tokens = (context + continuation)[-self.n_ctx:]
+        ctxlen = len(tokens) - len(continuation)
+        logits = self._eval(tokens)[ctxlen - 1: len(tokens) - 1]
+        m = logits.max(axis=1, keepdims=True)
+        logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
+        picked = logp[np.arange(len(continuation)), continuation]
+        greedy = bool((logits.argmax(axis=1) == np.asarray(continuation)).all())
+        return float(picked.sum()), greedy
+
+    def reference_logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        """The reference: a fresh evaluation of the whole sequence and llama-cpp-python's own log-softmax
+        (written apart from `logprob`, which reuses prefixes, so the check tests that too)."""
+        from llama_cpp import Llama
+
+        tokens = context + continuation
+        self.llm.reset()
+        self.llm.eval(tokens)
+        total, greedy = 0.0, True
+        for i in range(len(context), len(tokens)):
+            row = np.asarray(self.llm.scores[i - 1])
+            total += float(Llama.logits_to_logprobs(row)[tokens[i]])
+            greedy = greedy and int(row.argmax()) == tokens[i]
+        return total, greedy
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def logits_worker(gguf: str | Path, n_ctx: int, reuse_prefix: bool = True) -> ChildWorker:
+    """LlamaCppLogits of `gguf` in a child process."""
+    return ChildWorker(LlamaCppLogits, str(gguf), n_ctx, reuse_prefix, what=f"llama.cpp logits of {Path(gguf).name}")
+
+
+class LlamaCppScorer:
+    """Tokenizer (vocabulary only, in-process) and log-likelihoods (llama.cpp logits, in a child) of a GGUF."""
+
+    def __init__(self, gguf: str | Path, n_ctx: int = 2048, reuse_prefix: bool = True):
+        from llama_cpp import Llama
+
+        self.gguf, self.n_ctx, self.reuse_prefix = str(gguf), n_ctx, reuse_prefix
+        self.vocab = Llama(model_path=self.gguf, vocab_only=True, verbose=False)
+        self._logits: ChildWorker | None = None
+
+    @property
+    def logits(self) -> ChildWorker:
+        """The model with every position's logits, started on the first log-likelihood request: it holds
+        n_ctx x vocabulary floats, which generate-only tasks never need."""
+        if self._logits is None:
+            self._logits = logits_worker(self.gguf, self.n_ctx, self.reuse_prefix)
+        return self._logits
+
+    def encode(self, text: str) -> list[int]:
+        return self.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.vocab.detokenize(tokens).decode("utf-8", errors="replace")
+
+    def token_bos(self) -> int:
+        return self.vocab.token_bos()
+
+    def token_eos(self) -> int:
+        return self.vocab.token_eos()
+
+    def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
+        return self.logits.call("logprob", context, continuation)
+
+    def close(self) -> None:
+        self.vocab.close()
+        if self._logits is not None:
+            self._logits.close()
+            self._logits = None
+
+
+def _register_model() -> None:
+    """Register `tradeoff-llama-cpp` with lm-eval (on first use: importing lm-eval takes seconds)."""
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    @register_model("tradeoff-llama-cpp")
+    class TradeoffLlamaCpp(LocalCompletionsAPI):
+        """lm-eval's local-completions with the GGUF's own tokenizer, and log-likelihood from either path.
+
+        loglikelihood="endpoint": lm-eval's echo=True prompt-logprob request to the server;
+        "in-process": llama.cpp logits of the same GGUF (the reference). Generation always goes
+        through the endpoint, exactly as local-completions sends it.
+        """
+
+        def __init__(self, gguf: str, loglikelihood: str = "in-process", n_ctx: int = 2048, **kwargs: Any):
+            super().__init__(tokenizer_backend=None, tokenized_requests=False, **kwargs)
+            self.scorer = LlamaCppScorer(gguf, int(n_ctx))
+            # Anything but None: lm-eval's log-likelihood path asserts a tokenizer exists.
+            self.tokenizer = self.scorer
+            self.loglikelihood_path = loglikelihood
+            self.max_length = int(n_ctx) - 1
+
+        @property
+        def prefix_token_id(self) -> int:
+            return self.scorer.token_bos() if self.scorer.token_bos() >= 0 else self.scorer.token_eos()
+
+        def tok_encode(self, string: str, left_truncate_len: int | None = None, add_special_tokens: bool = False,
+                       **kwargs: Any) -> list[int] | list[list[int]]:
+            if not isinstance(string, str):
+                return [self.tok_encode(s, left_truncate_len) for s in string]
+            enc = self.scorer.encode(string)
+            return enc[-left_truncate_len:] if left_truncate_len else enc
+
+        def decode_batch(self, tokens: list[list[int]]) -> list[str]:
+            return [self.scorer.decode(t) for t in tokens]
+
+        def _loglikelihood_tokens(self, requests, **kwargs) -> list[tuple[float, bool]]:
+            if self.loglikelihood_path == "endpoint":
+                return super()._loglikelihood_tokens(requests, **kwargs)
+            return [self.scorer.logprob(list(ctx), list(cont)) for _, ctx, cont in requests]
+
+    globals()["TradeoffLlamaCpp"] = TradeoffLlamaCpp
+
+
+@lru_cache(maxsize=1)
+def _model_registered() -> bool:
+    _register_model()
+    return True
+
+
+def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihood: str, n_ctx: int,
+            concurrency: int, timeout_s: int, model_args: dict[str, Any]):
+    """An lm-eval API model for the endpoint: local-chat-completions, local-completions or tradeoff-llama-cpp."""
+    from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
+
+
+    headers = endpoint_headers(base_url)  # a hosted endpoint's Authorization; lm-eval sends `header` as is
+    # Never empty: without a header lm-eval sends OPENAI_API_KEY from the environment to any base_url.
+    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s,
+                  header=headers or {"User-Agent": "tradeoff (lm-eval)"}, **model_args)
+    url = base_url.rstrip("/")
+    if api == "chat":
+        return LocalChatCompletion(base_url=url + "/v1/chat/completions", tokenizer_backend=None,
+                                   tokenized_requests=False, **common)
+    if gguf is not None:
+        _model_registered()
+        return globals()["TradeoffLlamaCpp"](base_url=url + "/v1/completions", gguf=str(gguf),
+                                             loglikelihood=loglikelihood, n_ctx=n_ctx, **common)
+    # A bare endpoint: no tokenizer, so generate-only tasks (lm-eval's own offline setting).
+    return LocalCompletionsAPI(base_url=url + "/v1/completions", **{"tokenizer_backend": None,
+                                                                     "tokenized_requests": False, **common})
+
+
+# ---------------------------------------------------------------- lm_eval suite
+
+class LmEvalParams(SuiteParams):
+    tasks: list[str] = Field(min_length=1, max_length=1024, description="lm-eval task, group or tag names (or task YAML paths)")
+    num_fewshot: int | None = Field(default=None, ge=0, le=64, description="default: each task's own")
+    api: Literal["completions", "chat"] = Field(default="completions",
+                                                description="local-completions, or local-chat-completions (generate-only tasks)")
+    loglikelihood: Literal["auto", "endpoint", "in-process"] = Field(
+        default="auto", description="where log-likelihood requests are scored; auto: in-process where the engine's "
+                                    "endpoint path failed loglik_check")
+    concurrency: int = Field(default=1, ge=1, le=256, description="requests in flight (num_concurrent)")
+    datasets: dict[str, LocalData] = Field(default_factory=dict, max_length=1024, description="task or group -> local data files")
+    gen_kwargs: dict[str, Any] = Field(default_factory=dict, description="generation overrides, e.g. max_gen_toks")
+    fewshot_seed: int = Field(default=1234, description="numpy/torch/few-shot seeds (lm-eval's CLI default 1234); "
+                                                        "the suite's seed is lm-eval's random seed")
+    bootstrap_iters: int = Field(default=100000, ge=0, le=1_000_000, description="lm-eval's bootstrap for non-mean stderrs")
+    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class "
+                                                                         "(those that weaken security are refused: "
+                                                                         "tasks.core.credentials)")
+    timeout_s: int = Field(default=300, ge=1, le=3_600)
+
+    @field_validator("model_args")
+    @classmethod
+    def _safe_model_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if problem := model_args_problem(v):
+            raise ValueError(problem)
+        return v
+
+    def model_post_init(self, _: Any) -> None:
+        for name in [*self.tasks, *self.datasets]:
+            check_task_name(name)
+
+
+def _first_arg(arguments: Any) -> str | None:
+    """The prompt of a logged sample: lm-eval logs {'gen_args_0': {'arg_0': context, 'arg_1': ...}, ...}."""
+    if isinstance(arguments, dict) and arguments:
+        first = next(iter(arguments.values()))
+        return str(first.get("arg_0")) if isinstance(first, dict) else str(first)
+    if isinstance(arguments, (list, tuple)) and arguments:
+        return str(arguments[0][0] if isinstance(arguments[0], (list, tuple)) else arguments[0])
+    return None
+
+
+def _response(filtered: Any) -> str:
+    while isinstance(filtered, (list, tuple)) and len(filtered) == 1:
+        filtered = filtered[0]
+    return filtered if isinstance(filtered, str) else json.dumps(filtered, default=str)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else (
+        float(x) if isinstance(x, bool) else None)
+
+
+def sample_rows(results: dict) -> list[dict]:
+    """quality_samples rows from lm-eval's logged samples: one per (task, doc, filter)."""
+    rows = []
+    for task, logged in (results.get("samples") or {}).items():
+        output_type = (results.get("configs", {}).get(task) or {}).get("output_type")
+        for r in logged:
+            filt = r.get("filter", "none")
+            metrics = {m: _num(r.get(m)) for m in r.get("metrics", []) if m in r}
+            first = next(iter(metrics.values()), None)
+            response = _response(r.get("filtered_resps"))
+            invalid = output_type == "generate_until" and response.strip() in INVALID_RESPONSES
+            rows.append({
+                "sample_id": f"{task}/{r['doc_id']}" + (f"/{filt}" if filt != "none" else ""),
+                "prompt": _first_arg(r.get("arguments")), "target": str(r.get("target")), "response": response,
+                "score": first if first is not None and 0.0 <= first <= 1.0 else None, "valid": not invalid,
+                "details": json.dumps({"task": task, "doc_id": r["doc_id"], "filter": filt, **metrics,
+                                       "invalid": int(invalid), "doc_hash": r.get("doc_hash"),
+                                       "prompt_hash": r.get("prompt_hash")}, default=str)})
+    return rows
+
+
+def score_rows(results: dict, samples: list[dict]) -> list[Score]:
+    """quality_scores rows from lm-eval's aggregates ('metric,filter' keys) with lm-eval's stderr.
+
+    A metric gets a sample_stat (so a CI on its delta) only where lm-eval's aggregate is the
+    plain mean of the per-sample values; corpus-level metrics (BLEU, F1 over a corpus) do not.
+    """
+    by_task: dict[str, list[dict]] = {}
+    for s in samples:
+        d = json.loads(s["details"])
+        by_task.setdefault(d["task"], []).append(d)
+    out = []
+    for task, res in (results.get("results") or {}).items():
+        n = int(((results.get("n-samples") or {}).get(task) or {}).get("effective") or len(by_task.get(task, [])) or 1)
+        hib = (results.get("higher_is_better") or {}).get(task) or {}
+        filters = set()
+        for key, value in res.items():
+            if "," not in key or "_stderr," in key or _num(value) is None:
+                continue
+            metric, filt = key.split(",", 1)
+            filters.add(filt)
+            stderr = _num(res.get(f"{metric}_stderr,{filt}"))
+            per = [d.get(metric) for d in by_task.get(task, []) if d["filter"] == filt and d.get(metric) is not None]
+            where = f"task={task} and filter={filt}"
+            stat = f"mean({metric}) where {where}" if per and abs(float(np.mean(per)) - float(value)) < 1e-9 else None
+            name = f"{task}.{metric}" + (f".{filt}" if filt != "none" else "")
+            unit = "fraction" if 0.0 <= float(value) <= 1.0 else "ratio"
+            out.append(Score(name, float(value), stderr, n, unit, bool(hib.get(metric, True)), stat))
+        for filt in sorted(filters):
+            rows = [d for d in by_task.get(task, []) if d["filter"] == filt]
+            invalid = sum(d["invalid"] for d in rows)
+            if rows and (results.get("configs", {}).get(task) or {}).get("output_type") == "generate_until":
+                out.append(Score(f"{task}.invalid_rate" + (f".{filt}" if filt != "none" else ""), invalid / len(rows),
+                                 None, len(rows), "fraction", False, f"mean(invalid) where task={task} and filter={filt}",
+                                 note=f"{invalid} of {len(rows)} answers empty or unparseable" if invalid else None))
+    return out
+
+
+def loglikelihood_path(p: LmEvalParams, ctx: SuiteContext) -> str:
+    if p.loglikelihood != "auto":
+        return p.loglikelihood
+    known_bad = not ENDPOINT_LOGLIK_OK.get(ctx.engine or "", True)
+    return "in-process" if known_bad and ctx.artifact_path is not None else "endpoint"
+
+
+def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path) -> dict:
+    """Run lm-eval's simple_evaluate with its own model classes; save its output files under `out_dir`."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    include = write_local_overrides(p.datasets, out_dir / "tasks") if p.datasets else None
+    lm = make_lm(ctx.base_url, ctx.served_model, p.api, ctx.artifact_path if p.api == "completions" else None,
+                 loglikelihood_path(p, ctx), ctx.n_ctx, p.concurrency, p.timeout_s, p.model_args)
+    tracker = EvaluationTracker(output_path=str(out_dir))
+    # lm-eval logs a warning per task an override replaces: that is the point of the overrides.
+    logging.getLogger("lm_eval.tasks._index").setLevel(logging.ERROR)
+    results = simple_evaluate(
+        # model_args only name the run (lm-eval's output folder is named after `model`, as its CLI's)
+        model=lm, model_args={"model": ctx.served_model, "base_url": ctx.base_url},
+        tasks=list(p.tasks), num_fewshot=p.num_fewshot, limit=ctx.limit, log_samples=True,
+        evaluation_tracker=tracker, task_manager=TaskManager(include_path=str(include) if include else None),
+        apply_chat_template=p.api == "chat", gen_kwargs=p.gen_kwargs or None, bootstrap_iters=p.bootstrap_iters,
+        random_seed=ctx.seed, numpy_random_seed=p.fewshot_seed, torch_random_seed=p.fewshot_seed,
+        fewshot_random_seed=p.fewshot_seed)
+    if results is None:
+        raise RuntimeError("lm-eval returned no results")
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for task in results["configs"]:
+        tracker.save_results_samples(task_name=task, samples=samples[task])
+    results["samples"] = samples
+    return results
+
+
+@register_suite
+class LmEval(Suite):
+    name = "lm_eval"
+    version = "1"  # lm-eval's own task versions are in its results_*.json
+    Params = LmEvalParams
+
+    def run(self, ctx: SuiteContext) -> SuiteResult:
+        p = self.params(ctx)
+        results = evaluate(ctx, p, ctx.work_dir / "lm_eval")
+        res = SuiteResult(samples=sample_rows(results))
+        res.scores = score_rows(results, res.samples)
+        path = loglikelihood_path(p, ctx)
+        loglik_tasks = {t for t, c in results.get("configs", {}).items()
+                        if (c or {}).get("output_type") in ("loglikelihood", "multiple_choice", "loglikelihood_rolling")}
+        for s in res.scores:
+            if s.metric.split(".", 1)[0] in loglik_tasks:
+                s.note = f"log-likelihood scored {path}" + (
+                    " (the engine's endpoint path failed loglik_check)" if path == "in-process" else "")
+        return res
+
+
+# ---------------------------------------------------------------- log-likelihood check
+
+class LoglikCheckParams(SuiteParams):
+    paths: list[Literal["endpoint", "in-process"]] = Field(default_factory=lambda: ["endpoint", "in-process"], max_length=2)
+    tolerance_nats: float = Field(default=0.01, gt=0, le=100, description="largest |logprob - reference| that counts as equal")
+    prompt_logits_server: bool = Field(default=True, description="check the endpoint on a sibling server started with "
+                                                                 "prompt logits on (llama.cpp: logits_all)")
+
+
+def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """(context, continuation) pairs: running text split at a word, and short question/answer pairs."""
+    rng = np.random.default_rng(seed)
+    words = FIDELITY_TEXT.split()
+    qa = [("Question: What is the capital of France?\nAnswer:", " Paris"),
+          ("Question: How many legs does a spider have?\nAnswer:", " eight"),
+          ("The opposite of hot is", " cold"), ("2 + 2 =", " 4"),
+          ("Q: Is the sky blue on a clear day?\nA:", " Yes, it is.")]
+    pairs = []
+    for i in range(n):
+        if i % 3 == 2:
+            pairs.append(qa[(i // 3) % len(qa)])
+            continue
+        start = int(rng.integers(0, len(words) - 40))
+        cut = start + int(rng.integers(8, 30))
+        pairs.append((" ".join(words[start:cut]), " " + " ".join(words[cut:cut + int(rng.integers(1, 6))])))
+    return pairs
+
+
+@register_suite
+class LoglikCheck(Suite):
+    name = "loglik_check"
+    version = "1"
+    Params = LoglikCheckParams
+
+    def run(self, ctx: SuiteContext) -> SuiteResult:
+        if ctx.artifact_path is None:
+            raise ValueError("loglik_check: needs the model's GGUF for the in-process reference (--gguf on the command line)")
+        p = self.params(ctx)
+        from lm_eval.api.instance import Instance
+
+        pairs = loglik_pairs(ctx.limit or 16, ctx.seed)
+        reference = logits_worker(ctx.artifact_path, ctx.n_ctx, reuse_prefix=False)
+        res = SuiteResult()
+        try:
+            for path in p.paths:
+                needs_sibling = (path == "endpoint" and p.prompt_logits_server and ctx.engine in PROMPT_LOGPROB_ARGS
+                                 and ctx.variant_spec is not None)
+                if needs_sibling:
+                    args = {**ctx.variant_spec.engine_args, **PROMPT_LOGPROB_ARGS[ctx.engine]}
+                    with sibling_server(ctx, "prompt-logits", engine_args=args) as url:
+                        res.samples += self._check(ctx, p, path, url, pairs, reference, Instance)
+                else:
+                    res.samples += self._check(ctx, p, path, ctx.base_url, pairs, reference, Instance)
+        finally:
+            reference.close()
+        for path in p.paths:
+            rows = [json.loads(s["details"]) for s in res.samples if s["sample_id"].startswith(path + "/")]
+            diffs = [d["abs_diff_nats"] for d in rows if d["abs_diff_nats"] is not None]
+            errors = sum(d["error"] is not None for d in rows)
+            where = f"where path={path}"
+            note = f"{errors} of {len(rows)} requests failed: {next(d['error'] for d in rows if d['error'])}" if errors else None
+            res.scores += [
+                Score(f"{path}.within_tolerance", float(np.mean([d["within"] for d in rows])) if rows else None, None,
+                      len(rows), "fraction", True, f"mean(within) {where}", note=note),
+                Score(f"{path}.max_abs_diff_nats", max(diffs) if diffs else None, None, len(rows), "nats", False, None,
+                      note=note),
+                Score(f"{path}.greedy_agreement", float(np.mean([d["greedy_same"] for d in rows])) if rows else None,
+                      None, len(rows), "fraction", True, f"mean(greedy_same) {where}"),
+            ]
+        return res
+
+    @staticmethod
+    def _check(ctx: SuiteContext, p: LoglikCheckParams, path: str, url: str, pairs: list[tuple[str, str]],
+               reference, Instance) -> list[dict]:
+        lm = make_lm(url, ctx.served_model, "completions", ctx.artifact_path, path, ctx.n_ctx, 1, 120, {"max_retries": 1})
+        try:
+            requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+            try:
+                got, error = lm.loglikelihood(requests, disable_tqdm=True), None
+            except Exception as err:  # noqa: BLE001 - a path that fails is a finding, not a crash
+                got, error = [(None, None)] * len(pairs), error_text(err)
+            # The very tokens lm-eval scored (its own context/continuation split).
+            encoded = [lm._encode_pair(c, x) for c, x in pairs]
+        finally:
+            lm.scorer.close()
+        rows = []
+        for i, ((context, continuation), (lp, greedy), (ctx_enc, cont_enc)) in enumerate(zip(pairs, got, encoded)):
+            ref_lp, ref_greedy = reference.call("reference_logprob", list(ctx_enc), list(cont_enc))
+            diff = abs(lp - ref_lp) if lp is not None else None
+            within = diff is not None and diff <= p.tolerance_nats
+            rows.append({"sample_id": f"{path}/pair-{i}", "prompt": context, "target": continuation,
+                         "response": None if lp is None else f"{lp:.6f}", "score": float(within), "valid": error is None,
+                         "details": json.dumps({"path": path, "reference_logprob": ref_lp, "logprob": lp,
+                                                "abs_diff_nats": diff, "within": int(within),
+                                                "greedy_same": int(greedy is not None and greedy == ref_greedy),
+                                                "continuation_tokens": len(cont_enc), "error": error,
+                                                "invalid": int(error is not None)})})
+        return rows

@@ -1,0 +1,335 @@
+"""The HTML report of one run: one self-contained page (inline CSS and SVG plots, no scripts, no
+external resources) with the trade-off table, takeaways and the plots an inference team reads.
+
+First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes).
+Plots: tokens/s vs quality with the Pareto frontier, TTFT and ITL CDFs per variant, jitter bars,
+throughput and latency vs concurrency, energy per token, the long-context length x depth grid,
+and history across nights. A plot with no data says why instead of drawing nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from tasks.report.recommend import recommendation_frame, summary_lines
+from tasks.report.text import quality_unit, takeaways, tradeoff_frame
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}.note{color:#666;font-size:13px}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}.fig{border:1px solid #eee;padding:8px}
+.fig h3{font-size:14px;margin:0 0 4px}.bad{color:#b00}.good{color:#070}
+"""
+
+
+def _svg(fig) -> str:
+    """A matplotlib figure as inline SVG (closed afterwards)."""
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def _figure(title: str, body: str) -> str:
+    return f'<div class="fig"><h3>{html.escape(title)}</h3>{body}</div>'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{html.escape(text)}</p>'
+
+
+def _axes(w: float = 5.6, h: float = 3.6):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(w, h))
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def pareto_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    df = con.execute("select * from v_pareto where run_id = ? and quality is not null", [run_id]).df()
+    if df.empty:
+        return _note("no variant has both tokens/s and a primary quality metric")
+    fig, ax = _axes()
+    on = df[df.on_quality_frontier]
+    ax.scatter(df.tps_mean, df.quality, c=["#1f77b4" if f else "#aaa" for f in df.on_quality_frontier], zorder=3)
+    for _, r in df.iterrows():
+        ax.annotate(r.variant, (r.tps_mean, r.quality), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    front = on.sort_values("tps_mean")
+    ax.plot(front.tps_mean, front.quality, "-", color="#1f77b4", alpha=0.6, label="Pareto frontier")
+    ax.set_xlabel("output tokens/s (best sustained)")
+    ax.set_ylabel(df.quality_metric.iloc[0])
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def _headline_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return con.execute("""
+        select variant, concurrency, ttft_ms, chunk_offsets_ms from perf_requests
+        where run_id = ? and status = 'ok' and not is_warmup
+        qualify concurrency = min(concurrency) over (partition by variant)
+        order by variant""", [run_id]).df()
+
+
+def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
+    df = _headline_requests(con, run_id)
+    if df.empty:
+        return _note("no successful requests"), _note("no successful requests")
+    out = []
+    for what in ("ttft", "itl"):
+        fig, ax = _axes()
+        for variant, g in df.groupby("variant"):
+            if what == "ttft":
+                vals = np.sort(g.ttft_ms.to_numpy(dtype=float))
+            else:
+                vals = np.sort(np.concatenate([np.diff(np.asarray(c, dtype=float)) for c in g.chunk_offsets_ms if len(c) > 1] or [np.array([])]))
+            if vals.size:
+                ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=variant)
+        ax.set_xlabel("TTFT (ms)" if what == "ttft" else "inter-token latency (ms)")
+        ax.set_ylabel("fraction of requests" if what == "ttft" else "fraction of gaps")
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+        out.append(_svg(fig))
+    return out[0], out[1]
+
+
+def jitter_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    # v_tradeoff's jitter figures: per-repeat CVs of the fixed-length jitter workload (tasks.perf.jitter)
+    s = con.execute("""
+        select variant, ttft_cv_pct, itl_cv_pct from v_tradeoff where run_id = ? and status = 'ok'
+        order by variant""", [run_id]).df()
+    if s.empty:
+        return _note("no perf summary")
+    fig, ax = _axes()
+    x = np.arange(len(s))
+    ax.bar(x - 0.2, s.ttft_cv_pct.fillna(0), 0.4, label="TTFT CV %")
+    ax.bar(x + 0.2, s.itl_cv_pct.fillna(0), 0.4, label="ITL CV %")
+    ax.set_xticks(x, s.variant, rotation=20, fontsize=8)
+    ax.set_ylabel("coefficient of variation (%)")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def concurrency_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
+    s = con.execute("select variant, concurrency, output_throughput, ttft_ms_mean, ttft_ms_p99 from perf_summary "
+                    "where run_id = ? order by variant, concurrency", [run_id]).df()
+    if s.empty:
+        return _note("no perf summary"), _note("no perf summary")
+    figs = []
+    for col, label in (("output_throughput", "output tokens/s"), ("ttft_ms_mean", "TTFT mean (ms)")):
+        fig, ax = _axes()
+        for variant, g in s.groupby("variant"):
+            ax.plot(g.concurrency, g[col], "o-", label=variant)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+        figs.append(_svg(fig))
+    return figs[0], figs[1]
+
+
+def energy_plot(df: pd.DataFrame) -> str:
+    ok = df[df.energy_j_per_token.notna()]
+    if ok.empty:
+        notes = sorted({n for n in df.energy_note.dropna()})
+        return _note("energy not measured: " + ("; ".join(notes) or "no perf results"))
+    fig, ax = _axes()
+    ax.bar(ok.variant, ok.energy_j_per_token)
+    ax.set_ylabel("J per output token")
+    ax.tick_params(axis="x", rotation=20, labelsize=8)
+    return _svg(fig)
+
+
+def long_context_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """Accuracy per (context length, depth) for the reference and the worst-scoring variant."""
+    s = con.execute("""
+        select variant, try_cast(json_extract(details, '$.context_tokens') as integer) as length_tokens,
+               try_cast(json_extract(details, '$.depth_pct') as double) as depth_pct, score
+        from quality_samples where run_id = ? and json_extract(details, '$.depth_pct') is not null""", [run_id]).df()
+    s = s.dropna(subset=["length_tokens", "depth_pct"])
+    if s.empty:
+        return _note("no long-context retrieval suite in this run")
+    grid = s.groupby(["variant", "length_tokens", "depth_pct"]).score.mean().reset_index()
+    variants = sorted(grid.variant.unique())
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(variants), figsize=(2.6 * len(variants) + 1, 2.8), squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        g = grid[grid.variant == v].pivot(index="depth_pct", columns="length_tokens", values="score")
+        im = ax.imshow(g.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(g.columns)), [str(c) for c in g.columns], fontsize=7, rotation=45)
+        ax.set_yticks(range(len(g.index)), [f"{d:.0f}" for d in g.index], fontsize=7)
+        ax.set_title(v, fontsize=9)
+        ax.set_xlabel("context (tokens)", fontsize=8)
+    axes[0][0].set_ylabel("needle depth (%)", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
+    return _svg(fig)
+
+
+def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> str:
+    h = con.execute("""
+        select h.run_id, h.variant, h.started_at, h.value from v_history as h
+        join runs as r on r.run_id = ? and h.hardware_id = r.hardware_id and h.config_name = r.config_name
+        where h.metric = ? order by h.started_at""", [run_id, metric]).df()
+    if h.run_id.nunique() < 2:
+        return _note(f"{metric}: fewer than two runs of this config on this hardware yet")
+    fig, ax = _axes()
+    for variant, g in h.groupby("variant"):
+        ax.plot(g.started_at, g.value, "o-", label=variant)
+    ax.set_ylabel(metric)
+    ax.tick_params(axis="x", rotation=20, labelsize=7)
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The decision (v_recommendation): the sentences, then sustainable output tokens/s vs retention of the gating
+    metric with both intervals as error bars, the frontier and the recommended variant marked, then the rows."""
+    df = recommendation_frame(con, run_id)
+    if df.empty:
+        return _note("no variants")
+    lines = summary_lines(df)
+    text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
+    pts = df[df.sustainable_output_tok_s.notna() & df.retention.notna()]
+    left_out = sorted(set(df.variant) - set(pts.variant))
+    if pts.empty:
+        plot = _note("no variant has both a sustainable load and a retention to plot")
+    else:
+        fig, ax = _axes(6.4, 4.0)
+        x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
+        xerr = [(x - pts.sustainable_output_tok_s_ci_lo.astype(float).fillna(x)).clip(lower=0),
+                (pts.sustainable_output_tok_s_ci_hi.astype(float).fillna(x) - x).clip(lower=0)]
+        yerr = [(y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
+                (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0)]
+        colors = {"recommended": "#2ca02c", "passes": "#1f77b4", "fails_gate": "#d62728",
+                  "not_enough_evidence": "#ff7f0e", "not_ranked": "#7f7f7f"}
+        for verdict, g in pts.groupby("verdict"):
+            i = g.index
+            ax.errorbar(x[i], y[i], xerr=[xerr[0][i], xerr[1][i]], yerr=[yerr[0][i], yerr[1][i]], fmt="o",
+                        color=colors.get(verdict, "#7f7f7f"), capsize=3, label=verdict, zorder=3)
+        chosen = pts[pts.verdict == "recommended"]
+        if not chosen.empty:
+            ax.scatter(x[chosen.index], y[chosen.index], marker="*", s=260, color="#2ca02c", edgecolor="black",
+                       zorder=4, label="ship this")
+        # frontier: no other point has both more tokens/s and a higher retention
+        front = pts[[not ((x > x[i]) & (y >= y[i]) | (x >= x[i]) & (y > y[i])).any() for i in pts.index]]
+        front = front.assign(_x=x[front.index], _y=y[front.index]).sort_values("_x")
+        ax.plot(front._x, front._y, "-", color="#1f77b4", alpha=0.5, label="frontier")
+        target = float(df.retention_target.dropna().iloc[0]) * 100 if df.retention_target.notna().any() else None
+        if target is not None:
+            ax.axhline(target, ls="--", color="#d62728", alpha=0.6, label=f"retention target {target:g} %")
+        for i in pts.index:
+            ax.annotate(pts.variant[i], (x[i], y[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.set_xlabel("output tokens/s at the sustainable load (95 % CI where >= 2 repeats)")
+        ax.set_ylabel(f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)")
+        ax.legend(fontsize=7)
+        plot = _svg(fig) + (_note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}")
+                            if left_out else "")
+    table = _table(df, [("variant", "variant", 0), ("verdict", "verdict", 0), ("sustainable_scenario", "step", 0),
+                        ("sustainable_req_s", "req/s", 3), ("sustainable_output_tok_s", "tok/s", 1),
+                        ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
+                        ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1), ("gate", "gate", 0),
+                        ("gate_metric", "metric", 0), ("retention", "retention", 4),
+                        ("retention_ci_low", "CI low", 4), ("retention_ci_high", "CI high", 4),
+                        ("n_needed", "n needed", 0), ("j_per_1m_output_tok", "J/1M tok", 0),
+                        ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1), ("usd_per_1m_output_tok", "USD/1M tok", 3),
+                        ("verdict_reason", "reason", 0)])
+    return f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>' \
+           f'<div class="scroll">{table}</div>'
+
+
+def _fmt(x, digits: int = 1) -> str:
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return "NULL"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else ""
+    if isinstance(x, (float, np.floating)):
+        return f"{x:.{digits}f}" if abs(x) < 1e6 else f"{x:.3g}"
+    return html.escape(str(x))
+
+
+def _table(df: pd.DataFrame, cols: list[tuple[str, str, int]]) -> str:
+    """cols: (column, header, decimals); text columns are left-aligned."""
+    head = "".join(f'<th class="{"l" if df[c].dtype == object else ""}">{html.escape(h)}</th>' for c, h, _ in cols)
+    rows = []
+    for _, r in df.iterrows():
+        cells = "".join(f'<td class="{"l" if df[c].dtype == object else ""}">{_fmt(r[c], d)}</td>' for c, _, d in cols)
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The whole page for one run."""
+    df = tradeoff_frame(con, run_id)
+    run = con.execute("select * from runs where run_id = ?", [run_id]).df().iloc[0]
+    metric = run.primary_quality_metric
+    lines = takeaways(df, quality_unit(con, run_id, metric))
+    quality_cols = [c for c in df.columns if c not in _BASE_COLS]
+    table = _table(df, [("variant", "variant", 0), ("engine", "engine", 0), ("quantization", "quant", 0),
+                        ("speculative", "spec", 0), ("status", "status", 0), ("tps_peak", "TPS peak", 1),
+                        ("tps_mean", "TPS mean", 1), ("speedup_vs_reference", "speed-up", 2),
+                        ("ttft_ms_mean", "TTFT ms mean", 1), ("ttft_ms_p99", "TTFT ms p99", 1),
+                        ("jitter_pct", "jitter %", 1), ("energy_j_per_token", "J/token", 3)]
+                   + [(c, c, 4) for c in quality_cols])
+    ret = con.execute("""select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
+                         from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""", [run_id]).df()
+    reg = con.execute("""select variant, metric, value, prior_mean, band_low, band_high, change_pct
+                         from v_regressions where run_id = ? and is_regression order by variant, metric""", [run_id]).df()
+    ttft_cdf, itl_cdf = cdf_plots(con, run_id)
+    tput, lat = concurrency_plots(con, run_id)
+    figs = [
+        _figure("Tokens/s vs quality (Pareto frontier in blue)", pareto_plot(con, run_id)),
+        _figure("Jitter at the lowest concurrency", jitter_plot(con, run_id)),
+        _figure("TTFT CDF (lowest concurrency)", ttft_cdf),
+        _figure("Inter-token latency CDF (lowest concurrency)", itl_cdf),
+        _figure("Throughput vs concurrency", tput),
+        _figure("Latency vs concurrency", lat),
+        _figure("Energy per output token", energy_plot(df)),
+        _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
+        _figure("History: tokens/s across nights", history_plot(con, run_id, "tps_mean")),
+        _figure(f"History: {metric} across nights", history_plot(con, run_id, metric) if metric else _note("no primary metric")),
+    ]
+    versions = json.loads(run.library_versions or "{}")
+    meta = (f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
+            f"GPU {html.escape(str(run.gpu or 'none'))} · git {html.escape(str(run.git_sha or 'n/a'))[:12]} · "
+            + " · ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in sorted(versions.items())))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>tradeoff report {html.escape(run_id)}</title><style>{CSS}</style></head><body>
+<h1>tradeoff: run {html.escape(run_id)} ({html.escape(str(run.config_name))}, {html.escape(str(run.status))})</h1>
+<p class="note">started {_fmt(run.started_at)} UTC · reference {html.escape(str(run.reference_variant))} · {meta}</p>
+<h2>Decision: which variant to ship</h2>{decision_section(con, run_id)}
+<h2>Trade-off table</h2><div class="scroll">{table}</div>
+<h2>Takeaways (against the reference)</h2><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines)}</ul>
+<h2>Plots</h2><div class="grid">{''.join(figs)}</div>
+<h2>Quality retention (MLPerf classes)</h2>{_table(ret, [("variant", "variant", 0), ("metric", "metric", 0), ("reference_value", "reference", 4), ("value", "value", 4), ("retention", "retention", 4), ("retention_class", "class", 0)]) if not ret.empty else _note("no fraction-valued quality metric")}
+<h2>Regressions against previous nights</h2>{_table(reg, [("variant", "variant", 0), ("metric", "metric", 0), ("value", "value", 3), ("prior_mean", "prior mean", 3), ("band_low", "band low", 3), ("band_high", "band high", 3), ("change_pct", "change %", 1)]) if not reg.empty else _note("none flagged (or no previous night of this config on this hardware)")}
+</body></html>
+"""
+
+
+_BASE_COLS = {"run_id", "started_at", "variant", "engine", "model", "quantization", "speculative", "is_reference",
+              "status", "error", "tps_peak", "tps_mean", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
+              "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "speedup_vs_reference",
+              "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "quality_delta_vs_reference"}
+
+
+def write_html(con: duckdb.DuckDBPyConnection, run_id: str, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(render_html(con, run_id))
+    return p

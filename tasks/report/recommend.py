@@ -1,0 +1,394 @@
+"""The decision in words: which variant to ship under the run's SLO and quality gate, at what load and cost.
+
+The decision is made once, in SQL (warehouse/views: v_decision -> v_slo_steps and v_quality_gate ->
+v_recommendation), so `select * from v_recommendation` and `tradeoff recommend` cannot disagree. This
+module reads those rows and says them in words, plain language first ("Ship q4_1: ..."); it applies
+command-line overrides of the run's `decision:` block (validated by DecisionSpec, then a temp view that
+shadows v_decision for this connection only), and renders the markdown of the nightly's artifact. Plain
+Python over a warehouse connection: the CLI, the nightly's artifact, the HTML report and the
+notification all print the same sentences.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from tasks.core.config import SLO_PRESETS, DecisionSpec
+from tasks.core.errors import ConfigError
+from tasks.report.text import _latest_run_ids, _warehouse_path
+from warehouse.db import WarehouseError
+
+if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is made, not with the CLI's flags
+    import duckdb
+    import pandas as pd
+
+
+# Command-line flag of each DecisionSpec field, for one-line errors.
+FLAGS = {"slo": "--slo", "percentile": "--percentile", "gate_metrics": "--gate", "retention": "--retention",
+         "optimise": "--optimise", "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh"}
+LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
+# How a variant that beats the recommended one on the objective is described.
+AHEAD = {"rate": "faster", "tps": "faster", "cost": "cheaper", "energy": "more frugal",
+         "cost_per_correct": "cheaper per correct answer"}
+OBJECTIVE_UNIT = {"rate": "req/s", "tps": "output tok/s", "cost": "USD/1M output tok", "energy": "J/1M output tok",
+                  "cost_per_correct": "USD per correct answer"}
+
+
+def parse_slo(text: str) -> dict[str, Any]:
+    """`--slo`: a preset name, or limits as 'ttft_ms=500,tpot_ms=50'; ConfigError naming the fix otherwise."""
+    text = text.strip()
+    if text in SLO_PRESETS:
+        return {"preset": text}
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in LIMIT_NAMES:
+            raise ConfigError(f"--slo: '{part}' is neither a preset ({', '.join(SLO_PRESETS)}) nor a limit; "
+                              f"write e.g. ttft_ms=500,tpot_ms=50")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"--slo: {key.strip()}={value!r} is not a number of ms; write e.g. {key.strip()}=500") from None
+    if not out:
+        raise ConfigError(f"--slo: empty; give a preset ({', '.join(SLO_PRESETS)}) or limits such as ttft_ms=500")
+    return out
+
+
+def add_arguments(p) -> None:
+    """`tradeoff recommend`'s flags; values are checked by `overrides_from_args` and DecisionSpec, one line each."""
+    p.add_argument("--run", help="run id (default: the latest)")
+    p.add_argument("--slo", help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
+                                 "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)")
+    p.add_argument("--percentile", help="share of a step's requests that must meet each limit, e.g. 99 (default 99)")
+    p.add_argument("--gate", action="append", metavar="SUITE.METRIC",
+                   help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)")
+    p.add_argument("--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999")
+    p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
+    p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
+    p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+
+
+def _number(flag: str, text: str, example: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{flag}: '{text}' is not a number; write e.g. {flag} {example}") from None
+
+
+def overrides_from_args(args) -> dict[str, Any]:
+    """The DecisionSpec fields the command line sets (only those given)."""
+    out: dict[str, Any] = {}
+    if args.slo is not None:
+        out["slo"] = parse_slo(args.slo)
+    if args.percentile is not None:
+        out["percentile"] = _number("--percentile", args.percentile, "99")
+    if args.gate:
+        out["gate_metrics"] = args.gate
+    if args.retention is not None:
+        out["retention"] = _number("--retention", args.retention, "0.99")
+    if args.optimise is not None:
+        out["optimise"] = args.optimise
+    if args.grid is not None:
+        out["grid_gco2e_per_kwh"] = _number("--grid-gco2e-per-kwh", args.grid, "400")
+    return out
+
+
+FIXES = {"slo": "give a preset or limits such as ttft_ms=500,tpot_ms=50", "percentile": "give e.g. 99",
+         "gate_metrics": "give 'suite.metric'", "retention": "give a fraction such as 0.99 or 0.999",
+         "optimise": "use rate, tps, cost, energy or cost_per_correct", "grid_gco2e_per_kwh": "give gCO2e/kWh >= 0"}
+
+
+def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, Any]) -> DecisionSpec:
+    """The run's `decision:` block (as recorded in runs.config_json) with `overrides`, validated once."""
+    (config_json,), = con.execute("select config_json from runs where run_id = ?", [run_id]).fetchall()
+    recorded = (json.loads(config_json or "{}") or {}).get("decision") or {}
+    try:
+        spec = DecisionSpec.model_validate({**recorded, **overrides})
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = str(e["loc"][0]) if e["loc"] else "decision"
+        where = FLAGS.get(field, f"decision.{field}") if field in overrides else f"decision.{field} of run {run_id}"
+        raise ConfigError(f"{where}: {e['msg'].removeprefix('Value error, ')} (got {e.get('input')!r}); "
+                          f"{FIXES.get(field, 'fix it')}") from None
+    known = {m for (m,) in con.execute("select distinct suite || '.' || metric from quality_scores where run_id = ?",
+                                       [run_id]).fetchall()}
+    unknown = [m for m in overrides.get("gate_metrics") or [] if m not in known]
+    if unknown:
+        raise ConfigError(f"--gate: '{unknown[0]}' is not a quality metric of run {run_id}; "
+                          f"known: {', '.join(sorted(known)) or 'none'}")
+    return spec
+
+
+def _literal(x: Any) -> str:
+    if x is None:
+        return "null"
+    if isinstance(x, str):
+        return "'" + x.replace("'", "''") + "'"
+    if isinstance(x, list):
+        return "[" + ", ".join(_literal(i) for i in x) + "]::varchar[]"
+    return repr(float(x))
+
+
+def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, overrides: dict[str, Any]) -> None:
+    """Shadow v_decision for this connection with the overridden settings (a temp view: the warehouse is untouched).
+
+    DuckDB resolves names in the temp catalog first, so v_slo_steps, v_quality_gate and v_recommendation read
+    the temp view while it lives; the stored views and other connections are unaffected.
+    """
+    if not overrides:
+        return
+    cols: dict[str, str] = {}
+    if "slo" in overrides and spec.slo is not None:
+        limits = spec.slo.limits()
+        cols["slo_label"] = _literal(spec.slo.label())
+        cols.update({f"slo_{k}": _literal(limits.get(k)) + "::double" for k in LIMIT_NAMES})
+    if "percentile" in overrides:
+        cols["slo_percentile"] = _literal(spec.percentile)
+    if "gate_metrics" in overrides:
+        cols["gate_metrics"] = _literal(spec.gate_metrics or [])
+    if "retention" in overrides:
+        cols["retention_target"] = _literal(spec.retention)
+    if "optimise" in overrides:
+        cols["optimise"] = _literal(spec.optimise)
+    if "grid_gco2e_per_kwh" in overrides:
+        cols["grid_gco2e_per_kwh"] = _literal(spec.grid_gco2e_per_kwh) + "::double"
+    db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
+    replace = ", ".join(f"{v} as {k}" for k, v in cols.items())
+    con.execute(f'create or replace temp view v_decision as select * replace ({replace}) from "{db}".main.v_decision')
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
+    """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
+    path = _warehouse_path(con)
+    latest = _latest_run_ids(con, 5)
+    if not latest:
+        raise WarehouseError(f"no runs in {path}; run `tradeoff run configs/demo.yaml` first")
+    run_id = run_id or latest[0]
+    if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchall()[0][0]:
+        raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
+    if not con.execute("select count(*) from duckdb_views() where view_name = 'v_recommendation'").fetchall()[0][0]:
+        # a read-only connection sees the views as the last writer left them
+        raise WarehouseError(f"{path} has no v_recommendation yet (an older tradeoff wrote it last); refresh its views "
+                             f"with `tradeoff load RUN_DIR` of any run")
+    return run_id
+
+
+def recommendation_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's rows of v_recommendation: the recommended variant first, then by verdict and rank."""
+    return con.execute("""
+        select * from v_recommendation where run_id = ?
+        order by case verdict when 'recommended' then 0 when 'passes' then 1 when 'not_ranked' then 2
+                 when 'not_enough_evidence' then 3 when 'fails_gate' then 4 when 'misses_slo' then 5 else 6 end,
+                 rank nulls last, objective desc nulls last, variant""", [run_id]).df()
+
+
+def _value(x: Any) -> Any:
+    """A DataFrame cell with NaN/NA/None as None."""
+    import pandas as pd
+
+    if x is None or isinstance(x, str) or hasattr(x, "__len__"):  # lists and arrays are values
+        return x
+    return None if pd.isna(x) else x
+
+
+def _v(row: pd.Series, col: str) -> Any:
+    return _value(row.get(col))
+
+
+def slo_text(row: pd.Series) -> str:
+    """'p99 TTFT <= 2000 ms, TPOT <= 200 ms'."""
+    limits = [f"{name} <= {_v(row, f'slo_{k}'):g} ms" for k, name in LIMIT_NAMES.items() if _v(row, f"slo_{k}") is not None]
+    return f"p{_v(row, 'slo_percentile'):g} " + (", ".join(limits) if limits else "(no limits)")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f} %"
+
+
+def retention_text(row: pd.Series) -> str:
+    """'keeps 88.0 % of arithmetic.accuracy (95 % CI 84.0-91.0 %)', or what stands in for it."""
+    metric = _v(row, "gate_metric")
+    if metric is None:
+        return "no quality gate (no gating metric)"
+    if _v(row, "is_reference"):
+        return f"the reference for {metric}"
+    ret, lo, hi = (_v(row, c) for c in ("retention", "retention_ci_low", "retention_ci_high"))
+    if ret is None:
+        return f"{metric}: {_v(row, 'gate_reason') or 'not measured'}"
+    ci = f" (95 % CI {lo * 100:.1f}-{hi * 100:.1f} %)" if lo is not None and hi is not None else " (no interval)"
+    return f"keeps {_pct(ret)} of {metric}{ci}"
+
+
+def num(x: float) -> str:
+    """Three significant figures without an exponent: 0.981, 1.00, 23.7, 115."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3g}"
+
+
+def load_text(row: pd.Series) -> str:
+    """'0.710 req/s (c2, 44.2 output tok/s)' at the sustainable load; 'at least' when no step above it misses."""
+    rate, tps, sc = _v(row, "sustainable_req_s"), _v(row, "sustainable_output_tok_s"), _v(row, "sustainable_scenario")
+    tok = f", {tps:.1f} output tok/s" if tps is not None else ""
+    if _v(row, "sustainable_is_lower_bound"):
+        return f"at least {num(rate)} req/s ({sc}{tok}: the highest step measured)"
+    return f"{num(rate)} req/s ({sc}{tok})"
+
+
+def energy_text(row: pd.Series) -> str:
+    j, g = _v(row, "j_per_1m_output_tok"), _v(row, "gco2e_per_1m_output_tok")
+    if j is None:
+        return f"energy n/a ({_v(row, 'energy_note')})"
+    carbon = f", {g:.3g} gCO2e per 1M tokens" if g is not None else f", carbon n/a ({_v(row, 'carbon_note')})"
+    return f"{j / 1e6:.3g} J/token{carbon}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summary_lines(df: pd.DataFrame) -> list[str]:
+    """The decision in plain language: the recommendation (or why there is none), then one line per other variant."""
+    if df.empty:
+        return ["No variants in this run."]
+    first = df.iloc[0]
+    optimise, chosen = _v(first, "optimise"), _v(first, "recommended_variant")
+    refs = df[df["is_reference"].fillna(False).astype(bool)]
+    ref = refs.iloc[0] if len(refs) == 1 else None
+    lines = []
+    if chosen is None:
+        lines.append(f"No variant to ship: {_v(first, 'decision_note')} ({slo_text(first)}, "
+                     f"retention target {_pct(_v(first, 'retention_target'))}).")
+        best = None
+    else:
+        best = df[df["variant"] == chosen].iloc[0]
+        vs_ref = ""
+        if ref is not None and ref["variant"] != chosen:
+            ratio = _ratio(_v(best, "sustainable_req_s"), _v(ref, "sustainable_req_s"))
+            vs_ref = (f", {ratio:.2f}x the sustainable rate of {ref['variant']}" if ratio is not None
+                      else f" ({ref['variant']} sustains no load under this SLO)")
+        cost = _v(best, "usd_per_1m_output_tok")
+        lines.append(f"Ship {chosen}{' (the reference)' if _v(best, 'is_reference') else ''}: "
+                     f"{load_text(best)}{vs_ref} at {slo_text(best)}; {retention_text(best)}; {energy_text(best)}"
+                     + (f"; {cost:.3g} USD per 1M output tokens" if cost is not None else "")
+                     + f". Chosen on {optimise} ({_v(best, 'verdict_reason')}).")
+    for _, row in df.iterrows():
+        if chosen is not None and row["variant"] == chosen:
+            continue
+        lines.append(variant_line(row, best, optimise))
+    return lines
+
+
+def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
+    """One sentence on a variant that is not recommended: why not."""
+    v, verdict = row["variant"], _v(row, "verdict")
+    ahead = ""
+    if _v(row, "beats_recommended") and best is not None:
+        ratio = _ratio(_v(row, "objective"), _v(best, "objective"))
+        ahead = f" is {AHEAD[optimise]}" + (f" ({ratio:.2f}x the {OBJECTIVE_UNIT[optimise]})" if ratio else "") + " but"
+    if verdict == "failed":
+        return f"{v} failed: {_v(row, 'verdict_reason').removeprefix('failed: ')}."
+    if verdict == "misses_slo":
+        return f"{v} misses the SLO at every measured step ({_v(row, 'slo_note')})."
+    if verdict == "fails_gate":
+        return (f"{v}{ahead or ''} {retention_text(row)}: fails the {_pct(_v(row, 'retention_target'))} gate"
+                + (f" ({_v(row, 'gate_reason')})" if _v(row, "retention") is None else "") + ".")
+    if verdict == "not_enough_evidence":
+        need, n, target = _v(row, "n_needed"), _v(row, "n"), _v(row, "retention_target")
+        lo, hi = _v(row, "retention_ci_low"), _v(row, "retention_ci_high")
+        more = f"; ~{need:,.0f} paired samples needed to decide (have {n})" if need is not None else ""
+        if _v(row, "retention") is None:
+            detail = retention_text(row)
+        elif lo is not None and lo < target and (hi is None or hi >= target):
+            detail = f"{retention_text(row)}, which straddles the {_pct(target)} target"
+        else:
+            detail = f"{retention_text(row)}, but {_v(row, 'gate_reason')}"
+        return f"{v}{ahead or ''} is not measured well enough: {detail}{more}."
+    if verdict == "not_ranked":
+        return f"{v} meets the SLO and passes the gate but cannot be ranked: {_v(row, 'verdict_reason')}."
+    return (f"{v} meets the SLO and passes the gate ({load_text(row)}); "
+            f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}.")
+
+
+def _fmt(x: Any, spec: str) -> str:
+    x = _value(x)
+    return "NULL" if x is None else format(x, spec)
+
+
+def _table(df: pd.DataFrame) -> str:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.MARKDOWN, show_edge=True)
+    headers = ["variant", "verdict", "sustainable", "req/s", "tok/s", "TTFT pctl ms", "TPOT pctl ms", "gate",
+               "retention", "95 % CI", "n needed", "J/1M tok", "gCO2e/1M tok", "USD/1M tok", "tok/correct"]
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if i < 3 or h == "gate" else "right")
+    for _, r in df.iterrows():
+        lo, hi = _value(r["retention_ci_low"]), _value(r["retention_ci_high"])
+        table.add_row(
+            r["variant"], r["verdict"], _value(r["sustainable_scenario"]) or "",
+            "NULL" if _value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
+            _fmt(r["sustainable_output_tok_s"], ".1f"), _fmt(r["sustainable_ttft_ms_pctl"], ".0f"),
+            _fmt(r["sustainable_tpot_ms_pctl"], ".1f"), _value(r["gate"]) or "",
+            _fmt(None if _value(r["retention"]) is None else r["retention"] * 100, ".1f"),
+            f"{lo * 100:.1f}-{hi * 100:.1f}" if lo is not None and hi is not None else "",
+            _fmt(r["n_needed"], ".0f") if _value(r["n_needed"]) is not None else "",
+            _fmt(r["j_per_1m_output_tok"], ".3g"), _fmt(r["gco2e_per_1m_output_tok"], ".3g"),
+            _fmt(r["usd_per_1m_output_tok"], ".3g"), _fmt(r["output_tok_per_correct"], ".1f"))
+    console = Console(file=io.StringIO(), width=260, color_system=None)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
+
+
+def _notes(df: pd.DataFrame) -> list[str]:
+    """One line per distinct reason a cost, energy, carbon or efficiency figure is NULL."""
+    out = []
+    for col, what in (("carbon_note", "carbon"), ("cost_note", "cost"), ("efficiency_note", "per-correct-answer figures")):
+        for note, g in df[df[col].notna()].groupby(col, sort=False):
+            out.append(f"{what} NULL for {', '.join(g['variant'])}: {note}")
+    return out
+
+
+def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = None,
+                          overrides: dict[str, Any] | None = None) -> str:
+    """`tradeoff recommend`: the decision in words first, then the table and the reasons figures are NULL."""
+    run_id = resolve_run(con, run_id)
+    overrides = overrides or {}
+    spec = settings(con, run_id, overrides)
+    apply_overrides(con, spec, overrides)
+    df = recommendation_frame(con, run_id)
+    head = f"run {run_id}: decision under {slo_text(df.iloc[0]) if len(df) else 'no SLO'}" if len(df) else f"run {run_id}"
+    if len(df):
+        first = df.iloc[0]
+        head += (f", retention >= {_pct(_v(first, 'retention_target'))} on "
+                 f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
+                 + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else ""))
+    return "\n".join([head, "", *summary_lines(df), "", _table(df), *_notes(df)])
+
+
+def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    rows = con.execute("select gate_metrics from v_decision where run_id = ?", [run_id]).fetchall()
+    return list(rows[0][0] or []) if rows else []
+
+
+def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The nightly's `tradeoff-recommendation` artifact: the sentences, then one row per variant."""
+    df = recommendation_frame(con, run_id)
+    lines = [f"**{summary_lines(df)[0]}**", ""] + [f"- {s}" for s in summary_lines(df)[1:]]
+    lines += ["", "| variant | verdict | sustainable req/s | gate | retention (95 % CI) | reason |", "|---|---|---|---|---|---|"]
+    for _, r in df.iterrows():
+        lo, hi, ret = _value(r["retention_ci_low"]), _value(r["retention_ci_high"]), _value(r["retention"])
+        ci = f"{ret * 100:.1f} % ({lo * 100:.1f}-{hi * 100:.1f})" if None not in (lo, hi, ret) else ""
+        rate = _value(r["sustainable_req_s"])
+        lines.append(f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
+                     f"{_value(r['gate']) or ''} | {ci} | {(_value(r['verdict_reason']) or '').replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def recommended_variant(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    rows = con.execute("select any_value(recommended_variant) from v_recommendation where run_id = ?", [run_id]).fetchall()
+    return rows[0][0] if rows else None
