@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import tasks.loader  # noqa: F401  (the built-in engines and suites)
 from tasks.core.config import PackageFile
 from tasks.core.process import ChildDied, ChildError, run_in_child
 from tasks.core.registry import ENGINES

@@ -1,4 +1,10 @@
-"""The one loader: registers the built-in engines and quality suites, then loads configs and checks their names against the registries."""
+"""The one loader: registers the built-in engines and quality suites, then loads configs and checks them.
+
+The registries (tasks.core.registry) import no plugin; this module holds the list of built-ins
+and registers them when it is imported, so every entry point that loads a config (the CLI, the
+flows) has them. A config is read once (YAML), validated by pydantic (tasks.core.config), then
+checked across fields and against the registries: one line naming the field and the fix.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,38 @@ from pydantic import ValidationError
 
 from tasks.core.bounds import data_problem
 from tasks.core.config import RunConfig, read_config
-from tasks.core.errors import ConfigError, _format_validation_error
+from tasks.core.errors import ConfigError, validation_line
 from tasks.core.names import SUITE_KEY_PATTERN, name_problem
 from tasks.core.registry import ENGINES, SUITES
 from tasks.engines.base import engine_for
+from tasks.engines.llama_cpp import LlamaCpp
+from tasks.engines.openai_compatible import OpenAICompatible
+from tasks.engines.tensorrt_llm import TensorRTLLM
+from tasks.engines.vllm import Vllm
 from tasks.quality.base import check_params
-from tasks.quality.suites.code import unconfined_refused
+from tasks.quality.suites.arithmetic import Arithmetic
+from tasks.quality.suites.code import Code, unconfined_refused
+from tasks.quality.suites.coherence import Coherence
+from tasks.quality.suites.fidelity import Fidelity
+from tasks.quality.suites.helm import Helm
+from tasks.quality.suites.identity import GreedyIdentity
+from tasks.quality.suites.lm_eval import LmEval, LoglikCheck
+from tasks.quality.suites.longctx import LongContext
+from tasks.quality.suites.multiturn import MultiTurn
+
+BUILTIN_ENGINES = (LlamaCpp, Vllm, TensorRTLLM, OpenAICompatible)
+BUILTIN_SUITES = (Arithmetic, Fidelity, LongContext, Coherence, Code, MultiTurn, GreedyIdentity, LmEval, LoglikCheck, Helm)
+
+
+def register_builtins() -> None:
+    """Register the built-in engines and suites (idempotent)."""
+    for engine in BUILTIN_ENGINES:
+        ENGINES.register(engine)
+    for suite in BUILTIN_SUITES:
+        SUITES.register(suite)
+
+
+register_builtins()
 
 
 def _close(name: str, known: list[str]) -> str:
@@ -92,7 +124,7 @@ def parse_config(data: Any) -> RunConfig:
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err)) from None
+        raise ConfigError(validation_line(err)) from None
     _check_semantics(cfg)
     return cfg
 

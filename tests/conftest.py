@@ -13,6 +13,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pytest  # noqa: E402
 
+import tasks.loader  # noqa: E402,F401  (registers the built-in engines and suites, as every entry point does)
+
 
 @pytest.fixture(scope="session")
 def prefect_harness():

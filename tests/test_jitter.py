@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tasks.measure import expected_perf_rows
+from tasks.orchestration.run_gate import expected_perf_rows
 
 from tasks.core.config import PerfSpec
 from tasks.perf.jitter import jitter_summary, needs_jitter_step, repeat_cvs

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from tasks.measure import expected_perf_rows
+from tasks.orchestration.run_gate import expected_perf_rows
 
 from tasks.client import _payload
 from tasks.core.config import PerfSpec

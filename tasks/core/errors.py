@@ -20,14 +20,20 @@ class ConfigError(ValueError):
     """A config that cannot run; the message is one line: field and fix."""
 
 
-def _format_validation_error(err: ValidationError) -> str:
+def validation_line(err: ValidationError, prefix: str = "", unknown: str | None = None,
+                    missing: str = "required field is missing; add it") -> str:
+    """A pydantic error as one line `<prefix.loc>: <problem>; <fix>` (the first error; the others follow from it).
+
+    `unknown` replaces the message of an unknown key (e.g. listing the known ones), `missing` that
+    of a missing one; other messages name the value that was given.
+    """
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    where = ".".join(x for x in (prefix, ".".join(str(p) for p in e["loc"])) if x) or "config"
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
-        msg = "unknown field; remove it or check its spelling"
+        msg = unknown or "unknown field; remove it or check its spelling"
     elif e["type"] == "missing":
-        msg = "required field is missing; add it"
+        msg = missing
     elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
         msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
-    return f"{loc}: {msg}"
+    return f"{where}: {msg}"

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from tasks.client import _set_headers, endpoint_headers
 from tasks.core.config import ModelSpec, Variant
+from tasks.core.errors import validation_line
 from tasks.core.registry import ENGINES
 from tasks.core.runinfo import gpu_names
 from tasks.engines.launcher import Server, ServerDied, free_port, start_server, stop_server
@@ -196,13 +197,8 @@ def check_args(args: dict[str, Any], model: type[BaseModel], engine: str) -> str
     try:
         model.model_validate(args)
     except ValidationError as err:
-        e = err.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        if e["type"] == "extra_forbidden":
-            return (f"engine_args.{loc}: not an option of {engine}; use one of "
-                    f"{', '.join(sorted(model.model_fields))}")
-        msg = e["msg"].removeprefix("Value error, ")
-        return f"engine_args.{loc}: {msg} (got {e.get('input')!r}); fix the value"
+        return validation_line(err, "engine_args", unknown=f"not an option of {engine}; use one of "
+                                                           f"{', '.join(sorted(model.model_fields))}")
     return None
 
 

@@ -10,7 +10,6 @@ from typing import ClassVar
 
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.process import run_in_child
-from tasks.core.registry import register_engine
 from tasks.engines.base import Artifact, Engine, build_key, sha256_file
 
 # llama.cpp's llama_ftype values (include/llama.h), by the names users write.
@@ -61,7 +60,6 @@ def decode_threads() -> int:
     return max(1, cores - 1)
 
 
-@register_engine
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llama.cpp"
     quantizations: ClassVar[frozenset[str]] = frozenset(FTYPES)

@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tasks.client import _set_headers, api_root
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.credentials import key_source_problem, remember_key, url_problem
-from tasks.core.registry import register_engine
 from tasks.engines.base import Artifact, Endpoint, Engine, check_args
 
 
@@ -67,7 +66,6 @@ def read_key(args: HostedArgs) -> str | None:
     return None
 
 
-@register_engine
 class OpenAICompatible(Engine):
     name: ClassVar[str] = "openai-compatible"
     forces_output_len: ClassVar[str | None] = None  # hosted APIs mostly honour neither min_tokens nor ignore_eos

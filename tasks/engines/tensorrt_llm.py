@@ -30,7 +30,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.config import ModelSpec, Variant
-from tasks.core.registry import register_engine
 from tasks.engines.base import Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible
 from tasks.engines.vllm import dir_digest, run_step
 
@@ -129,7 +128,6 @@ class Plan:
     key: str = ""
 
 
-@register_engine
 class TensorRTLLM(Engine):
     name: ClassVar[str] = "tensorrt-llm"
     quantizations: ClassVar[frozenset[str]] = QUANTIZATIONS

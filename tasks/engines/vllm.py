@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.config import ModelSpec, Variant
-from tasks.core.registry import register_engine
 from tasks.engines.base import (
     Artifact,
     Engine,
@@ -151,7 +150,6 @@ def dir_digest(path: Path) -> tuple[str, int]:
     return h.hexdigest(), total
 
 
-@register_engine
 class Vllm(Engine):
     name: ClassVar[str] = "vllm"
     speculative_methods: ClassVar[frozenset[str]] = frozenset(SPECULATIVE)

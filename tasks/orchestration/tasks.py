@@ -20,9 +20,6 @@ from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
-from tasks.orchestration.run_gate import (
-    expected_perf_rows,  # noqa: F401 - the gate's counts live in tasks.orchestration.run_gate (no Prefect import there)
-)
 from tasks.perf.failures import request_counts
 from tasks.perf.run import measure_scenario, power_rows, request_row, summary_row
 from tasks.perf.sweep import Scenario

@@ -10,7 +10,6 @@ from typing import Any
 from tasks.core.config import RunConfig, Variant
 from tasks.engines.base import Artifact
 from tasks.loader import load_config, parse_config
-from tasks.orchestration.run_gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.orchestration.run_gate (no Prefect import there)
 
 
 def engine_args_json(variant: Variant) -> str:

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from tasks.core.config import PerfSpec
-from tasks.core.errors import ConfigError, _format_validation_error
+from tasks.core.errors import ConfigError, validation_line
 
 # PerfSpec field -> the flag that sets it, so errors name what the user typed.
 FLAGS = {"concurrency": "--concurrency", "rates": "--rate", "sweep": "--sweep", "burstiness": "--burstiness",
@@ -101,7 +101,7 @@ def spec_from_args(args: argparse.Namespace) -> PerfSpec:
     try:
         spec = PerfSpec.model_validate(data)
     except ValidationError as err:
-        line = _format_validation_error(err)
+        line = validation_line(err)
         field, _, rest = line.partition(": ")
         raise ConfigError(f"{FLAGS.get(field.split('.')[0], field)}: {rest}") from None
     if spec.dataset and not Path(spec.dataset).is_file():

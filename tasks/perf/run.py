@@ -12,7 +12,6 @@ from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import load_tokenizer
-from tasks.orchestration.run_gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.orchestration.run_gate (no Prefect import there)
 from tasks.perf.energy import per_token
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.load_search import search_load

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tasks.core.config import ModelSpec, Variant
-from tasks.core.errors import close_matches
+from tasks.core.errors import validation_line
+from tasks.core.registry import SUITES
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import load_tokenizer
 
@@ -133,7 +134,7 @@ def sibling_server(ctx: SuiteContext, log_name: str, **variant_changes: Any) -> 
 
 def suite_for(name: str) -> Suite:
     if name not in SUITES:
-        raise ValueError(close_matches(name, list(SUITES), "suite"))
+        raise ValueError(SUITES.unknown(name))
     suite = SUITES[name]()
     suite.name = name  # a family's member ('helm:gsm') runs under its own name
     return suite
@@ -141,19 +142,10 @@ def suite_for(name: str) -> Suite:
 
 def check_params(name: str, params: dict[str, Any]) -> str | None:
     """None when `params` suit suite `name`, else one line 'params.<field>: problem'."""
-    from pydantic import ValidationError
-
     try:
         SUITES[name].Params.model_validate(params)
     except ValidationError as err:
-        e = err.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = f"unknown parameter of suite {name}; known: {', '.join(SUITES[name].Params.model_fields)}"
-        elif e["type"] == "missing":
-            msg = "required; add it"
-        elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
-            msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
-        return f"params{'.' + loc if loc else ''}: {msg}"
+        return validation_line(err, "params", missing="required; add it",
+                               unknown=f"unknown parameter of suite {name}; known: "
+                                       f"{', '.join(SUITES[name].Params.model_fields)}")
     return None

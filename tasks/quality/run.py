@@ -17,13 +17,13 @@ from typing import Any
 
 import yaml
 
+import tasks.loader  # noqa: F401  (the built-in engines and suites)
 from tasks.client import api_root
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.config import RunConfig, SuiteSpec, Variant
-from tasks.core.errors import ConfigError, close_matches
+from tasks.core.errors import ConfigError
 from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.core.registry import SUITES
-from tasks.orchestration.run_gate import expected_perf_rows  # noqa: F401 - the gate's counts live in tasks.orchestration.run_gate (no Prefect import there)
 from tasks.quality.base import SuiteContext, check_params, suite_for
 from tasks.quality.deltas import quality_deltas
 from tasks.quality.failures import account_errors
@@ -46,7 +46,7 @@ def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any]
     elif suite in SUITES:
         data = {"name": suite}
     else:
-        raise ConfigError(f"--suite: {close_matches(suite, list(SUITES), 'suite')}")
+        raise ConfigError(f"--suite: {SUITES.unknown(suite)}")
     data = {**data, "params": {**(data.get("params") or {}), **(params or {})}}
     if limit is not None:
         data["limit"] = limit
@@ -57,7 +57,7 @@ def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any]
     except Exception as err:  # pydantic's message, first line
         raise ConfigError(f"--suite: {str(err).splitlines()[0]}; fix the suite spec") from None
     if spec.name not in SUITES:
-        raise ConfigError(f"--suite: {close_matches(spec.name, list(SUITES), 'suite')}")
+        raise ConfigError(f"--suite: {SUITES.unknown(spec.name)}")
     if problem := name_problem(spec.key, SUITE_KEY_PATTERN):  # the suite's folder under --output
         raise ConfigError(f"--suite: {problem}; give it a label")
     problem = check_params(spec.name, spec.params)

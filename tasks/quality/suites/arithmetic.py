@@ -12,7 +12,6 @@ from pydantic import Field
 
 from tasks.client import complete
 from tasks.core.errors import close_matches
-from tasks.core.registry import register_suite
 from tasks.quality.base import Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 
 _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
@@ -55,7 +54,6 @@ class ArithmeticParams(SuiteParams):
             raise ValueError(close_matches(unknown[0], list(ARITH_TASKS), "arithmetic task"))
 
 
-@register_suite
 class Arithmetic(Suite):
     name = "arithmetic"
     version = "1"

@@ -25,7 +25,6 @@ import httpx
 from pydantic import Field
 
 from tasks.client import complete
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
 from tasks.quality.sandbox import Limits, SandboxUnavailable, run_untrusted, unavailable_reason
 
@@ -248,7 +247,6 @@ class CodeParams(SuiteParams):
         default="bwrap", description="bwrap: the jail of tasks.quality.sandbox; none: unconfined (local engines only)")
 
 
-@register_suite
 class Code(Suite):
     name = "code"
     version = "2"  # 2: run in the jail, outputs compared outside (objects with their own __eq__ no longer pass)

@@ -22,7 +22,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.client import chat, complete
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
 
 STORY_PROMPTS = [
@@ -162,7 +161,6 @@ def text_stats(tokens: list, p: CoherenceParams) -> dict[str, Any]:
             "looped": int(start is not None), "loop_start_token": start}
 
 
-@register_suite
 class Coherence(Suite):
     name = "coherence"
     version = "1"

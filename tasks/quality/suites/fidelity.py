@@ -11,7 +11,6 @@ import numpy as np
 from pydantic import Field
 
 from tasks.core.process import run_in_child
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, mean_stderr
 
 FIDELITY_TEXT = (
@@ -96,7 +95,6 @@ def wikitext_text() -> str:
     return "".join(rows["text"])
 
 
-@register_suite
 class Fidelity(Suite):
     name = "fidelity"
     version = "1"

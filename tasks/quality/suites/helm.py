@@ -50,7 +50,6 @@ import yaml
 from pydantic import Field
 
 from tasks.core.lifecycle import die_with_parent
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult
 
 VERSION = "1"
@@ -450,7 +449,6 @@ def score_rows(rows: list[dict], split: str, helm_stats: dict[str, float] | None
 
 # ---------------------------------------------------------------- the suite
 
-@register_suite
 class Helm(Suite):
     """Every `helm:<x>` suite: HELM run entries through helm-run against the variant's endpoint."""
 

@@ -16,7 +16,6 @@ import numpy as np
 from pydantic import Field
 
 from tasks.client import complete
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
 from tasks.quality.suites.coherence import STORY_PROMPTS, STORY_TEMPLATE
 from tasks.quality.suites.fidelity import FIDELITY_TEXT
@@ -42,7 +41,6 @@ def first_difference(a: list, b: list) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-@register_suite
 class GreedyIdentity(Suite):
     name = "greedy_identity"
     version = "1"

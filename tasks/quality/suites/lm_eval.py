@@ -39,7 +39,6 @@ from tasks.client import endpoint_headers
 from tasks.core.credentials import model_args_problem
 from tasks.core.errors import close_matches
 from tasks.core.process import ChildWorker
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
 from tasks.quality.suites.fidelity import FIDELITY_TEXT
 
@@ -468,7 +467,6 @@ def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path) -> dict:
     return results
 
 
-@register_suite
 class LmEval(Suite):
     name = "lm_eval"
     version = "1"  # lm-eval's own task versions are in its results_*.json
@@ -517,7 +515,6 @@ def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
-@register_suite
 class LoglikCheck(Suite):
     name = "loglik_check"
     version = "1"

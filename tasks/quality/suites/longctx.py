@@ -16,7 +16,6 @@ import httpx
 from pydantic import Field
 
 from tasks.client import complete
-from tasks.core.registry import register_suite
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 from tasks.quality.suites.arithmetic import parse_int
 
@@ -65,7 +64,6 @@ def grid(p: LongCtxParams, n_ctx: int) -> tuple[list[int], list[str]]:
     return lengths, notes
 
 
-@register_suite
 class LongContext(Suite):
     name = "longctx"
     version = "1"

@@ -17,7 +17,6 @@ import httpx
 from pydantic import Field
 
 from tasks.client import chat
-from tasks.core.registry import register_suite
 from tasks.quality.base import Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 
 NAMES = ["Alice", "Marco", "Priya", "Tomasz", "Yuki", "Fatima", "Oscar", "Lena", "Kwame", "Ines"]
@@ -64,7 +63,6 @@ def conversation(i: int, rng: random.Random, distractors: int) -> tuple[list[dic
     return messages, asked, facts[asked]
 
 
-@register_suite
 class MultiTurn(Suite):
     name = "multiturn"
     version = "1"
