@@ -19,22 +19,16 @@ from tasks.orchestration.runs import preflight, with_work_pool
 from tasks.orchestration.warehouse_ops import load_checked, rebuild
 from tasks.perf.options import add_arguments as add_perf_arguments
 from tasks.perf.options import scenarios_without_ok
-from tasks.perf.run import run_standalone
+from tasks.perf.run import run_standalone as run_perf_standalone
 from tasks.perf.vllm_json import one_line
-from tasks.quality.run import format_summary, load_suite_spec, parse_param, run_standalone
+from tasks.quality.run import format_summary, load_suite_spec, parse_param
+from tasks.quality.run import run_standalone as run_quality_standalone
 from tasks.report.html import write_html
 from tasks.report.recommend import add_arguments as add_recommend_arguments
 from tasks.report.recommend import format_recommendation, overrides_from_args
 from tasks.report.text import format_report, latest_run_id
 from warehouse.db import open_warehouse
 from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
-
-# Prefect's ephemeral API was seen to need ~20 s to start on a loaded 2-core machine;
-# its default start-up timeout (20 s) then fails the run before it begins.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-# Prefect's usage telemetry: offline it logs "ERROR ... Failed to send telemetry" on every run.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _warehouse(args: argparse.Namespace) -> Path:
@@ -158,7 +152,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_perf(args: argparse.Namespace) -> int:
     """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
-    results = run_standalone(args)
+    results = run_perf_standalone(args)
     for r in results:
         print(one_line(r))
     print(f"wrote {args.output} ({len(results)} scenario{'s' if len(results) != 1 else ''})")
@@ -174,7 +168,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
     """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
-    summary = run_standalone(args.endpoint, args.model, spec, Path(args.output),
+    summary = run_quality_standalone(args.endpoint, args.model, spec, Path(args.output),
                              gguf=Path(args.gguf) if args.gguf else None,
                              reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
                              n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)

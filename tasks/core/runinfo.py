@@ -16,6 +16,10 @@ from pathlib import Path
 from tasks.core.errors import ConfigError
 from tasks.core.names import check_run_id, contained
 
+# The checkout: where the engines' own environments (.venv-vllm, .venv-helm) and tools live.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+TOOLS = PROJECT_ROOT / "tasks" / "tools"  # scripts that run with another environment's Python
+
 PACKAGES = ("tradeoff", "prefect", "llama-cpp-python", "vllm", "tensorrt-llm", "lm-eval", "crfm-helm",
             "duckdb", "great-expectations", "nvidia-ml-py", "torch")
 

@@ -15,7 +15,7 @@ from tasks.client import _set_headers, endpoint_headers
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.errors import validation_line
 from tasks.core.registry import ENGINES
-from tasks.core.runinfo import gpu_names
+from tasks.core.runinfo import PROJECT_ROOT, gpu_names
 from tasks.engines.launcher import Server, ServerDied, free_port, start_server, stop_server
 from tasks.engines.prometheus import parse_prometheus
 
@@ -208,4 +208,4 @@ def gpu_visible() -> bool:
 
 
 def project_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return PROJECT_ROOT

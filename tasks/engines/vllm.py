@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.config import ModelSpec, Variant
+from tasks.core.runinfo import TOOLS
 from tasks.engines.base import (
     Artifact,
     Engine,
@@ -43,7 +44,6 @@ from tasks.engines.base import (
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
 from tasks.engines.prometheus import sum_series
 
-TOOLS = Path(__file__).resolve().parent / "tools"  # scripts run by the vLLM environment's Python
 LAUNCHER = TOOLS / "vllm_launch.py"
 CONVERTER = TOOLS / "hf_from_gguf.py"
 QUANTIZER = TOOLS / "llmcompressor_quantize.py"

@@ -50,12 +50,13 @@ import yaml
 from pydantic import Field
 
 from tasks.core.lifecycle import die_with_parent
+from tasks.core.runinfo import PROJECT_ROOT, TOOLS
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult
 
 VERSION = "1"
 MODEL_ORG = "tradeoff"
 PLUGIN_MODULE = "tradeoff_helm_plugin"
-HELM_VENV = Path(__file__).resolve().parents[1] / ".venv-helm"
+HELM_VENV = PROJECT_ROOT / ".venv-helm"
 ERROR_PREFIX = "tradeoff-endpoint-error: "  # the plugin's prefix of a failed request's error
 
 # Where scenarios expect their data below `benchmark_output/scenarios/<scenario>/`, and the
@@ -474,7 +475,7 @@ class Helm(Suite):
         plugin_dir = prod_env / "plugins"
         plugin_dir.mkdir(parents=True, exist_ok=True)
         plugin = plugin_dir / f"{PLUGIN_MODULE}.py"
-        shutil.copyfile(Path(__file__).with_name("helm_plugin.py"), plugin)
+        shutil.copyfile(TOOLS / "helm_plugin.py", plugin)
         env = helm_env(plugin_dir, root / "hf_home", p.offline)
         for scenario, folder in p.data.items():
             if any(scenario_of(e) == scenario for e in entries):
