@@ -34,6 +34,7 @@ from tasks.orchestration.variant import (
     VariantFailed,
     artifact_key,
     config_from,
+    error_line,
     summary_markdown,
     variant_row,
 )

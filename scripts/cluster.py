@@ -21,11 +21,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tasks.client import NotReady, wait_ready  # noqa: E402
 from tasks.core.config import GPU_SLOTS  # noqa: E402
 from tasks.orchestration.gpu import gpu_limit_name  # noqa: E402
 
@@ -72,16 +71,16 @@ def worker_env(gpu_host: str | None, base: dict[str, str] | None = None) -> dict
 def wait_healthy(api_url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> float:
     """Wait until the Prefect API answers /health; returns the seconds it took."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
+
+    def alive() -> None:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"prefect server exited with code {proc.returncode} before it was healthy")
-        try:
-            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"Prefect API at {api_url} not healthy after {timeout_s:.0f} s")
+
+    try:
+        wait_ready(api_url, "/health", timeout_s, interval_s=0.5, headers={}, alive=alive)
+    except NotReady:
+        raise TimeoutError(f"Prefect API at {api_url} not healthy after {timeout_s:.0f} s") from None
+    return time.monotonic() - t0
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

@@ -1,4 +1,20 @@
-"""Every HTTP call to an OpenAI-compatible server: the streaming client (perf), plain completions and chat (quality suites), the endpoint check, and the auth headers."""
+"""Every HTTP call to an OpenAI-compatible server, and the one wait-until-ready loop.
+
+- the streaming client of the perf sweep (aiohttp, as `vllm bench serve` and AIPerf: on a
+  2-core host that also runs the server, httpx cost ~25 ms of client CPU per 64-token request
+  against aiohttp's ~15 ms, and a client's CPU is taken from the server it measures);
+- plain completions and chat for the quality suites, GETs of /v1/models and /metrics (httpx);
+- `wait_ready`: the one loop that waits for a server to answer (the launcher, hosted endpoints,
+  `tradeoff perf`, the Prefect API);
+- the auth headers of hosted endpoints: kept in this process only, sent by every call above.
+
+Timestamps of the streaming client are taken with `perf_counter_ns`: send, every text chunk (when
+the bytes carrying it are read, before parsing; chunks that arrive in one read share its time),
+end. Output tokens come from the server's `usage` when it sends one; otherwise, when the stream
+finished for `length`, they are the requested max_tokens; otherwise they are counted with the
+model's tokenizer; with none, the text chunks are counted and labelled `approx_chunks`. Prompt
+tokens likewise: usage, tokenizer, or `approx_words`. Each request records which.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +30,54 @@ import httpx
 
 from tasks.perf.metrics import RequestRecord
 
+HTTPError = httpx.HTTPError  # what the plain calls raise; suites catch it
+
+
+class NotReady(TimeoutError):
+    """`wait_ready` gave up: the endpoint never answered 200 in time; `last` says what it did instead."""
+
+    def __init__(self, where: str, timeout_s: float, last: str):
+        self.last = last
+        super().__init__(f"{where} did not answer 200 within {timeout_s:.0f} s ({last})")
+
+
+def url(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + path
+
+
+def get(base_url: str, path: str, timeout_s: float = 10.0) -> httpx.Response:
+    """GET `path` of an endpoint with its auth headers; the response, whatever its status."""
+    return httpx.get(url(base_url, path), headers=endpoint_headers(base_url), timeout=timeout_s)
+
+
+def wait_ready(base_url: str, path: str = "/v1/models", timeout_s: float = 10.0, interval_s: float = 0.25,
+               headers: dict[str, str] | None = None, alive: Callable[[], None] | None = None,
+               final: Callable[[httpx.Response], None] | None = None) -> httpx.Response:
+    """Poll GET `path` until it answers 200 and return that response.
+
+    `alive()` runs before each try and raises when waiting is pointless (the server process died);
+    `final(response)` may raise on an answer that will not change (401, 403). After `timeout_s`
+    without a 200: NotReady with the last reason.
+    """
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    with httpx.Client(timeout=min(10.0, max(timeout_s, 1.0))) as client:
+        while True:
+            if alive is not None:
+                alive()
+            try:
+                r = client.get(url(base_url, path), headers=headers if headers is not None else endpoint_headers(base_url))
+                if r.status_code == 200:
+                    return r
+                if final is not None:
+                    final(r)
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as err:
+                last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            if time.monotonic() + interval_s > deadline:
+                raise NotReady(url(base_url, path), timeout_s, last)
+            time.sleep(interval_s)
+
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
              timeout_s: float = 120.0, min_tokens: int | None = None, usage: dict | None = None) -> str:
@@ -27,8 +91,7 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list
         body["stop"] = stop
     if min_tokens:
         body["min_tokens"] = min_tokens
-    r = httpx.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout_s,
-                   headers=endpoint_headers(base_url))
+    r = httpx.post(url(base_url, "/v1/completions"), json=body, timeout=timeout_s, headers=endpoint_headers(base_url))
     r.raise_for_status()
     if usage is not None:
         usage.update(r.json().get("usage") or {})
@@ -39,7 +102,7 @@ def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeo
          temperature: float = 0.0) -> str:
     """One non-streaming /v1/chat/completions call (greedy by default); returns the message text."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
-    r = httpx.post(base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s,
+    r = httpx.post(url(base_url, "/v1/chat/completions"), json=body, timeout=timeout_s,
                    headers=endpoint_headers(base_url))
     r.raise_for_status()
     return r.json()["choices"][0]["message"].get("content") or ""
@@ -305,21 +368,20 @@ def endpoint_url(base_url: str, kind: str) -> str:
 
 def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:
     """Model ids served at `base_url`; raises ConnectionError with one line after a bounded wait."""
-    deadline = time.monotonic() + timeout_s
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(api_root(base_url) + "/v1/models", timeout=2.0)
-            r.raise_for_status()
-            listing = r.json()
-            models = listing.get("data", []) if isinstance(listing, dict) else None
-            if not isinstance(models, list):
-                raise ValueError("GET /v1/models answered no model list")
-            return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        except (httpx.HTTPError, ValueError) as err:
-            last = f"{type(err).__name__}: {err}"
-            time.sleep(0.5)
-    raise ConnectionError(f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({last}); start the server or fix --endpoint")
+    root = api_root(base_url)
+    try:
+        r = wait_ready(root, "/v1/models", timeout_s, interval_s=0.5)
+        listing = r.json()
+        models = listing.get("data", []) if isinstance(listing, dict) else None
+        if not isinstance(models, list):
+            raise ValueError("GET /v1/models answered no model list")
+    except NotReady as err:
+        raise ConnectionError(f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({err.last}); "
+                              "start the server or fix --endpoint") from None
+    except ValueError as err:
+        raise ConnectionError(f"endpoint {base_url} answered GET /v1/models with no model list ({err}); "
+                              "fix --endpoint") from None
+    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 _HEADERS: dict[str, dict[str, str]] = {}

@@ -11,7 +11,8 @@ from typing import Any, ClassVar, Iterator
 
 from pydantic import BaseModel, ValidationError
 
-from tasks.client import _set_headers, endpoint_headers
+from tasks import client
+from tasks.client import _set_headers
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.errors import validation_line
 from tasks.core.registry import ENGINES
@@ -175,11 +176,7 @@ class Engine:
         """
         if self.metrics_path is None:
             return {}
-        import httpx
-
-
-        r = httpx.get(endpoint.base_url + self.metrics_path, headers=endpoint_headers(endpoint.base_url),
-                      timeout=timeout_s)
+        r = client.get(endpoint.base_url, self.metrics_path, timeout_s)
         r.raise_for_status()
         return self.normalize_metrics(parse_prometheus(r.text))
 

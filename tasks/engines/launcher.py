@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import httpx
-
+from tasks.client import NotReady, wait_ready
 from tasks.core.lifecycle import die_with_parent
 from tasks.core.process import exit_reason
 
@@ -90,28 +89,25 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
                                 env={**os.environ, **(env or {})}, start_new_session=True,
                                 preexec_fn=die_with_parent())  # tasks.core.lifecycle: never outlives this process
     server = Server(base_url, proc.pid, log_path, 0.0, proc)
-    deadline = t0 + timeout_s
+
+    def alive() -> None:
+        if proc.poll() is not None:
+            if "address already in use" in log_tail(log_path, 40).lower():
+                raise PortInUse(f"port of {base_url} taken by another process before the server bound it: "
+                                f"{_last_line(log_path)} (log: {log_path})")
+            raise ServerDied(proc.returncode, "before it was healthy", log_path)
+
     try:
-        with httpx.Client(timeout=2.0) as client:
-            while time.perf_counter() < deadline:
-                if proc.poll() is not None:
-                    if "address already in use" in log_tail(log_path, 40).lower():
-                        raise PortInUse(f"port of {base_url} taken by another process before the server bound it: "
-                                        f"{_last_line(log_path)} (log: {log_path})")
-                    raise ServerDied(proc.returncode, "before it was healthy", log_path)
-                try:
-                    if client.get(base_url + health_path).status_code == 200:
-                        server.startup_s = time.perf_counter() - t0
-                        return server
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.25)
-    except BaseException:  # Ctrl-C, SIGTERM, a Prefect timeout cancelling the task: the server goes too
+        wait_ready(base_url, health_path, timeout_s, interval_s=0.25, headers={}, alive=alive)
+    except NotReady:
         stop_server(server)
+        raise ServerStartTimeout(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} "
+                                 f"(log: {log_path})\n{log_tail(log_path)}") from None
+    except BaseException:
+        stop_server(server)  # died, Ctrl-C, a cancelled task: never leave the server behind
         raise
-    stop_server(server)
-    raise ServerStartTimeout(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} (log: {log_path})\n"
-                      f"{log_tail(log_path)}")
+    server.startup_s = time.perf_counter() - t0
+    return server
 
 
 def stop_server(server: Server, grace_s: float = 10.0) -> None:

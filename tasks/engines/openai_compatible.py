@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.client import _set_headers, api_root
+from tasks.client import NotReady, _set_headers, api_root, wait_ready
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.credentials import key_source_problem, remember_key, url_problem
 from tasks.engines.base import Artifact, Endpoint, Engine, check_args
@@ -115,8 +115,6 @@ class OpenAICompatible(Engine):
     def serve(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
               timeout_s: float) -> Endpoint:
         """Nothing starts: read the key, check that the endpoint answers and serves the model."""
-        import httpx
-
         a = self.args(variant)
         key = read_key(a)
         remember_key(key)  # excerpts of server answers (perf_requests.error) replace it
@@ -126,25 +124,20 @@ class OpenAICompatible(Engine):
             if key else "no key"
         log_path.write_text(f"hosted endpoint {a.base_url}, model {a.model} ({where})\n")
         t0 = time.monotonic()
-        deadline = t0 + min(timeout_s, a.health_timeout_s)
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                r = httpx.get(a.base_url + "/v1/models", headers=headers, timeout=10.0)
-            except httpx.HTTPError as err:
-                last = f"{type(err).__name__}: {err}"
-                time.sleep(1.0)
-                continue
+        wait_s = min(timeout_s, a.health_timeout_s)
+
+        def refused(r) -> None:
             if r.status_code in (401, 403):
                 raise HostedError(f"hosted endpoint {a.base_url} refused the API key ({where}): HTTP {r.status_code}")
-            if r.status_code == 200:
-                served = [m.get("id") for m in (r.json().get("data") or []) if isinstance(m, dict)]
-                if served and a.model not in served:
-                    raise HostedError(f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
-                                      f"it serves {', '.join(map(str, served[:10]))}")
-                _set_headers(a.base_url, headers)
-                return Endpoint(a.base_url, a.model, None, time.monotonic() - t0)
-            last = f"HTTP {r.status_code}"
-            time.sleep(1.0)
-        raise HostedError(f"hosted endpoint {a.base_url} did not answer GET /v1/models within "
-                          f"{min(timeout_s, a.health_timeout_s):.0f} s ({last})")
+
+        try:
+            r = wait_ready(a.base_url, "/v1/models", wait_s, interval_s=1.0, headers=headers, final=refused)
+        except NotReady as err:
+            raise HostedError(f"hosted endpoint {a.base_url} did not answer GET /v1/models within {wait_s:.0f} s "
+                              f"({err.last})") from None
+        served = [m.get("id") for m in (r.json().get("data") or []) if isinstance(m, dict)]
+        if served and a.model not in served:
+            raise HostedError(f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
+                              f"it serves {', '.join(map(str, served[:10]))}")
+        _set_headers(a.base_url, headers)
+        return Endpoint(a.base_url, a.model, None, time.monotonic() - t0)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks import client
 from tasks.core.config import ModelSpec, Variant
 from tasks.engines.base import Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible
 from tasks.engines.vllm import dir_digest, run_step
@@ -343,9 +344,7 @@ class TensorRTLLM(Engine):
         return cmd
 
     def scrape(self, endpoint: Endpoint, timeout_s: float = 5.0) -> dict[str, float]:
-        import httpx
-
-        r = httpx.get(endpoint.base_url + "/metrics", timeout=timeout_s)
+        r = client.get(endpoint.base_url, "/metrics", timeout_s)
         r.raise_for_status()
         return self.read_iteration_stats(r.json())
 
