@@ -169,12 +169,12 @@ def cmd_quality(args: argparse.Namespace) -> int:
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
     summary = run_quality_standalone(args.endpoint, args.model, spec, Path(args.output),
-                             gguf=Path(args.gguf) if args.gguf else None,
-                             reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
-                             n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)
+                                     gguf=Path(args.gguf) if args.gguf else None,
+                                     reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
+                                     n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)
     print(format_summary(summary))
     print(f"wrote {args.output}")
-    return 0
+    return 1 if any(s["metric"] == "suite_failed" for s in summary["scores"]) else 0
 
 
 def _share(text: str) -> float:

@@ -93,6 +93,8 @@ class Engine:
     forces_output_len: ClassVar[str | None] = None
     # Whether `logprobs_in_process` gives real next-token logits from the artifact.
     has_in_process_logits: ClassVar[bool] = False
+    # Whether the server runs on this host (energy and memory bandwidth describe it); a hosted API does not.
+    runs_on_host: ClassVar[bool] = True
     # Python modules the engine needs on the host that builds and serves it -> the pip requirement providing each.
     requires: ClassVar[dict[str, str]] = {}
 

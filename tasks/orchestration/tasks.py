@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -14,18 +13,14 @@ from prefect.cache_policies import NONE
 from prefect.tasks import exponential_backoff
 
 from tasks.core.config import RunConfig, Variant
-from tasks.core.names import contained
 from tasks.core.runinfo import RunPaths, host_info
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
-from tasks.perf.failures import request_counts
-from tasks.perf.run import measure_scenario, power_rows, request_row, summary_row
-from tasks.perf.sweep import Scenario
-from tasks.quality.base import Score, SuiteContext, SuiteResult, suite_for
-from tasks.quality.failures import account_errors
-from tasks.quality.run import write_quality_deltas
+from tasks.perf.load_search import search_load
+from tasks.perf.run import measure_into, variant_target
+from tasks.quality.run import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send
 from tasks.report.recommend import recommendation_markdown
@@ -45,69 +40,15 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
 def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str,
                  results_dir: Path) -> dict:
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
-
-    def write_partial(scenarios: list[Scenario]) -> None:
-        write_table(results_dir, "perf_requests", variant.name,
-                    [request_row(run_id, variant.name, sc.step, sc.step.concurrency or cfg.perf.num_prompts, r)
-                     for sc in scenarios for r in sc.records])
-        write_table(results_dir, "perf_power", variant.name,
-                    [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant.name, run)])
-
-    scenarios = measure_scenario(cfg, variant, artifact, base_url, on_scenario=write_partial)
-    summaries = [summary_row(run_id, variant.name, sc.summary) for sc in scenarios]
-    write_table(results_dir, "perf_summary", variant.name, summaries)
-    return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
-            "output_throughput": [s["output_throughput"] for s in summaries],
-            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None],
-            "request_counts": request_counts(scenarios)}  # the variant fails above perf.max_error_rate
+    search = partial(search_load, cfg) if cfg.decision.search is not None else None
+    return measure_into(cfg.perf, variant_target(variant, artifact, base_url), run_id, variant.name, results_dir, search)
 
 
 @task(name="quality-suites", cache_policy=NONE)
 def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
                     base_url: str, work_dir: Path, results_dir: Path) -> dict:
-    """Every configured suite against the variant, then its deltas against the reference.
-
-    Writes quality_samples and quality_scores parts after each suite, and a quality_deltas part
-    at the end. A suite that fails is recorded (metric `suite_failed`, with the error as its
-    note) and the other suites go on.
-    """
-    samples: list[dict] = []
-    scores: list[dict] = []
-    engine = engine_for(variant.engine)
-    in_process = engine.has_in_process_logits
-    for spec in cfg.quality.suites:
-        if spec.variants is not None and variant.name not in spec.variants:
-            continue
-        suite = suite_for(spec.name)
-        ctx = SuiteContext(variant=variant.name, base_url=base_url, served_model=engine.served_model_name(variant),
-                           artifact_path=artifact.path if in_process else None,
-                           reference_artifact_path=ref_artifact.path if ref_artifact and in_process else None,
-                           limit=spec.limit, seed=spec.seed, params=spec.params,
-                           work_dir=contained(work_dir, work_dir / spec.key, "suite folder"),
-                           n_ctx=cfg.models[variant.model].max_context, engine=variant.engine, artifact=artifact,
-                           variant_spec=variant,
-                           model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,
-                           request_timeout_s=cfg.perf.request_timeout_s)
-        key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
-        t0 = time.perf_counter()
-        try:
-            result, errored = account_errors(suite.run(ctx), cfg.quality.max_error_rate)
-            get_run_logger().info("%s: suite %s, %d samples in %.1f s", variant.name, spec.key, len(result.samples),
-                                  time.perf_counter() - t0)
-            if errored:
-                get_run_logger().error("%s: suite %s failed: %s", variant.name, spec.key, errored)
-        except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
-            get_run_logger().error("%s: suite %s failed: %s", variant.name, spec.key, err)
-            result = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
-                                               note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])
-        samples += [{**key, **s} for s in result.samples]
-        scores += [{**key, "suite_version": suite.version, **asdict(s),
-                    "is_primary": cfg.quality.primary == f"{spec.key}.{s.metric}"} for s in result.scores]
-        write_table(results_dir, "quality_samples", variant.name, samples)
-        write_table(results_dir, "quality_scores", variant.name, scores)
-    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir)
-    return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
-            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas}}
+    """Every configured suite against the variant, then its deltas against the reference (parts written as they come)."""
+    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, get_run_logger())
 
 
 @task(name="write-run-row", cache_policy=NONE)

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tasks.client import api_root, check_endpoint
-from tasks.core.config import PerfSpec, RunConfig, Variant
+from tasks.core.config import PerfSpec, Variant
 from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
-from tasks.engines.tokenizer import load_tokenizer
+from tasks.engines.tokenizer import GGUFTokenizer, load_tokenizer
 from tasks.perf.energy import per_token
+from tasks.perf.failures import request_counts
 from tasks.perf.jitter import jitter_summary
-from tasks.perf.load_search import search_load
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct
 from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
 from tasks.perf.vllm_json import vllm_result
-from tasks.perf.workload import make_workload
+from tasks.perf.workload import Workload, make_workload
+from warehouse.contract import write_table
+
+# The decision's sustainable-load search (tasks.perf.load_search): after the sweep, more steps as Scenarios.
+Search = Callable[[str, str, Workload, "str | None", "Callable[[str], int] | None", list[Scenario],
+                   Callable[[list[Scenario]], None]], list[Scenario]]
 
 FORCE_LABEL = {"min_tokens": "min_tokens", "ignore_eos": "ignore_eos", "both": "min_tokens,ignore_eos"}
 
@@ -117,30 +124,80 @@ def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:
     return None if perf.force_output_len == "none" else perf.force_output_len
 
 
-def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_url: str,
-                     progress: bool | None = False, on_scenario=None) -> list[Scenario]:
-    """Every step of the perf sweep against the variant's server, summarised (with MBU from the artifact's size)."""
-    perf = cfg.perf
+@dataclass
+class Target:
+    """What one perf run measures: an endpoint, and what is known about the model behind it."""
+
+    base_url: str
+    model: str  # the served model name
+    tokenizer: GGUFTokenizer | None = None  # the model's own vocabulary; None: lengths are approximate and say so
+    forces_output_len: str | None = "both"  # what `force_output_len: auto` resolves to: what the server honours
+    model_bytes: int | None = None  # weights read per decoded token (MBU); None: MBU is NULL
+    on_host: bool = True  # energy and memory bandwidth describe this host: only measured for a server on it
+
+
+def variant_target(variant: Variant, artifact: Artifact, base_url: str) -> Target:
+    """A built variant's endpoint: its engine says which tokenizer, which output-length switch, whether it runs here."""
     engine = engine_for(variant.engine)
-    # The engine says which local file holds the model's vocabulary (None: a hosted model without one,
-    # then lengths are approximate and say so).
     tok_file = engine.tokenizer_file(artifact)
-    tok = load_tokenizer(str(tok_file)) if tok_file else None
-    force = output_force(perf, engine.forces_output_len)
-    workload = make_workload(perf, *((tok.encode, tok.decode, tok.count) if tok else ()))
-    bandwidth = host_bandwidth()  # measured once per run, before the first request
-    scenarios = run_perf(perf, base_url, engine.served_model_name(variant), workload, force, tok.count if tok else None,
-                         progress=progress, on_scenario=on_scenario)
-    # decision.search: rate steps between the last step meeting the SLO and the first missing it (tasks/load_search.py)
-    scenarios += search_load(cfg, base_url, engine.served_model_name(variant), workload, force,
-                             tok.count if tok else None, scenarios, on_scenario)
-    for sc in scenarios:
-        sc.summary = summarize_scenario(perf, sc, force, artifact.bytes, bandwidth)
+    return Target(base_url, engine.served_model_name(variant), load_tokenizer(str(tok_file)) if tok_file else None,
+                  engine.forces_output_len, artifact.bytes or None, engine.runs_on_host)
+
+
+def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
+            on_scenario: Callable[[list[Scenario]], None] | None = None, search: Search | None = None) -> list[Scenario]:
+    """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
+    (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
+    far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
+    sweep (the decision's sustainable-load search)."""
+    tok = target.tokenizer
+    count = tok.count if tok else None
+    force = output_force(spec, target.forces_output_len)
+    workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
+    # measured once per run, before the first request, and only where it describes the server's host
+    bandwidth = host_bandwidth() if target.on_host and target.model_bytes else None
+    summarized: dict[str, int] = {}  # scenario -> repeats its summary covers
+
+    def summarize_new(scenarios: list[Scenario]) -> None:
+        for sc in scenarios:
+            if summarized.get(sc.step.label) != len(sc.runs):
+                sc.summary = summarize_scenario(spec, sc, force, target.model_bytes, bandwidth)
+                summarized[sc.step.label] = len(sc.runs)
+        if on_scenario:
+            on_scenario(scenarios)
+
+    scenarios = run_perf(spec, target.base_url, target.model, workload, force, count, progress=progress,
+                         on_scenario=summarize_new,
+                         energy_off_reason=None if target.on_host else "endpoint is not on this host; energy not measured")
+    if search is not None:
+        scenarios += search(target.base_url, target.model, workload, force, count, scenarios, summarize_new)
+    summarize_new(scenarios)
     return scenarios
 
 
+def measure_into(spec: PerfSpec, target: Target, run_id: str, variant: str, results_dir: Path,
+                 search: Search | None = None) -> dict:
+    """`measure`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step, repeat);
+    returns a short summary for the run's log and the request counts the variant's failure check reads."""
+
+    def write(scenarios: list[Scenario]) -> None:
+        write_table(results_dir, "perf_requests", variant,
+                    [request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
+                     for sc in scenarios for r in sc.records])
+        write_table(results_dir, "perf_power", variant,
+                    [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)])
+        write_table(results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios])
+
+    scenarios = measure(spec, target, on_scenario=write, search=search)
+    summaries = [sc.summary for sc in scenarios]
+    return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
+            "output_throughput": [s["output_throughput"] for s in summaries],
+            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None],
+            "request_counts": request_counts(scenarios)}  # the variant fails above perf.max_error_rate
+
+
 def run_standalone(args: argparse.Namespace) -> list[dict]:
-    """Validate the flags, reach the endpoint, run the sweep, write the JSON; returns the results.
+    """`tradeoff perf`: validate the flags, reach the endpoint, run the sweep, write the JSON; returns the results.
 
     The file is rewritten after every (step, repeat), so what was measured is written even when
     the sweep stops early (Ctrl-C, a dead server).
@@ -151,35 +208,18 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     model = args.model or (models[0] if models else None)
     if not model:
         raise ConfigError(f"--model: {endpoint}/v1/models lists no model; pass --model NAME")
-    tok = None
-    if args.tokenizer:
-
-        tok = load_tokenizer(str(Path(args.tokenizer).resolve()))
-    local = is_local(args.endpoint)
+    tok = load_tokenizer(str(Path(args.tokenizer).resolve())) if args.tokenizer else None
     model_bytes = args.model_bytes or (Path(args.tokenizer).stat().st_size if args.tokenizer else None)
-    bandwidth = host_bandwidth() if model_bytes and local else None
-    force = None if spec.force_output_len == "none" else ("both" if spec.force_output_len == "auto"
-                                                          else spec.force_output_len)
-    workload = make_workload(spec, tok.encode if tok else None, tok.decode if tok else None,
-                             tok.count if tok else None)
+    # An unknown server: `auto` asks for both min_tokens and ignore_eos.
+    target = Target(endpoint, model, tok, "both", model_bytes, is_local(endpoint))
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    summarized: dict[tuple[str, int], dict] = {}  # (scenario, repeats done) -> its JSON object
 
-    def write(scenarios: list[Scenario]) -> list[dict]:
-        results = []
-        for sc in scenarios:
-            key = (sc.step.label, len(sc.runs))
-            if key not in summarized:
-                sc.summary = summarize_scenario(spec, sc, force, model_bytes, bandwidth)
-                summarized[key] = vllm_result(spec, sc, model, args.tokenizer, args.detailed)
-            results.append(summarized[key])
+    def write(scenarios: list[Scenario]) -> None:
         tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in results))
+        tmp.write_text("".join(json.dumps(vllm_result(spec, sc, model, args.tokenizer, args.detailed)) + "\n"
+                               for sc in scenarios))
         tmp.replace(out)  # atomic: a reader sees the previous complete file or this one
-        return results
 
-    scenarios = run_perf(spec, endpoint, model, workload, force, tok.count if tok else None,
-                         progress=args.progress, on_scenario=write,
-                         energy_off_reason=None if local else "endpoint is not on this host; energy not measured")
-    return write(scenarios)
+    scenarios = measure(spec, target, progress=args.progress, on_scenario=write)
+    return [vllm_result(spec, sc, model, args.tokenizer, args.detailed) for sc in scenarios]

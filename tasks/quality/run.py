@@ -1,6 +1,11 @@
-"""One quality suite against any running OpenAI-compatible endpoint, outside a nightly run.
+"""The one suite loop: a nightly variant's configured suites, or one suite against any endpoint.
 
-Backs `tradeoff quality --endpoint URL --model NAME --suite NAME [--limit N] --output DIR`.
+`run_suite` runs one suite and turns its result into table rows; a suite that fails is recorded
+as a `suite_failed` score with the error as its note, and the others go on. The nightly's
+`run_suites` runs every configured suite of a variant and then its paired deltas against the
+reference; `run_standalone` backs `tradeoff quality`.
+
+`tradeoff quality --endpoint URL --model NAME --suite NAME [--limit N] --output DIR`.
 The suite is a registered name or a YAML file holding one suite spec (name, label, limit,
 seed, params: as an entry of a config's quality.suites). Results are written in the nightly's
 table contract (`DIR/results/quality_samples/`, `quality_scores/` as Parquet, `tradeoff load`
@@ -11,6 +16,8 @@ suite's own outputs (lm-eval's results and samples files) under `DIR/quality/<su
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,10 +31,13 @@ from tasks.core.config import RunConfig, SuiteSpec, Variant
 from tasks.core.errors import ConfigError
 from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.core.registry import SUITES
-from tasks.quality.base import SuiteContext, check_params, suite_for
+from tasks.engines.base import Artifact, engine_for
+from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
 from tasks.quality.deltas import quality_deltas
 from tasks.quality.failures import account_errors
 from warehouse.contract import read_table, write_table
+
+LOG = logging.getLogger("tradeoff.quality")
 
 
 def load_suite_spec(suite: str, limit: int | None = None, params: dict[str, Any] | None = None,
@@ -77,6 +87,72 @@ def parse_param(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--param {text!r}: the value is not valid YAML") from None
 
 
+def run_suite(spec: SuiteSpec, ctx: SuiteContext, key: dict[str, str], primary: str | None = None,
+              log: logging.Logger | logging.LoggerAdapter = LOG, max_error_rate: float = 0.1) -> tuple[list[dict], list[dict]]:
+    """One suite as quality_samples and quality_scores rows (each prefixed with `key`); never raises for the suite.
+
+    Errored requests are counted apart (`error_rate`, their samples unscored); above `max_error_rate`, and
+    when the suite raises, it is recorded as `suite_failed` with the reason, and the caller goes on.
+    """
+    suite = suite_for(spec.name)
+    t0 = time.perf_counter()
+    try:
+        result, errored = account_errors(suite.run(ctx), max_error_rate)
+        log.info("%s: suite %s, %d samples in %.1f s", ctx.variant, spec.key, len(result.samples),
+                 time.perf_counter() - t0)
+        if errored:
+            log.error("%s: suite %s failed: %s", ctx.variant, spec.key, errored)
+    except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
+        log.error("%s: suite %s failed: %s", ctx.variant, spec.key, err)
+        result = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
+                                           note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])
+    samples = [{**key, **s} for s in result.samples]
+    scores = [{**key, "suite_version": suite.version, **asdict(s), "is_primary": primary == f"{spec.key}.{s.metric}"}
+              for s in result.scores]
+    return samples, scores
+
+
+def variant_context(cfg: RunConfig, spec: SuiteSpec, variant: Variant, artifact: Artifact,
+                    ref_artifact: Artifact | None, base_url: str, work_dir: Path) -> SuiteContext:
+    """What a suite may use inside a nightly: the variant's endpoint, engine, artifacts (GGUFs for in-process logits)."""
+    engine = engine_for(variant.engine)
+    in_process = engine.has_in_process_logits
+    model = cfg.models[variant.model]
+    return SuiteContext(variant=variant.name, base_url=base_url, served_model=engine.served_model_name(variant),
+                        artifact_path=artifact.path if in_process else None,
+                        reference_artifact_path=ref_artifact.path if ref_artifact and in_process else None,
+                        limit=spec.limit, seed=spec.seed, params=spec.params,
+                        work_dir=contained(work_dir, work_dir / spec.key, "suite folder"),
+                        n_ctx=model.max_context, engine=variant.engine, artifact=artifact, variant_spec=variant,
+                        model_spec=model, server_start_timeout_s=cfg.server_start_timeout_s,
+                        request_timeout_s=cfg.perf.request_timeout_s)
+
+
+def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
+               base_url: str, work_dir: Path, results_dir: Path,
+               log: logging.Logger | logging.LoggerAdapter = LOG) -> dict:
+    """Every configured suite against the variant, then its deltas against the reference.
+
+    Writes quality_samples and quality_scores parts after each suite (a failure later loses no
+    finished suite), and a quality_deltas part at the end.
+    """
+    samples: list[dict] = []
+    scores: list[dict] = []
+    for spec in cfg.quality.suites:
+        if spec.variants is not None and variant.name not in spec.variants:
+            continue
+        ctx = variant_context(cfg, spec, variant, artifact, ref_artifact, base_url, work_dir)
+        got_samples, got_scores = run_suite(spec, ctx, {"run_id": run_id, "variant": variant.name, "suite": spec.key},
+                                            cfg.quality.primary, log, cfg.quality.max_error_rate)
+        samples += got_samples
+        scores += got_scores
+        write_table(results_dir, "quality_samples", variant.name, samples)
+        write_table(results_dir, "quality_scores", variant.name, scores)
+    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir)
+    return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
+            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas}}
+
+
 def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, gguf: Path | None = None,
                    reference_gguf: Path | None = None, n_ctx: int = 2048, timeout_s: float = 300.0,
                    max_error_rate: float = 0.1) -> dict:
@@ -91,10 +167,8 @@ def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, ggu
                        seed=spec.seed, params=spec.params, n_ctx=n_ctx,
                        work_dir=contained(output, output / "quality" / spec.key, "suite folder"),
                        engine="llama.cpp" if gguf else None, request_timeout_s=timeout_s)
-    result, _ = account_errors(suite.run(ctx), max_error_rate)  # errored requests apart; above the share: suite_failed
-    key = {"run_id": "standalone", "variant": model, "suite": spec.key}
-    samples = [{**key, **s} for s in result.samples]
-    scores = [{**key, "suite_version": suite.version, **asdict(s), "is_primary": False} for s in result.scores]
+    samples, scores = run_suite(spec, ctx, {"run_id": "standalone", "variant": model, "suite": spec.key},
+                                max_error_rate=max_error_rate)
     part = model.replace("/", "_")
     write_table(output / "results", "quality_samples", part, samples)
     write_table(output / "results", "quality_scores", part, scores)
