@@ -290,3 +290,21 @@ def test_two_references_compare_with_none(tmp_path: Path, db: Path) -> None:
     with open_warehouse(db, read_only=True) as con:
         speedups = con.execute("select speedup_vs_reference from v_tradeoff").fetchall()
     assert len(speedups) == 3 and all(s is None or math.isnan(s) for (s,) in speedups)
+
+
+def test_schema_document_is_the_contract() -> None:
+    """docs/schema.md is generated from warehouse/contract.py: regenerate it when a table changes."""
+    from warehouse.contract import schema_markdown
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "schema.md"
+    assert doc.read_text() == schema_markdown(), "run: python -m warehouse.contract > docs/schema.md"
+
+
+def test_every_contract_check_becomes_an_expectation() -> None:
+    from warehouse.contract import CONTRACT
+    from warehouse.gate import suite_for
+
+    for name, table in CONTRACT.items():
+        declared = sum(len(c.checks) for c in table.columns) + len(table.checks)
+        assert declared > 0, name
+        assert len(suite_for(name, None).expectations) == declared, name

@@ -1,259 +1,372 @@
-"""Result tables: the columns each run writes as Parquet into `runs/<run_id>/results/<table>.parquet`.
+"""The table contract: every result table declared once - its columns, their type, unit, meaning and checks.
 
-These schemas are the contract between the tasks that measure, the Great Expectations
-gate and the warehouse loader. Units are in the column names (`_ms`, `_s`, `_j`, `_w`,
-`_tok_s`, `_pct`); throughputs named as in `vllm bench serve` are per second.
+Each run writes its results as Parquet parts (`runs/<run_id>/results/<table>/<part>.parquet`);
+this module is the one declaration of those tables. From it come
+- the Arrow schema every part is written and read with (`SCHEMAS`, `write_table`, `read_table`),
+- the Great Expectations suite of the gate (`warehouse.gate` turns each column's `checks` and the
+  table's `checks` into expectations),
+- the schema document (`python -m warehouse.contract > docs/schema.md`),
+and the SQL migrations are tested against it (same columns, same order, compatible types).
+
+Units are in the column names (`_ms`, `_s`, `_j`, `_w`, `_pct`, `_tok_s`); throughputs named as
+in `vllm bench serve` are per second. The vocabularies a column may hold (statuses, units,
+verdicts) are declared here too, and the code that writes them imports them from here.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.perf.metrics import STAT_NAMES
+# ------------------------------------------------------------------ vocabularies
 
-_STAT_COLS = [(f"{m}_{s}", pa.float64()) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for s in STAT_NAMES]
+# Percentiles every latency distribution stores (more can be asked for in `tradeoff perf`'s JSON).
+PERCENTILES = (50, 90, 95, 99)
+STAT_NAMES = ("mean", "std", "min", "max") + tuple(f"p{p}" for p in PERCENTILES)
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+REQUEST_STATUSES = ("ok", "error", "incomplete")
+# Units of a quality score: fraction in [0, 1], nats >= 0, ratio > 0, rating in [1, 10], distance in [0, 2], ...
+UNITS = ("fraction", "nats", "ratio", "count", "tokens", "rating", "distance", "seconds")
+VERDICTS = ("better", "worse", "inconclusive", "identical", "no_ci", "no_data")
+ENGINE_STATS = ("mean", "max", "delta", "ratio", "count")
+ENERGY_SOURCES = ("nvml", "rapl")
+# Upper bound for "finite": no real latency (ms), throughput or energy comes near it; inf does.
+MAX_FINITE = 1e9
 
-SCHEMAS: dict[str, pa.Schema] = {
-    # One row per run.
-    "runs": pa.schema([
-        ("run_id", pa.string()),
-        ("config_name", pa.string()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("finished_at", pa.timestamp("us", tz="UTC")),
-        ("status", pa.string()),  # ok | partial | failed
-        ("host", pa.string()),
-        ("cpu", pa.string()),
-        ("cpu_count", pa.int32()),
-        ("gpu", pa.string()),  # NULL when no GPU is visible
-        ("hardware_id", pa.string()),  # host/cpu/gpu fingerprint: "same hardware" across runs
-        ("library_versions", pa.string()),  # JSON {package: version}
-        ("git_sha", pa.string()),
-        ("config_json", pa.string()),
-        ("reference_variant", pa.string()),
-        ("primary_quality_metric", pa.string()),  # 'suite.metric'
-        ("error", pa.string()),
-    ]),
-    # One row per variant of the run (failed ones included, with their error).
-    "variants": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("model", pa.string()),
-        ("engine", pa.string()),
-        ("quantization", pa.string()),
-        ("speculative", pa.string()),  # method, NULL when none
-        ("is_reference", pa.bool_()),
-        ("status", pa.string()),  # ok | failed
-        ("error", pa.string()),
-        ("artifact_path", pa.string()),
-        ("artifact_sha256", pa.string()),
-        ("artifact_bytes", pa.int64()),
-        ("build_cached", pa.bool_()),
-        ("build_s", pa.float64()),
-        ("server_startup_s", pa.float64()),
-        ("engine_args", pa.string()),  # JSON
-        ("usd_per_hour", pa.float64()),  # config cost: hardware USD/hour
-        ("usd_per_1m_input_tok", pa.float64()),  # config cost: hosted USD per 1M input tokens
-        ("usd_per_1m_output_tok", pa.float64()),  # config cost: hosted USD per 1M output tokens
-        # 005_engine_metrics
-        ("engine_version", pa.string()),  # e.g. vllm 0.32.0+cpu; NULL when unknown (a hosted API)
-    ]),
-    # One row per request, warm-up included (flagged) so counts can be checked.
-    "perf_requests": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("scenario", pa.string()),  # e.g. c1, c4
-        ("concurrency", pa.int32()),
-        ("request_index", pa.int32()),
-        ("is_warmup", pa.bool_()),
-        ("status", pa.string()),  # ok | error | incomplete
-        ("error", pa.string()),
-        ("start_s", pa.float64()),  # send time from the scenario's start
-        ("ttft_ms", pa.float64()),
-        ("tpot_ms", pa.float64()),
-        ("e2el_ms", pa.float64()),
-        ("prompt_tokens", pa.int32()),
-        ("output_tokens", pa.int32()),
-        ("output_tokens_source", pa.string()),  # usage | max_tokens | tokenizer | approx_chunks
-        ("chunk_offsets_ms", pa.list_(pa.float32())),  # each text chunk's arrival from send
-        # 002_perf
-        ("repeat", pa.int32()),  # 0-based repeat of the scenario
-        ("prompt_tokens_source", pa.string()),  # usage | tokenizer | approx_words
-        ("finish_reason", pa.string()),  # the server's: length | stop | ...
-        ("max_tokens", pa.int32()),  # output tokens asked for
-        # 007_timing: reasoning-aware timing (tasks.perf), when the request returned
-        ("ttft_answer_ms", pa.float64()),  # send -> first answer (non-reasoning) chunk; NULL: all reasoning
-        ("reasoning_tokens", pa.int32()),  # output tokens that were reasoning (0: no reasoning delta)
-        ("answer_tokens", pa.int32()),  # output_tokens - reasoning_tokens
-        ("reasoning_tokens_source", pa.string()),  # usage | tokenizer | approx_chunks; NULL without reasoning
-        ("end_s", pa.float64()),  # when the request returned, any status, from the scenario's start
-    ]),
-    # One row per (variant, scenario).
-    "perf_summary": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("scenario", pa.string()),
-        ("concurrency", pa.int32()),
-        ("num_requests", pa.int32()),
-        ("num_ok", pa.int32()),
-        ("num_errors", pa.int32()),
-        ("num_incomplete", pa.int32()),
-        ("duration_s", pa.float64()),
-        ("total_input_tokens", pa.int64()),
-        ("total_output_tokens", pa.int64()),
-        ("request_throughput", pa.float64()),  # requests/s
-        ("output_throughput", pa.float64()),  # output tokens/s over the scenario
-        ("total_token_throughput", pa.float64()),  # (input + output) tokens/s
-        ("peak_output_throughput", pa.float64()),  # output tokens/s in the best window
-        ("peak_window_s", pa.float64()),
-        *_STAT_COLS,
-        ("ttft_cv_pct", pa.float64()),  # jitter
-        ("itl_cv_pct", pa.float64()),
-        ("ttft_p99_p50_ratio", pa.float64()),
-        ("itl_p99_p50_ratio", pa.float64()),
-        ("output_len_forced_by", pa.string()),  # min_tokens | ignore_eos | NULL (engine cannot)
-        ("energy_j", pa.float64()),
-        ("energy_j_per_token", pa.float64()),
-        ("mean_power_w", pa.float64()),
-        ("energy_source", pa.string()),  # nvml | rapl | NULL
-        ("energy_note", pa.string()),  # why energy is NULL
-        # 002_perf: load pattern, repeats, goodput, confidence intervals, energy per device, roofline
-        ("load_kind", pa.string()),  # concurrency | rate | synchronous | throughput
-        ("request_rate", pa.float64()),  # target requests/s of a rate step; NULL otherwise
-        ("burstiness", pa.float64()),  # gamma shape of a rate step's arrivals (1 = Poisson)
-        ("repeats", pa.int32()),
-        ("num_warmup", pa.int32()),  # requests excluded as warm-up (count and seconds), all repeats
-        ("request_goodput", pa.float64()),  # requests/s meeting every SLO limit
-        ("num_good", pa.int32()),
-        ("goodput_slo", pa.string()),  # preset name or the limits
-        ("slo_ttft_ms", pa.float64()),
-        ("slo_tpot_ms", pa.float64()),
-        ("slo_e2el_ms", pa.float64()),
-        ("ci_level", pa.float64()),  # e.g. 0.95
-        ("ci_method", pa.string()),
-        ("ttft_ms_mean_ci_lo", pa.float64()),
-        ("ttft_ms_mean_ci_hi", pa.float64()),
-        ("ttft_ms_p99_ci_lo", pa.float64()),
-        ("ttft_ms_p99_ci_hi", pa.float64()),
-        ("output_throughput_ci_lo", pa.float64()),  # NULL with one repeat
-        ("output_throughput_ci_hi", pa.float64()),
-        ("ttft_cv_pct_ci_lo", pa.float64()),
-        ("ttft_cv_pct_ci_hi", pa.float64()),
-        ("itl_cv_pct_ci_lo", pa.float64()),
-        ("itl_cv_pct_ci_hi", pa.float64()),
-        ("tokens_per_j", pa.float64()),  # output tokens per joule
-        ("energy_by_device_j", pa.string()),  # JSON {device: joules}
-        ("output_len_note", pa.string()),  # why outputs may be shorter than asked; NULL when all were full
-        ("model_bytes", pa.int64()),  # artifact size: bytes read per decoded token at batch 1
-        ("mem_bandwidth_gb_s", pa.float64()),  # host memory bandwidth (1e9 bytes/s), concurrency-1 rows
-        ("mem_bandwidth_method", pa.string()),  # how it was measured (or that it is a specification)
-        ("mbu_pct", pa.float64()),  # model bandwidth utilisation, concurrency-1 rows
-        # 007_timing: time to the first answer token, reasoning tokens, jitter per repeat (tasks.perf.jitter)
-        ("ttft_answer_ms_mean", pa.float64()),
-        ("ttft_answer_ms_p50", pa.float64()),
-        ("ttft_answer_ms_p99", pa.float64()),
-        ("total_reasoning_tokens", pa.int64()),
-        ("total_answer_tokens", pa.int64()),
-        ("ttft_cv_pct_median", pa.float64()),  # median over repeats of each repeat's TTFT CV
-        ("ttft_cv_pct_median_ci_lo", pa.float64()),  # NULL below 2 repeats (jitter_note says why)
-        ("ttft_cv_pct_median_ci_hi", pa.float64()),
-        ("itl_cv_pct_median", pa.float64()),  # median over repeats of each repeat's ITL CV
-        ("itl_cv_pct_median_ci_lo", pa.float64()),
-        ("itl_cv_pct_median_ci_hi", pa.float64()),
-        ("jitter_note", pa.string()),  # why a jitter figure or its interval is NULL
-    ]),
-    # One row per (variant, scenario, repeat, device, sample): power at a fixed interval.
-    "perf_power": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("scenario", pa.string()),
-        ("repeat", pa.int32()),
-        ("device", pa.string()),  # gpu0, package-0, ...
-        ("source", pa.string()),  # nvml | rapl
-        ("sample_index", pa.int32()),
-        ("t_s", pa.float64()),  # from the start of the measured window
-        ("power_w", pa.float64()),  # NVML's reading, or RAPL's counter difference over the interval
-        ("energy_j", pa.float64()),  # the device's counter since the window's start
-    ]),
-    # One row per (variant, suite, sample).
-    "quality_samples": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("suite", pa.string()),
-        ("sample_id", pa.string()),
-        ("prompt", pa.string()),
-        ("target", pa.string()),
-        ("response", pa.string()),
-        ("score", pa.float64()),  # in [0, 1]; NULL where a sample has several measures (see details)
-        ("valid", pa.bool_()),  # False: empty/unparseable answer (scored wrong) or request error (unscored)
-        ("details", pa.string()),  # JSON
-    ]),
-    # One row per (variant, suite, metric).
-    "quality_scores": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("suite", pa.string()),
-        ("suite_version", pa.string()),
-        ("metric", pa.string()),
-        ("value", pa.float64()),
-        ("stderr", pa.float64()),
-        ("n", pa.int32()),
-        ("unit", pa.string()),  # fraction | nats | ratio | count | tokens | rating | distance
-        ("higher_is_better", pa.bool_()),
-        ("is_primary", pa.bool_()),
-        # 003_quality: how value follows from the suite's samples (tasks.quality.deltas), and why it is NULL
-        ("sample_stat", pa.string()),  # e.g. mean(score), p99(kl) where ctx=512; NULL: no per-sample statistic
-        ("note", pa.string()),
-    ]),
-    # One row per (non-reference variant, suite, metric): the delta against the reference with a
-    # paired interval and test (tasks.quality.deltas), computed after the variant's suites.
-    "quality_deltas": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("reference_variant", pa.string()),
-        ("suite", pa.string()),
-        ("metric", pa.string()),
-        ("unit", pa.string()),
-        ("higher_is_better", pa.bool_()),
-        ("reference_value", pa.float64()),  # on the samples both variants have, in `unit`
-        ("value", pa.float64()),
-        ("delta", pa.float64()),  # value - reference_value
-        ("ci_low", pa.float64()),  # paired CI of delta: Tango's score interval (0/1 scores), else BCa bootstrap
-        ("ci_high", pa.float64()),
-        ("confidence", pa.float64()),  # e.g. 0.95
-        ("p_value", pa.float64()),  # raw two-sided p: exact McNemar (0/1 scores), else paired sign-flip test
-        ("n", pa.int32()),  # paired samples
-        ("retention_99", pa.bool_()),  # keeps >= 99 % of the reference score (MLPerf)
-        ("retention_999", pa.bool_()),  # keeps >= 99.9 %
-        ("verdict", pa.string()),  # better | worse | inconclusive | identical | no_ci | no_data
-        ("method", pa.string()),
-        # 006_quality_tests: Holm over the variant's rows that carry a p_value (the verdict uses it)
-        ("p_value_adjusted", pa.float64()),
-        ("p_family_size", pa.int32()),  # tests in that family
-    ]),
-    # 005_engine_metrics: one row per (variant, phase, metric, stat), read from the server's own
-    # metrics while it was measured (tasks.engines.scrape); none for engines that expose none.
-    "engine_metrics": pa.schema([
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("engine", pa.string()),
-        ("phase", pa.string()),  # perf | quality | all
-        ("metric", pa.string()),  # e.g. kv_cache_usage_pct, requests_waiting, spec_acceptance_rate
-        ("stat", pa.string()),  # mean | max (gauges) | delta (counters) | ratio | count
-        ("value", pa.float64()),  # in `unit`
-        ("unit", pa.string()),  # pct | count | tokens | fraction
-        ("readings", pa.int32()),  # metric reads the value comes from
-        ("window_s", pa.float64()),  # first to last read of the phase (s)
-        ("description", pa.string()),
-        ("note", pa.string()),
-    ]),
-}
 
-TABLES = tuple(SCHEMAS)
+# ------------------------------------------------------------------ declarations
 
+@dataclass(frozen=True)
+class Where:
+    """A row condition: a check applies to the rows where `column <op> value` (op: ==, >, is_null, is_not_null)."""
+
+    column: str
+    op: str
+    value: Any = None
+
+
+OK = Where("status", "==", "ok")
+MEASURED = Where("num_ok", ">", 0)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One data check; `warehouse.gate` maps each kind to a GX expectation.
+
+    kinds: not_null; between (min, max, strict_min, strict_max); in_set (values); at_least (other column,
+    or_equal, ignore_missing: this column >= other); equal_sum (columns: this column == their sum);
+    sum_between (min, max: the column's sum, e.g. booleans counted); rows (exactly `value` rows).
+    """
+
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+    where: Where | None = None
+
+
+def not_null(where: Where | None = None) -> Check:
+    return Check("not_null", where=where)
+
+
+def between(lo: float | None = None, hi: float | None = None, strict_min: bool = False, strict_max: bool = False,
+            where: Where | None = None) -> Check:
+    return Check("between", {"min": lo, "max": hi, "strict_min": strict_min, "strict_max": strict_max}, where)
+
+
+def in_set(values: tuple[str, ...] | list[str]) -> Check:
+    return Check("in_set", {"values": list(values)})
+
+
+def at_least(other: str, or_equal: bool = True, ignore_missing: bool = False, where: Where | None = None) -> Check:
+    return Check("at_least", {"other": other, "or_equal": or_equal, "ignore_missing": ignore_missing}, where)
+
+
+def positive_finite(where: Where | None = None) -> tuple[Check, Check]:
+    """Present and in (0, MAX_FINITE] on the rows `where` selects."""
+    return not_null(where), between(0, MAX_FINITE, strict_min=True, where=where)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str | None
+    description: str
+    checks: tuple[Check, ...] = ()
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    grain: str  # one row per ...
+    columns: tuple[Column, ...]
+    checks: tuple[Check, ...] = ()  # table-level: rows, sum_between of a column, equal_sum
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([(c.name, c.type) for c in self.columns])
+
+
+def col(name: str, type_: pa.DataType, unit: str | None, description: str, *checks: Check | tuple[Check, ...]) -> Column:
+    flat: list[Check] = []
+    for c in checks:
+        flat.extend(c if isinstance(c, tuple) else (c,))
+    return Column(name, type_, unit, description, tuple(flat))
+
+
+S, I32, I64, F64, B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+RUN_ID = col("run_id", S, None, "run id: UTC start, config name and a random suffix", not_null())
+VARIANT = col("variant", S, None, "variant name from the config")
+
+
+def _latency_stats() -> list[Column]:
+    names = {"ttft_ms": "time to first token", "tpot_ms": "time per output token after the first",
+             "itl_ms": "inter-token latency (gap between chunks)", "e2el_ms": "end-to-end latency"}
+    return [col(f"{m}_{s}", F64, "ms", f"{names[m]}: {s} over the scenario's ok requests (vLLM's definition)")
+            for m in LATENCIES for s in STAT_NAMES]
+
+
+def _ci(metric: str, unit: str | None, what: str) -> list[Column]:
+    return [col(f"{metric}_ci_lo", F64, unit, f"lower bound of the {what} interval (ci_level, ci_method); "
+                                                "NULL with fewer than 2 repeats"),
+            col(f"{metric}_ci_hi", F64, unit, f"upper bound of the {what} interval",
+                at_least(f"{metric}_ci_lo", ignore_missing=True))]
+
+
+TABLES_DECLARED: tuple[Table, ...] = (
+    Table("runs", "run", (
+        RUN_ID,
+        col("config_name", S, None, "the config's name"),
+        col("started_at", TS, "UTC", "start of the run's first attempt"),
+        col("finished_at", TS, "UTC", "end of the latest attempt"),
+        col("status", S, None, "ok | partial (some variants failed) | failed"),
+        col("host", S, None, "host name of the nightly"),
+        col("cpu", S, None, "CPU model"),
+        col("cpu_count", I32, "count", "logical CPUs"),
+        col("gpu", S, None, "GPU models; NULL when no GPU is visible"),
+        col("hardware_id", S, None, "host/cpu/gpu fingerprint: 'same hardware' across runs"),
+        col("library_versions", S, "JSON", "{package: version} of the measuring host"),
+        col("git_sha", S, None, "commit of the tradeoff checkout"),
+        col("config_json", S, "JSON", "the validated config"),
+        col("reference_variant", S, None, "the variant every delta compares with"),
+        col("primary_quality_metric", S, None, "'suite.metric' shown as the quality column"),
+        col("error", S, None, "why the run failed or was partial"),
+    ), checks=(Check("rows", {"value": 1}),)),
+    Table("variants", "variant of the run, failed ones included with their error", (
+        RUN_ID, VARIANT,
+        col("model", S, None, "model name from the config"),
+        col("engine", S, None, "llama.cpp | vllm | tensorrt-llm | openai-compatible"),
+        col("quantization", S, None, "weight format, e.g. q4_1, fp8, int4_awq"),
+        col("speculative", S, None, "speculative decoding method; NULL when none"),
+        col("is_reference", B, None, "the run's reference variant", not_null()),
+        col("status", S, None, "ok | failed", not_null(), in_set(("ok", "failed"))),
+        col("error", S, None, "why the variant failed (first line: type and message)"),
+        col("artifact_path", S, None, "what the server loaded"),
+        col("artifact_sha256", S, None, "content hash of the artifact"),
+        col("artifact_bytes", I64, "bytes", "size of the artifact"),
+        col("build_cached", B, None, "the build came from the content-addressed cache"),
+        col("build_s", F64, "s", "build time (or cache lookup)"),
+        col("server_startup_s", F64, "s", "server start until healthy; a hosted endpoint: until it first answered"),
+        col("engine_args", S, "JSON", "the variant's engine options"),
+        col("usd_per_hour", F64, "USD/h", "config cost: own hardware per hour"),
+        col("usd_per_1m_input_tok", F64, "USD", "config cost: hosted price per 1M input tokens"),
+        col("usd_per_1m_output_tok", F64, "USD", "config cost: hosted price per 1M output tokens"),
+        col("engine_version", S, None, "e.g. vllm 0.32.0+cpu; NULL when unknown (a hosted API)"),
+    ), checks=(Check("sum_between", {"column": "is_reference", "min": 1, "max": 1}),)),
+    Table("perf_requests", "request, warm-up included (flagged) so counts can be checked", (
+        RUN_ID, VARIANT,
+        col("scenario", S, None, "load step: c<N> (concurrency), r<R> (rate), sync, max, sweep<i>"),
+        col("concurrency", I32, "count", "requests in flight allowed", not_null(), between(1)),
+        col("request_index", I32, None, "order within (scenario, repeat)"),
+        col("is_warmup", B, None, "excluded from every statistic"),
+        col("status", S, None, "ok | error | incomplete (cut after its first chunk)", not_null(),
+            in_set(REQUEST_STATUSES)),
+        col("error", S, None, "why the request failed"),
+        col("start_s", F64, "s", "send time from the scenario's start"),
+        col("ttft_ms", F64, "ms", "time to first token (first text chunk read)", positive_finite(OK)),
+        col("tpot_ms", F64, "ms", "(e2el - ttft) / (output tokens - 1)", between(0, MAX_FINITE, where=OK)),
+        col("e2el_ms", F64, "ms", "send until the read that carried [DONE]", positive_finite(OK),
+            at_least("ttft_ms", where=OK)),
+        col("prompt_tokens", I32, "tokens", "prompt length", between(1, where=OK)),
+        col("output_tokens", I32, "tokens", "output length, reasoning included", not_null(OK), between(1, where=OK),
+            at_least("reasoning_tokens", ignore_missing=True)),
+        col("output_tokens_source", S, None, "usage | max_tokens | tokenizer | approx_chunks"),
+        col("chunk_offsets_ms", pa.list_(pa.float32()), "ms", "each text chunk's arrival from send"),
+        col("repeat", I32, None, "0-based repeat of the scenario"),
+        col("prompt_tokens_source", S, None, "usage | tokenizer | approx_words"),
+        col("finish_reason", S, None, "the server's: length | stop | ..."),
+        col("max_tokens", I32, "tokens", "output tokens asked for"),
+        col("ttft_answer_ms", F64, "ms", "send -> first answer (non-reasoning) chunk; NULL: all reasoning",
+            at_least("ttft_ms", ignore_missing=True)),  # the answer starts no earlier than the first output
+        col("reasoning_tokens", I32, "tokens", "output tokens that were reasoning (0: no reasoning delta)"),
+        col("answer_tokens", I32, "tokens", "output_tokens - reasoning_tokens"),
+        col("reasoning_tokens_source", S, None, "usage | tokenizer | approx_chunks; NULL without reasoning"),
+        col("end_s", F64, "s", "when the request returned, any status, from the scenario's start"),
+    )),
+    Table("perf_summary", "(variant, scenario), over all its repeats", (
+        RUN_ID, VARIANT,
+        col("scenario", S, None, "load step"),
+        col("concurrency", I32, "count", "requests in flight allowed (rate steps: the cap, or num_prompts)"),
+        col("num_requests", I32, "count", "measured requests (warm-up excluded)"),
+        col("num_ok", I32, "count", "completed requests"),
+        col("num_errors", I32, "count", "failed requests"),
+        col("num_incomplete", I32, "count", "requests cut after their first chunk"),
+        col("duration_s", F64, "s", "sum over repeats of first send to last end of ok requests"),
+        col("total_input_tokens", I64, "tokens", "prompt tokens of ok requests"),
+        col("total_output_tokens", I64, "tokens", "output tokens of ok requests"),
+        col("request_throughput", F64, "req/s", "ok requests per second", positive_finite(MEASURED),
+            at_least("request_goodput", ignore_missing=True)),  # goodput never exceeds throughput
+        col("output_throughput", F64, "tok/s", "output tokens per second over the scenario", positive_finite(MEASURED)),
+        col("total_token_throughput", F64, "tok/s", "(input + output) tokens per second"),
+        col("peak_output_throughput", F64, "tok/s", "output tokens per second in the best window (peak_window_s)"),
+        col("peak_window_s", F64, "s", "window of the peak throughput"),
+        *[c if c.name != "ttft_ms_mean" else Column(c.name, c.type, c.unit, c.description, positive_finite(MEASURED))
+          for c in _latency_stats()],
+        col("ttft_cv_pct", F64, "%", "TTFT coefficient of variation (jitter)", between(0, MAX_FINITE)),
+        col("itl_cv_pct", F64, "%", "inter-token latency coefficient of variation"),
+        col("ttft_p99_p50_ratio", F64, "ratio", "TTFT tail: p99 / p50"),
+        col("itl_p99_p50_ratio", F64, "ratio", "ITL tail: p99 / p50"),
+        col("output_len_forced_by", S, None, "min_tokens | ignore_eos | NULL (the engine honours neither)"),
+        col("energy_j", F64, "J", "energy of the measured windows (all repeats); NULL with energy_note"),
+        col("energy_j_per_token", F64, "J/token", "energy per output token",
+            between(0, MAX_FINITE, strict_min=True)),
+        col("mean_power_w", F64, "W", "energy / window time"),
+        col("energy_source", S, None, "nvml | rapl | NULL"),
+        col("energy_note", S, None, "why energy is NULL", not_null(Where("energy_j_per_token", "is_null"))),
+        col("load_kind", S, None, "concurrency | rate | synchronous | throughput"),
+        col("request_rate", F64, "req/s", "target rate of a rate step; NULL otherwise"),
+        col("burstiness", F64, None, "gamma shape of a rate step's arrivals (1 = Poisson)"),
+        col("repeats", I32, "count", "times the scenario ran"),
+        col("num_warmup", I32, "count", "requests excluded as warm-up (count and seconds), all repeats"),
+        col("request_goodput", F64, "req/s", "requests per second meeting every SLO limit", between(0, MAX_FINITE)),
+        col("num_good", I32, "count", "requests meeting every SLO limit"),
+        col("goodput_slo", S, None, "the SLO preset's name or its limits"),
+        col("slo_ttft_ms", F64, "ms", "SLO limit on TTFT"),
+        col("slo_tpot_ms", F64, "ms", "SLO limit on TPOT"),
+        col("slo_e2el_ms", F64, "ms", "SLO limit on end-to-end latency"),
+        col("ci_level", F64, None, "confidence level of the intervals, e.g. 0.95"),
+        col("ci_method", S, None, "how the intervals are computed"),
+        *_ci("ttft_ms_mean", "ms", "mean TTFT"),
+        *_ci("ttft_ms_p99", "ms", "p99 TTFT"),
+        *_ci("output_throughput", "tok/s", "output throughput"),
+        *_ci("ttft_cv_pct", "%", "TTFT CV"),
+        *_ci("itl_cv_pct", "%", "ITL CV"),
+        col("tokens_per_j", F64, "tokens/J", "output tokens per joule", between(0, MAX_FINITE, strict_min=True)),
+        col("energy_by_device_j", S, "JSON", "{device: joules}"),
+        col("output_len_note", S, None, "why outputs may be shorter than asked; NULL when all were full"),
+        col("model_bytes", I64, "bytes", "bytes read per decoded token at batch 1 (the artifact's size)"),
+        col("mem_bandwidth_gb_s", F64, "GB/s", "host memory bandwidth (1e9 bytes/s), concurrency-1 rows"),
+        col("mem_bandwidth_method", S, None, "how the bandwidth was measured (or that it is a specification)",
+            not_null(Where("mbu_pct", "is_not_null"))),
+        col("mbu_pct", F64, "%", "model bandwidth utilisation, concurrency-1 rows", between(0, MAX_FINITE, strict_min=True)),
+        col("ttft_answer_ms_mean", F64, "ms", "time to the first answer (non-reasoning) token: mean"),
+        col("ttft_answer_ms_p50", F64, "ms", "time to the first answer token: p50"),
+        col("ttft_answer_ms_p99", F64, "ms", "time to the first answer token: p99"),
+        col("total_reasoning_tokens", I64, "tokens", "reasoning tokens of ok requests"),
+        col("total_answer_tokens", I64, "tokens", "answer tokens of ok requests"),
+        col("ttft_cv_pct_median", F64, "%", "median over repeats of each repeat's TTFT CV (tasks.perf.jitter)"),
+        *_ci("ttft_cv_pct_median", "%", "median TTFT CV (t-interval over repeats)"),
+        col("itl_cv_pct_median", F64, "%", "median over repeats of each repeat's ITL CV"),
+        *_ci("itl_cv_pct_median", "%", "median ITL CV (t-interval over repeats)"),
+        col("jitter_note", S, None, "why a jitter figure or its interval is NULL"),
+    ), checks=(Check("equal_sum", {"column": "num_requests", "parts": ["num_ok", "num_errors", "num_incomplete"],
+                                   "as": "num_counted"}),)),
+    Table("perf_power", "power sample of one device during one (scenario, repeat)", (
+        RUN_ID, VARIANT,
+        col("scenario", S, None, "load step"),
+        col("repeat", I32, None, "0-based repeat"),
+        col("device", S, None, "gpu0, package-0, ...", not_null()),
+        col("source", S, None, "nvml | rapl", in_set(ENERGY_SOURCES)),
+        col("sample_index", I32, None, "order within the device's samples"),
+        col("t_s", F64, "s", "from the start of the measured window", between(0, MAX_FINITE)),
+        col("power_w", F64, "W", "NVML's reading, or RAPL's counter difference over the interval", between(0, MAX_FINITE)),
+        col("energy_j", F64, "J", "the device's counter since the window's start", between(0, MAX_FINITE)),
+    )),
+    Table("quality_samples", "sample of one suite", (
+        RUN_ID, VARIANT,
+        col("suite", S, None, "suite key (its label, else its name)", not_null()),
+        col("sample_id", S, None, "stable id within the suite", not_null()),
+        col("prompt", S, None, "what was sent"),
+        col("target", S, None, "the expected answer"),
+        col("response", S, None, "what the variant answered"),
+        col("score", F64, "fraction", "in [0, 1]; NULL where a sample has several measures (see details)", between(0, 1)),
+        col("valid", B, None, "False: empty/unparseable answer (scored wrong) or request error (unscored)", not_null()),
+        col("details", S, "JSON", "suite-specific fields"),
+    )),
+    Table("quality_scores", "metric of one suite", (
+        RUN_ID, VARIANT,
+        col("suite", S, None, "suite key", not_null()),
+        col("suite_version", S, None, "bumped on any change that can move scores"),
+        col("metric", S, None, "e.g. accuracy, kl_mean, gsm8k.exact_match.strict-match", not_null()),
+        col("value", F64, "unit", "the score, in `unit`; NULL says why in `note`",
+            between(0, 1, where=Where("unit", "==", "fraction")),
+            between(0, MAX_FINITE, where=Where("unit", "==", "nats")),
+            between(0, MAX_FINITE, strict_min=True, where=Where("unit", "==", "ratio")),
+            between(0, MAX_FINITE, where=Where("unit", "==", "count")),
+            between(0, MAX_FINITE, where=Where("unit", "==", "tokens")),
+            between(0, MAX_FINITE, where=Where("unit", "==", "seconds")),
+            between(1, 10, where=Where("unit", "==", "rating")),
+            between(0, 2, where=Where("unit", "==", "distance"))),  # 1 - cosine similarity
+        col("stderr", F64, "unit", "standard error of the value"),
+        col("n", I32, "count", "samples behind the value", between(1)),
+        col("unit", S, None, " | ".join(UNITS), in_set(UNITS)),
+        col("higher_is_better", B, None, "direction of the metric"),
+        col("is_primary", B, None, "the config's primary quality metric"),
+        col("sample_stat", S, None, "how value follows from the samples, e.g. mean(score), p99(kl) where ctx=512; "
+                                    "NULL: no per-sample statistic (no CI on its delta)"),
+        col("note", S, None, "why value is NULL, or what to know about it", not_null(Where("value", "is_null"))),
+    )),
+    Table("quality_deltas", "metric of a non-reference variant against the reference (paired interval and test)", (
+        RUN_ID, VARIANT,
+        col("reference_variant", S, None, "the variant compared with", not_null()),
+        col("suite", S, None, "suite key"),
+        col("metric", S, None, "metric name"),
+        col("unit", S, None, "unit of value and delta"),
+        col("higher_is_better", B, None, "direction of the metric"),
+        col("reference_value", F64, "unit", "the reference's value on the samples both variants have"),
+        col("value", F64, "unit", "the variant's value on the same samples"),
+        col("delta", F64, "unit", "value - reference_value"),
+        col("ci_low", F64, "unit", "lower bound of the paired interval of delta: Tango's score interval (0/1 scores), "
+                                   "else BCa bootstrap"),
+        col("ci_high", F64, "unit", "upper bound of the paired interval of delta", at_least("ci_low")),
+        col("confidence", F64, None, "confidence level, e.g. 0.95", between(0, 1, strict_min=True, strict_max=True)),
+        col("p_value", F64, None, "raw two-sided p: exact McNemar (0/1 scores), else paired sign-flip test", between(0, 1)),
+        col("n", I32, "count", "paired samples", between(0)),
+        col("retention_99", B, None, "keeps >= 99 % of the reference score (MLPerf)"),
+        col("retention_999", B, None, "keeps >= 99.9 %"),
+        col("verdict", S, None, " | ".join(VERDICTS), not_null(), in_set(VERDICTS)),
+        col("method", S, None, "how the interval and test were computed"),
+        col("p_value_adjusted", F64, None, "Holm over the variant's rows that carry a p_value (the verdict uses it)",
+            between(0, 1), at_least("p_value", ignore_missing=True), not_null(Where("p_value", "is_not_null"))),
+        col("p_family_size", I32, "count", "tests in that Holm family", between(1)),
+    )),
+    Table("engine_metrics", "statistic of one engine metric over one phase (the server's own metrics)", (
+        RUN_ID, VARIANT,
+        col("engine", S, None, "engine name"),
+        col("phase", S, None, "perf | quality | all"),
+        col("metric", S, None, "e.g. kv_cache_usage_pct, requests_waiting, spec_acceptance_rate", not_null()),
+        col("stat", S, None, " | ".join(ENGINE_STATS), in_set(ENGINE_STATS)),
+        col("value", F64, "unit", "in `unit`", not_null(), between(0, MAX_FINITE),
+            between(0, 100, where=Where("unit", "==", "pct")), between(0, 1, where=Where("unit", "==", "fraction"))),
+        col("unit", S, None, "pct | count | tokens | fraction"),
+        col("readings", I32, "count", "metric reads the value comes from"),
+        col("window_s", F64, "s", "first to last read of the phase"),
+        col("description", S, None, "what the metric means"),
+        col("note", S, None, "what to know about the value"),
+    )),
+)
+
+CONTRACT: dict[str, Table] = {t.name: t for t in TABLES_DECLARED}
+SCHEMAS: dict[str, pa.Schema] = {t.name: t.schema() for t in TABLES_DECLARED}
+TABLES = tuple(CONTRACT)
+
+
+# ------------------------------------------------------------------ Parquet parts
 
 def to_table(name: str, rows: list[dict]) -> pa.Table:
     """Rows -> Arrow table with exactly the contract's columns (missing ones NULL)."""
@@ -286,3 +399,52 @@ def read_table(results_dir: Path, name: str) -> pd.DataFrame:
     parts = [pq.read_table(p, schema=SCHEMAS[name]) for p in table_parts(results_dir, name)]
     table = pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
     return table.to_pandas()
+
+
+# ------------------------------------------------------------------ the schema document
+
+def _check_text(c: Check) -> str:
+    where = f" where {c.where.column} {c.where.op.replace('_', ' ')}" + (
+        f" {c.where.value!r}" if c.where and c.where.value is not None else "") if c.where else ""
+    a = c.args
+    if c.kind == "between":
+        lo = "" if a["min"] is None else f"{a['min']:g} {'<' if a['strict_min'] else '<='} "
+        hi = "" if a["max"] is None else f" {'<' if a['strict_max'] else '<='} {a['max']:g}"
+        text = f"{lo}x{hi}"
+    elif c.kind == "in_set":
+        text = "in {" + ", ".join(a["values"]) + "}"
+    elif c.kind == "at_least":
+        text = f">{'=' if a['or_equal'] else ''} {a['other']}"
+    else:
+        text = c.kind.replace("_", " ")
+    return text + where
+
+
+def schema_markdown() -> str:
+    """docs/schema.md: every table, its grain, columns with type, unit, meaning and checks."""
+    out = ["# Warehouse schema", "",
+           "Generated from `warehouse/contract.py` (`python -m warehouse.contract > docs/schema.md`); the SQL",
+           "migrations create the same columns. Views are documented in their own `.sql` headers.", ""]
+    for t in TABLES_DECLARED:
+        out += [f"## `{t.name}`", "", f"One row per {t.grain}."]
+        table_checks = []
+        for c in t.checks:
+            if c.kind == "rows":
+                table_checks.append(f"exactly {c.args['value']} row(s)")
+            elif c.kind == "sum_between":
+                table_checks.append(f"sum of {c.args['column']} in [{c.args['min']}, {c.args['max']}]")
+            elif c.kind == "equal_sum":
+                table_checks.append(f"{c.args['column']} = {' + '.join(c.args['parts'])}")
+        if table_checks:
+            out.append("Checks: " + "; ".join(table_checks) + ".")
+        out += ["", "| column | type | unit | meaning | checks |", "|---|---|---|---|---|"]
+        for c in t.columns:
+            checks = "; ".join(_check_text(k) for k in c.checks)
+            out.append(f"| `{c.name}` | {c.type} | {c.unit or ''} | {c.description.replace('|', '/')} | "
+                       f"{checks.replace('|', '/')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_markdown())

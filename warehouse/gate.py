@@ -1,7 +1,9 @@
 """The Great Expectations gate: one suite per result table, run on a run's Parquet results. Plain Python.
 
-Each table of `warehouse.contract` is read whole (all parts) and validated as a pandas dataframe
-in an ephemeral GX context; nothing is stored in a GX project. Latency and throughput
+The suites are built from the table contract (`warehouse.contract`: each column's checks and each
+table's), so a table's checks are declared once, next to its columns. Each table is read whole
+(all parts) and validated as a pandas dataframe in an ephemeral GX context; nothing is stored in
+a GX project. Latency and throughput
 checks apply to successful requests only (`status == "ok"`, `num_ok > 0`), because errored
 and incomplete requests have NULL latencies by design. The report lists each failed
 expectation in one line and is written next to the results as `validation.json`.
@@ -15,16 +17,12 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from tasks.quality.base import UNITS
-from tasks.quality.deltas import VERDICTS
-from warehouse.contract import TABLES, read_table
+from warehouse.contract import CONTRACT, TABLES, Check, Where, read_table
 
-# Upper bound for "finite": no real latency (ms), throughput or energy comes near it; inf does.
-MAX_FINITE = 1e9
 MAX_UNEXPECTED_SHOWN = 5
 
 
@@ -58,204 +56,68 @@ def _gx():
     return gx, gxe, Column
 
 
-def _row_count(expected: int | None) -> list:
+def _condition(where: Where | None):
+    """A contract row condition as GX's row_condition."""
+    if where is None:
+        return None
+    _, _, column = _gx()
+    c = column(where.column)
+    if where.op == "is_null":
+        return c.is_null()
+    if where.op == "is_not_null":
+        return c.is_not_null()
+    if where.op == "==":
+        return c == where.value
+    if where.op == ">":
+        return c > where.value
+    raise ValueError(f"row condition operator {where.op!r} has no GX equivalent")
+
+
+def _expectation(check: Check, column: str | None, expected_rows: int | None) -> list:
+    """The GX expectation(s) of one contract check."""
     _, gxe, _ = _gx()
-    return [] if expected is None else [gxe.ExpectTableRowCountToEqual(value=expected)]
+    a, where = check.args, _condition(check.where)
+    if check.kind == "not_null":
+        return [gxe.ExpectColumnValuesToNotBeNull(column=column, row_condition=where)]
+    if check.kind == "between":
+        kw = {k: v for k, v in (("min_value", a["min"]), ("max_value", a["max"])) if v is not None}
+        return [gxe.ExpectColumnValuesToBeBetween(column=column, strict_min=a["strict_min"], strict_max=a["strict_max"],
+                                                  row_condition=where, **kw)]
+    if check.kind == "in_set":
+        return [gxe.ExpectColumnValuesToBeInSet(column=column, value_set=a["values"])]
+    if check.kind == "at_least":
+        kw = {"ignore_row_if": "either_value_is_missing"} if a["ignore_missing"] else {}
+        return [gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=column, column_B=a["other"],
+                                                            or_equal=a["or_equal"], row_condition=where, **kw)]
+    if check.kind == "rows":
+        return [gxe.ExpectTableRowCountToEqual(value=a["value"])]
+    if check.kind == "sum_between":  # the sum of a boolean column counts its True values
+        return [gxe.ExpectColumnSumToBeBetween(column=a["column"], min_value=a["min"], max_value=a["max"])]
+    if check.kind == "equal_sum":  # GX has no row-wise "a + b + c == d": `prepare` adds the sum as a column
+        return [gxe.ExpectColumnPairValuesToBeEqual(column_A=a["as"], column_B=a["column"])]
+    raise ValueError(f"contract check kind {check.kind!r} has no GX equivalent")
 
 
-def _positive_finite(column: str, where=None) -> list:
-    """`column` present and in (0, MAX_FINITE] on the rows `where` selects."""
-    _, gxe, _ = _gx()
-    return [gxe.ExpectColumnValuesToNotBeNull(column=column, row_condition=where),
-            gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0, max_value=MAX_FINITE, strict_min=True,
-                                              row_condition=where)]
-
-
-def runs_suite(expected: int | None = None):
-    """Exactly one row per run, whatever `expected` says."""
+def suite_for(name: str, expected_rows: int | None):
+    """The table's GX suite: its row count (when known), the table's checks, then each column's."""
     gx, gxe, _ = _gx()
-    return gx.ExpectationSuite(name="runs", expectations=[
-        gxe.ExpectTableRowCountToEqual(value=1),
-        gxe.ExpectColumnValuesToNotBeNull(column="run_id"),
-    ])
+    table = CONTRACT[name]
+    fixed = any(c.kind == "rows" for c in table.checks)
+    expectations = [] if expected_rows is None or fixed else [gxe.ExpectTableRowCountToEqual(value=expected_rows)]
+    for check in table.checks:
+        expectations += _expectation(check, None, expected_rows)
+    for c in table.columns:
+        for check in c.checks:
+            expectations += _expectation(check, c.name, expected_rows)
+    return gx.ExpectationSuite(name=name, expectations=expectations)
 
 
-def variants_suite(expected: int | None):
-    gx, gxe, _ = _gx()
-    return gx.ExpectationSuite(name="variants", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToNotBeNull(column="status"),
-        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "failed"]),
-        gxe.ExpectColumnValuesToNotBeNull(column="is_reference"),
-        # The sum of a boolean column counts its True values: exactly one reference.
-        gxe.ExpectColumnSumToBeBetween(column="is_reference", min_value=1, max_value=1),
-    ])
-
-
-def perf_requests_suite(expected: int | None):
-    gx, gxe, col = _gx()
-    ok = col("status") == "ok"
-    return gx.ExpectationSuite(name="perf_requests", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToNotBeNull(column="status"),
-        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "error", "incomplete"]),
-        *_positive_finite("ttft_ms", ok),
-        *_positive_finite("e2el_ms", ok),
-        gxe.ExpectColumnValuesToBeBetween(column="tpot_ms", min_value=0, max_value=MAX_FINITE, row_condition=ok),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2el_ms", column_B="ttft_ms", or_equal=True,
-                                                    row_condition=ok),
-        gxe.ExpectColumnValuesToNotBeNull(column="output_tokens", row_condition=ok),
-        gxe.ExpectColumnValuesToBeBetween(column="output_tokens", min_value=1, row_condition=ok),
-        gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1, row_condition=ok),
-        gxe.ExpectColumnValuesToNotBeNull(column="concurrency"),
-        gxe.ExpectColumnValuesToBeBetween(column="concurrency", min_value=1),
-        # 007_timing: the answer starts no earlier than the first output; reasoning is part of the output
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ttft_answer_ms", column_B="ttft_ms", or_equal=True,
-                                                    ignore_row_if="either_value_is_missing"),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="output_tokens", column_B="reasoning_tokens",
-                                                    or_equal=True, ignore_row_if="either_value_is_missing"),
-    ])
-
-
-def perf_summary_suite(expected: int | None):
-    gx, gxe, col = _gx()
-    measured = col("num_ok") > 0
-    return gx.ExpectationSuite(name="perf_summary", expectations=[
-        *_row_count(expected),
-        # GX has no row-wise "a + b + c == d"; `num_counted` is that sum, added by `_with_num_counted`.
-        gxe.ExpectColumnPairValuesToBeEqual(column_A="num_counted", column_B="num_requests"),
-        *_positive_finite("output_throughput", measured),
-        *_positive_finite("request_throughput", measured),
-        *_positive_finite("ttft_ms_mean", measured),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ttft_ms_p99", column_B="ttft_ms_p50", or_equal=True,
-                                                    row_condition=measured),
-        gxe.ExpectColumnValuesToBeBetween(column="ttft_cv_pct", min_value=0, max_value=MAX_FINITE),
-        gxe.ExpectColumnValuesToBeBetween(column="energy_j_per_token", min_value=0, max_value=MAX_FINITE,
-                                          strict_min=True),
-        gxe.ExpectColumnValuesToNotBeNull(column="energy_note", row_condition=col("energy_j_per_token").is_null()),
-        # 002_perf: goodput never exceeds throughput; intervals are ordered; roofline and energy ratios positive.
-        gxe.ExpectColumnValuesToBeBetween(column="request_goodput", min_value=0, max_value=MAX_FINITE),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="request_throughput", column_B="request_goodput",
-                                                    or_equal=True, ignore_row_if="either_value_is_missing"),
-        *[gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=f"{m}_ci_hi", column_B=f"{m}_ci_lo", or_equal=True,
-                                                      ignore_row_if="either_value_is_missing")
-          for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct")],
-        gxe.ExpectColumnValuesToBeBetween(column="mbu_pct", min_value=0, max_value=MAX_FINITE, strict_min=True),
-        gxe.ExpectColumnValuesToBeBetween(column="tokens_per_j", min_value=0, max_value=MAX_FINITE, strict_min=True),
-        gxe.ExpectColumnValuesToNotBeNull(column="mem_bandwidth_method", row_condition=col("mbu_pct").is_not_null()),
-        # 007_timing: jitter per repeat, its interval ordered
-        *[gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=f"{m}_ci_hi", column_B=f"{m}_ci_lo", or_equal=True,
-                                                      ignore_row_if="either_value_is_missing")
-          for m in ("ttft_cv_pct_median", "itl_cv_pct_median")],
-    ])
-
-
-def perf_power_suite(expected: int | None):
-    gx, gxe, _ = _gx()
-    return gx.ExpectationSuite(name="perf_power", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToNotBeNull(column="device"),
-        gxe.ExpectColumnValuesToBeInSet(column="source", value_set=["nvml", "rapl"]),
-        gxe.ExpectColumnValuesToBeBetween(column="t_s", min_value=0, max_value=MAX_FINITE),
-        gxe.ExpectColumnValuesToBeBetween(column="power_w", min_value=0, max_value=MAX_FINITE),
-        gxe.ExpectColumnValuesToBeBetween(column="energy_j", min_value=0, max_value=MAX_FINITE),
-    ])
-
-
-def quality_samples_suite(expected: int | None):
-    gx, gxe, _ = _gx()
-    return gx.ExpectationSuite(name="quality_samples", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToBeBetween(column="score", min_value=0, max_value=1),
-        gxe.ExpectColumnValuesToNotBeNull(column="valid"),
-        gxe.ExpectColumnValuesToNotBeNull(column="suite"),
-        gxe.ExpectColumnValuesToNotBeNull(column="sample_id"),
-    ])
-
-
-def quality_scores_suite(expected: int | None):
-    gx, gxe, col = _gx()
-
-    unit = col("unit")
-    return gx.ExpectationSuite(name="quality_scores", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToBeInSet(column="unit", value_set=list(UNITS)),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=1, row_condition=unit == "fraction"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
-                                          row_condition=unit == "nats"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE, strict_min=True,
-                                          row_condition=unit == "ratio"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
-                                          row_condition=unit == "count"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
-                                          row_condition=unit == "tokens"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE,
-                                          row_condition=unit == "seconds"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=1, max_value=10, row_condition=unit == "rating"),
-        # 1 - cosine similarity
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=2, row_condition=unit == "distance"),
-        # A NULL score says why (e.g. the judge endpoint was down).
-        gxe.ExpectColumnValuesToNotBeNull(column="note", row_condition=col("value").is_null()),
-        gxe.ExpectColumnValuesToBeBetween(column="n", min_value=1),
-        gxe.ExpectColumnValuesToNotBeNull(column="metric"),
-        gxe.ExpectColumnValuesToNotBeNull(column="suite"),
-    ])
-
-
-def quality_deltas_suite(expected: int | None):
-    gx, gxe, col = _gx()
-
-    return gx.ExpectationSuite(name="quality_deltas", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToNotBeNull(column="verdict"),
-        gxe.ExpectColumnValuesToBeInSet(column="verdict", value_set=list(VERDICTS)),
-        gxe.ExpectColumnValuesToBeBetween(column="p_value", min_value=0, max_value=1),
-        # 006: Holm never lowers a p; a tested row says how many tests its family holds
-        gxe.ExpectColumnValuesToBeBetween(column="p_value_adjusted", min_value=0, max_value=1),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="p_value_adjusted", column_B="p_value", or_equal=True,
-                                                    ignore_row_if="either_value_is_missing"),
-        gxe.ExpectColumnValuesToBeBetween(column="p_family_size", min_value=1),
-        gxe.ExpectColumnValuesToNotBeNull(column="p_value_adjusted", row_condition=col("p_value").is_not_null()),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ci_high", column_B="ci_low", or_equal=True),
-        gxe.ExpectColumnValuesToBeBetween(column="confidence", min_value=0, max_value=1, strict_min=True,
-                                          strict_max=True),
-        gxe.ExpectColumnValuesToBeBetween(column="n", min_value=0),
-        gxe.ExpectColumnValuesToNotBeNull(column="reference_variant"),
-    ])
-
-
-def engine_metrics_suite(expected: int | None):
-    gx, gxe, col = _gx()
-    unit = col("unit")
-    return gx.ExpectationSuite(name="engine_metrics", expectations=[
-        *_row_count(expected),
-        gxe.ExpectColumnValuesToNotBeNull(column="metric"),
-        gxe.ExpectColumnValuesToNotBeNull(column="value"),
-        gxe.ExpectColumnValuesToBeInSet(column="stat", value_set=["mean", "max", "delta", "ratio", "count"]),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=MAX_FINITE),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=100, row_condition=unit == "pct"),
-        gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0, max_value=1, row_condition=unit == "fraction"),
-    ])
-
-
-SUITES: dict[str, Callable[[int | None], Any]] = {
-    "runs": runs_suite,
-    "variants": variants_suite,
-    "perf_requests": perf_requests_suite,
-    "perf_summary": perf_summary_suite,
-    "perf_power": perf_power_suite,
-    "quality_samples": quality_samples_suite,
-    "quality_scores": quality_scores_suite,
-    "quality_deltas": quality_deltas_suite,
-    "engine_metrics": engine_metrics_suite,
-}
-
-
-def _with_num_counted(df: pd.DataFrame) -> pd.DataFrame:
-    return df.assign(num_counted=df["num_ok"] + df["num_errors"] + df["num_incomplete"])
-
-
-PREPARE: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {"perf_summary": _with_num_counted}
+def prepare(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """The dataframe GX checks: with the helper columns of `equal_sum` checks."""
+    for check in CONTRACT[name].checks:
+        if check.kind == "equal_sum":
+            df = df.assign(**{check.args["as"]: sum(df[p] for p in check.args["parts"])})
+    return df
 
 
 def _plain(value: Any) -> Any:
@@ -313,7 +175,7 @@ def validate_table(context: Any, source: Any, name: str, df: pd.DataFrame, expec
     """Run the table's suite on `df` through a dataframe asset of `source`."""
     gx, _, _ = _gx()
     batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
-    suite = context.suites.add(SUITES[name](expected))
+    suite = context.suites.add(suite_for(name, expected))
     definition = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     result = definition.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
     failures = [_describe_failure(r) for r in result.results if not r.success]
@@ -327,7 +189,7 @@ def validate_results(results_dir: Path, expected_rows: dict[str, int | None]) ->
     source = context.data_sources.add_pandas("results")
     tables = []
     for name in TABLES:
-        df = PREPARE.get(name, lambda d: d)(read_table(results_dir, name))
+        df = prepare(name, read_table(results_dir, name))
         tables.append(validate_table(context, source, name, df, expected_rows.get(name)))
     report = ValidationReport(success=all(t.success for t in tables), tables=tables)
     (results_dir.parent / "validation.json").write_text(report.to_json())

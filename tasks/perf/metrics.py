@@ -37,9 +37,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from tasks.core.stat_tests import t_interval
-
-PERCENTILES = (50, 90, 95, 99)
-STAT_NAMES = ("mean", "std", "min", "max") + tuple(f"p{p}" for p in PERCENTILES)
+from warehouse.contract import PERCENTILES
 
 
 @dataclass

@@ -8,9 +8,10 @@ from datetime import datetime
 
 from tasks.core.config import PerfSpec
 from tasks.core.credentials import error_excerpt
-from tasks.perf.metrics import PERCENTILES, pct_name
+from tasks.perf.metrics import pct_name
 from tasks.perf.sweep import Scenario
 from tasks.perf.vllm_compat import vllm_keys
+from warehouse.contract import PERCENTILES
 
 
 def max_in_flight(records: list) -> int:

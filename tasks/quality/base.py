@@ -58,16 +58,13 @@ class SuiteContext:
         return load_tokenizer(str(self.artifact_path))
 
 
-UNITS = ("fraction", "nats", "ratio", "count", "tokens", "rating", "distance", "seconds")
-
-
 @dataclass
 class Score:
     metric: str
     value: float | None
     stderr: float | None
     n: int
-    unit: str  # one of UNITS
+    unit: str  # one of warehouse.contract.UNITS
     higher_is_better: bool
     # How the value follows from the suite's samples, e.g. "mean(score)", "p99(kl) where ctx=512"
     # (tasks.quality.deltas); None when it does not (no confidence interval on its delta then).

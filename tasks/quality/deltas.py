@@ -44,7 +44,6 @@ _STATS: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
 }
 _STAT_RE = re.compile(r"^\s*(\w+)\(\s*([\w.\-]+)(?:\s*,\s*([\w.\-]+))?\s*\)\s*(?:where\s+(.+))?$")
 
-VERDICTS = ("better", "worse", "inconclusive", "identical", "no_ci", "no_data")
 
 # A bootstrap cannot reach past the sample's extremes, so a tail quantile's interval under-covers
 # until enough samples lie beyond it: with a lognormal KL, a p99 delta's BCa interval covered
