@@ -1,7 +1,8 @@
 """Open the DuckDB warehouse (migrated, views fresh) and load one run's Parquet results into it.
 
 The schema lives in `migrations/NNN_name.sql`, applied in order and recorded in
-`schema_version`; views live in `views/<view>.sql` and are recreated after every write
+`schema_version`; views live in `views/staging/stg_*.sql` (shared definitions) and
+`views/marts/v_*.sql` (what users query) and are recreated after every write
 so views that depend on the data (the wide quality columns) follow it.
 """
 
@@ -19,8 +20,10 @@ from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
-# Creation order: a view comes after the views it selects from.
-VIEWS = ("v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy", "v_cost",
+# Creation order: a view comes after the views it selects from. staging/ (stg_*) owns the shared
+# definitions (the headline scenario, the primary quality metric); marts/ (v_*) are what users query.
+VIEWS = ("stg_headline_scenario", "stg_primary_quality", "stg_primary_delta",
+         "v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy", "v_cost",
          "v_quality_deltas", "v_longctx_grid", "v_engine_metrics", "v_greedy_agreement",
          "v_decision", "v_slo_steps", "v_quality_gate", "v_recommendation")
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
@@ -147,14 +150,15 @@ def _metric_columns(con: duckdb.DuckDBPyConnection) -> str:
 
 def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
     """(Re)create every view of `views/`, in the order of VIEWS."""
-    files = {p.stem for p in VIEWS_DIR.glob("*.sql")}
+    paths = {p.stem: p for p in VIEWS_DIR.glob("*/*.sql")}
+    files = set(paths)
     if files != set(VIEWS):
         raise WarehouseError(
             f"views/ holds {sorted(files)} but db.VIEWS lists {list(VIEWS)}; list each view once, in order"
         )
     metric_columns = _metric_columns(con)
     for view in VIEWS:
-        sql = (VIEWS_DIR / f"{view}.sql").read_text().replace(METRIC_COLUMNS, metric_columns)
+        sql = paths[view].read_text().replace(METRIC_COLUMNS, metric_columns)
         con.execute(f"create or replace view {view} as\n{sql}")
 
 

@@ -79,11 +79,13 @@ def pareto_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 
 
 def _headline_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The ok requests of each variant's headline scenario (stg_headline_scenario, as v_tradeoff's latencies)."""
     return con.execute("""
-        select variant, concurrency, ttft_ms, chunk_offsets_ms from perf_requests
-        where run_id = ? and status = 'ok' and not is_warmup
-        qualify concurrency = min(concurrency) over (partition by variant)
-        order by variant""", [run_id]).df()
+        select r.variant, r.concurrency, r.ttft_ms, r.chunk_offsets_ms
+        from perf_requests as r
+        join stg_headline_scenario as h using (run_id, variant, scenario)
+        where r.run_id = ? and r.status = 'ok' and not r.is_warmup
+        order by r.variant""", [run_id]).df()
 
 
 def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:

@@ -38,16 +38,14 @@
 --   quality_delta_n                paired samples behind that interval
 --   quality_verdict                better | worse | inconclusive | identical | no_ci | no_data
 --   then every metric column of v_quality_wide (<suite>_<metric>, own unit)
--- The headline scenario is the lowest-concurrency one: the latency a single user sees. The `jitter`
--- scenario is a measuring instrument for the jitter figures only: speed and latency never come from it.
+-- The headline scenario is stg_headline_scenario's: the lowest-concurrency one, the latency a single user
+-- sees. The `jitter` scenario is a measuring instrument for the jitter figures only: speed and latency
+-- never come from it.
 -- Comparisons are NULL when either side is NULL, a denominator is 0, or a run has not exactly
 -- one reference variant.
 
 with headline as (
-    select *
-    from perf_summary
-    where scenario <> 'jitter'
-    qualify row_number() over (partition by run_id, variant order by concurrency, scenario) = 1
+    select * from stg_headline_scenario
 ),
 
 best_sustained as (
@@ -75,10 +73,7 @@ jitter as (
 ),
 
 primary_quality as (
-    select s.run_id, s.variant, s.value as quality
-    from quality_scores as s
-    join runs as r
-        on s.run_id = r.run_id and s.suite || '.' || s.metric = r.primary_quality_metric
+    select run_id, variant, quality from stg_primary_quality
 ),
 
 measured as (
@@ -126,10 +121,7 @@ measured as (
 ),
 
 primary_delta as (
-    select d.run_id, d.variant, d.ci_low, d.ci_high, d.n, d.verdict
-    from quality_deltas as d
-    join runs as r
-        on d.run_id = r.run_id and d.suite || '.' || d.metric = r.primary_quality_metric
+    select run_id, variant, ci_low, ci_high, n, verdict from stg_primary_delta
 ),
 
 reference as (
