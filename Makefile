@@ -1,6 +1,6 @@
 # One command each, on a fresh clone:
 #   make demo   set up .venv and run the embedded-default nightly, then print the report
-#   make test   set up .venv and run the test suite
+#   make test   set up .venv and run the test suite (make test-fast: without the end-to-end runs)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ HELM_VENV := .venv-helm
 # Prefect's ephemeral API can take ~20 s to start on 2 busy cores (default timeout 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo test clean vllm-cpu helm server pool worker
+.PHONY: setup demo test test-fast clean vllm-cpu helm server pool worker
 
 # llama.cpp is compiled here (llama-cpp-python is source-only on PyPI: minutes on 2 cores), for a
 # portable x86-64 baseline (AVX2/FMA/F16C/BMI2, no AVX-512/AMX) so the build runs on any CPU of the
@@ -38,6 +38,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The quick loop: everything but the end-to-end runs of the real pipeline (~minutes, not ~15).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not e2e"
 
 # Nightly on Prefect (README "Nightly on Prefect"): the control host runs `server`, then `pool`
 # once; every GPU host runs `worker` (GPU_HOST names its GPU limit gpu-<GPU_HOST>).

@@ -28,7 +28,7 @@ from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.run_gate import expected_rows
 from tasks.orchestration.runlock import run_lock
 from tasks.orchestration.runs import (
-    _ordered,
+    measurement_order,
     collect_rows,
     default_run_id,
     first_started_at,
@@ -105,7 +105,7 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     record_config(paths, text, cfg)
     started = first_started_at(paths, datetime.now(timezone.utc))
     done = measured_variants(location, paths)
-    todo = [v for v in _ordered(cfg) if v.name not in done]
+    todo = [v for v in measurement_order(cfg) if v.name not in done]
     where = f"work pool {cfg.scale_out.work_pool}" if cfg.scale_out.work_pool else "in-process"
     print(f"run {paths.run_id}: {len(cfg.variants)} variants ({len(todo)} to measure {where}"
           + (f", {len(done)} already measured: {', '.join(sorted(done))}" if done else "")

@@ -80,7 +80,7 @@ def measured_variants(location: ResultsLocation, paths: RunPaths) -> set[str]:
     return set(rows.loc[rows["status"] == "ok", "variant"])
 
 
-def _ordered(cfg: RunConfig) -> list[Variant]:
+def measurement_order(cfg: RunConfig) -> list[Variant]:
     return [cfg.reference] + [v for v in cfg.variants if not v.reference]
 
 
