@@ -18,6 +18,7 @@ import pytest
 
 from tasks.core.config import ModelSpec, PackageFile
 from tasks.core.errors import ConfigError
+from tasks.core.runinfo import TOOLS
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, check_params, suite_for
 from tasks.quality.suites import helm
@@ -275,7 +276,7 @@ def tokenizer_folder(tmp_path_factory) -> str:
     """The demo model's tokenizer exported once for the stub tests (they pass it as params.tokenizer)."""
     root = tmp_path_factory.mktemp("helm-tok")
     helm_run = helm.helm_run_path()
-    plugin = Path(helm.__file__).with_name("helm_plugin.py")
+    plugin = TOOLS / "helm_plugin.py"
     env = helm.helm_env(root, root / "hf", True)
     return str(helm.tokenizer_dir(MODEL.local_path(), root, helm.helm_python(helm_run), env, plugin))
 
