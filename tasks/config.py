@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tasks.engines import ENGINES, engine_for
+from tasks.model_tokenizer import check_config_tokenizer
 
 
 class ConfigError(ValueError):
@@ -52,6 +53,13 @@ class ModelSpec(_Strict):
     package_file: PackageFile | None = None
     hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
     max_context: int = Field(default=2048, ge=128, description="context length used for serving (tokens)")
+    tokenizer: str | None = Field(default=None, description="tokenizer for the quality suites when the artifact has "
+                                                            "none (a hosted model): GGUF, HF folder or cached hub name")
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_exists(cls, v: str | None) -> str | None:
+        return check_config_tokenizer(v)
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":

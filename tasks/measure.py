@@ -135,7 +135,8 @@ def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Art
                            n_ctx=cfg.models[variant.model].max_context, engine=variant.engine, artifact=artifact,
                            variant_spec=variant,
                            model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,
-                           request_timeout_s=cfg.perf.request_timeout_s)
+                           request_timeout_s=cfg.perf.request_timeout_s,
+                           tokenizer_ref=engine.tokenizer(artifact, cfg.models[variant.model]))
         key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
         t0 = time.perf_counter()
         try:

@@ -32,6 +32,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.model_tokenizer import Tokenizer, TokenizerRef, open_tokenizer
 from tasks.process import run_in_child
 
 if TYPE_CHECKING:
@@ -104,14 +105,15 @@ class SuiteContext:
     model_spec: "ModelSpec | None" = None
     server_start_timeout_s: float = 120.0
     request_timeout_s: float = 300.0
+    # The tokenizer the variant's server tokenizes with (Engine.tokenizer), for any engine; None: none known.
+    tokenizer_ref: "TokenizerRef | None" = None
 
-    def tokenizer(self):
-        """The model's own tokenizer from the artifact, or None for a bare endpoint."""
-        if self.artifact_path is None:
-            return None
-        from tasks.tokenizer import load_tokenizer
-
-        return load_tokenizer(str(self.artifact_path))
+    def tokenizer(self) -> "Tokenizer | None":
+        """The variant's own tokenizer (tokenizer_ref, else the GGUF artifact), or None for a bare endpoint."""
+        ref = self.tokenizer_ref
+        if ref is None and self.artifact_path is not None:
+            ref = TokenizerRef("gguf", str(self.artifact_path), "artifact")
+        return open_tokenizer(ref) if ref is not None else None
 
 
 UNITS = ("fraction", "nats", "ratio", "count", "tokens", "rating", "distance", "seconds")

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from pydantic import BaseModel, ValidationError
 
+from tasks.model_tokenizer import TokenizerRef, tokenizer_for
+
 if TYPE_CHECKING:
     from tasks.config import ModelSpec, Variant
     from tasks.serve import Server
@@ -169,6 +171,10 @@ class Engine:
     health_path: ClassVar[str] = "/v1/models"
     stop_grace_s: ClassVar[float] = 10.0
     metrics_path: ClassVar[str | None] = None
+
+    def tokenizer(self, artifact: Artifact, model: "ModelSpec | None" = None) -> TokenizerRef | None:
+        """The tokenizer this engine's server tokenizes `artifact` with, for the quality suites (None: none known)."""
+        return tokenizer_for(artifact, model)
 
     def tokenizer_file(self, artifact: Artifact) -> Path | None:
         """The GGUF whose vocabulary counts this variant's tokens (None: no local tokenizer)."""
