@@ -203,6 +203,8 @@ class PerfSpec(_Strict):
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the bootstrap intervals")
     bootstrap_resamples: int = Field(default=1000, ge=100, description="bootstrap resamples per interval")
     power_interval_s: float = Field(default=0.1, gt=0, description="power sampling interval (s)")
+    idle_baseline_s: float = Field(default=5.0, ge=0, description="idle power measured this long before the sweep, "
+                                                                   "server up and idle (s); 0: off")
 
     @field_validator("slo", mode="before")
     @classmethod

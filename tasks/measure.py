@@ -18,7 +18,8 @@ from tasks.config import PerfSpec, RunConfig, Variant
 from tasks.engines import Artifact, engine_for
 from tasks.loadgen import Scenario, Step, StepRun, fixed_steps, make_workload, run_perf, summarize_scenario
 from tasks.metrics import RequestRecord
-from tasks.roofline import host_bandwidth
+from tasks.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
+from tasks.engines.artifacts import roofline_inputs
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
 from tasks.tables import write_table
 from tasks.tokenizer import load_tokenizer
@@ -83,12 +84,23 @@ def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_
     tok = load_tokenizer(str(tok_file)) if tok_file else None
     force = output_force(perf, engine.forces_output_len)
     workload = make_workload(perf, *((tok.encode, tok.decode, tok.count) if tok else ()))
-    bandwidth = host_bandwidth()  # measured once per run, before the first request
+    # Measured once per run, before the first request; the engine's own devices (tasks.energy_scope).
+    model_bytes, bytes_method, bandwidth = roofline_inputs(engine, variant, artifact)
+    scope = scope_for(engine, variant, artifact)
+    idle = idle_baseline(scope, perf.idle_baseline_s)
     scenarios = run_perf(perf, base_url, engine.served_model_name(variant), workload, force, tok.count if tok else None,
-                         progress=progress, on_scenario=on_scenario)
+                         progress=progress, on_scenario=on_scenario, energy_off_reason=scope.off_reason,
+                         meter_opener=scope.open_meter)
     for sc in scenarios:
-        sc.summary = summarize_scenario(perf, sc, force, artifact.bytes, bandwidth)
+        sc.summary = summarize_scenario(perf, sc, force, model_bytes, bandwidth)
+        sc.summary.update(engine_energy_columns(sc, scope, idle), model_bytes_method=bytes_method if model_bytes else None)
     return scenarios
+
+
+def engine_energy_columns(sc: Scenario, scope: EnergyScope, idle: IdleBaseline) -> dict:
+    """What was metered, the idle baseline and J/token above idle (migration 009) of one scenario."""
+    tokens = sum(r.output_tokens or 0 for run in sc.runs for r in run.measured if r.status == "ok")
+    return idle_columns(sc.summary, [run.energy.window_s for run in sc.runs], scope, idle, tokens)
 
 
 @task(name="perf-sweep", cache_policy=NONE)

@@ -145,6 +145,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("mem_bandwidth_gb_s", pa.float64()),  # host memory bandwidth (1e9 bytes/s), concurrency-1 rows
         ("mem_bandwidth_method", pa.string()),  # how it was measured (or that it is a specification)
         ("mbu_pct", pa.float64()),  # model bandwidth utilisation, concurrency-1 rows
+        # 009_engine_energy: the engine's own devices, an idle baseline, J/token above idle, MBU's bytes
+        ("energy_devices", pa.string()),  # what was metered: nvml gpu1,gpu3 (...UUIDs) | rapl package-0 | NULL
+        ("idle_power_w", pa.float64()),  # mean power of those devices, server up and idle, before the sweep
+        ("idle_window_s", pa.float64()),  # length of the idle baseline window (s)
+        ("energy_above_idle_j", pa.float64()),  # energy_j - idle_power_w x the measured windows (J)
+        ("energy_j_per_token_above_idle", pa.float64()),  # J per output token above idle
+        ("idle_note", pa.string()),  # why the idle-subtracted columns are NULL
+        ("model_bytes_method", pa.string()),  # how model_bytes was counted (files, fp8 when loading, engine files)
     ]),
     # One row per (variant, scenario, repeat, device, sample): power at a fixed interval.
     "perf_power": pa.schema([

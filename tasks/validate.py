@@ -136,6 +136,17 @@ def perf_summary_suite(expected: int | None):
         gxe.ExpectColumnValuesToBeBetween(column="mbu_pct", min_value=0, max_value=MAX_FINITE, strict_min=True),
         gxe.ExpectColumnValuesToBeBetween(column="tokens_per_j", min_value=0, max_value=MAX_FINITE, strict_min=True),
         gxe.ExpectColumnValuesToNotBeNull(column="mem_bandwidth_method", row_condition=col("mbu_pct").is_not_null()),
+        # 009_engine_energy: idle power a power; above idle never above the whole; NULLs say why.
+        gxe.ExpectColumnValuesToBeBetween(column="idle_power_w", min_value=0, max_value=MAX_FINITE),
+        gxe.ExpectColumnValuesToNotBeNull(column="idle_window_s", row_condition=col("idle_power_w").is_not_null()),
+        gxe.ExpectColumnValuesToBeBetween(column="idle_window_s", min_value=0, max_value=MAX_FINITE, strict_min=True),
+        gxe.ExpectColumnValuesToBeBetween(column="energy_j_per_token_above_idle", min_value=0, max_value=MAX_FINITE,
+                                          strict_min=True),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="energy_j_per_token", column_B="energy_j_per_token_above_idle",
+                                                    or_equal=True, ignore_row_if="either_value_is_missing"),
+        gxe.ExpectColumnValuesToNotBeNull(column="idle_note", row_condition=(
+            col("energy_devices").is_not_null() & col("energy_j_per_token_above_idle").is_null())),
+        gxe.ExpectColumnValuesToNotBeNull(column="model_bytes_method", row_condition=col("model_bytes").is_not_null()),
     ])
 
 

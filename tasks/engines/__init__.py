@@ -131,6 +131,8 @@ class Engine:
     has_in_process_logits: ClassVar[bool] = False
     # Python modules the engine needs on the host that builds and serves it -> the pip requirement providing each.
     requires: ClassVar[dict[str, str]] = {}
+    # Served on other hardware (a hosted API): this host's energy counters and memory bandwidth are not its.
+    remote: ClassVar[bool] = False
 
     def missing_dependency(self) -> str | None:
         """'engine X needs pip-requirement (module m is not importable here)' for the first missing module, else None."""
@@ -171,6 +173,10 @@ class Engine:
     health_path: ClassVar[str] = "/v1/models"
     stop_grace_s: ClassVar[float] = 10.0
     metrics_path: ClassVar[str | None] = None
+
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        """GPUs the variant's server runs on (its tensor-parallel ranks; 0: the CPU only); None: unknown."""
+        return None
 
     def tokenizer(self, artifact: Artifact, model: "ModelSpec | None" = None) -> TokenizerRef | None:
         """The tokenizer this engine's server tokenizes `artifact` with, for the quality suites (None: none known)."""

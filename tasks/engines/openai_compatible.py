@@ -71,6 +71,7 @@ def read_key(args: HostedArgs) -> str | None:
 class OpenAICompatible(Engine):
     name: ClassVar[str] = "openai-compatible"
     forces_output_len: ClassVar[str | None] = None  # hosted APIs mostly honour neither min_tokens nor ignore_eos
+    remote: ClassVar[bool] = True  # the provider's hardware: energy is NULL with the reason, never this host's
 
     @staticmethod
     def args(variant: "Variant") -> HostedArgs:

@@ -147,6 +147,9 @@ class TensorRTLLM(Engine):
     def args(variant: "Variant") -> TrtArgs:
         return TrtArgs.model_validate(variant.engine_args)
 
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        return self.args(variant).tp_size
+
     def missing_dependency(self) -> str | None:
         """The variant is skipped with this reason where TensorRT-LLM cannot run (no GPU, not installed)."""
         if not gpu_visible():

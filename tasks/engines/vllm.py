@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.engines import (Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root,
                            register_engine)
+from tasks.engines.artifacts import decode_bytes, serving_digest
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
 from tasks.engines.metrics import sum_series
 
@@ -129,20 +130,8 @@ def run_step(cmd: list[str], log: Path, timeout_s: float, what: str) -> None:
 
 
 def dir_digest(path: Path) -> tuple[str, int]:
-    """(sha256 over the folder's weight files and configs, their total bytes)."""
-    import hashlib
-
-    from tasks.engines import sha256_file
-
-    h = hashlib.sha256()
-    total = 0
-    for f in sorted(path.rglob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".json", ".bin"):
-            h.update(f.relative_to(path).as_posix().encode())
-            h.update(sha256_file(f).encode())
-            if f.suffix in (".safetensors", ".bin"):
-                total += f.stat().st_size
-    return h.hexdigest(), total
+    """(sha256 over every file that serves, the bytes of its weight files): see tasks.engines.artifacts."""
+    return serving_digest(path)
 
 
 @register_engine
@@ -157,6 +146,12 @@ class Vllm(Engine):
     @staticmethod
     def args(variant: "Variant") -> VllmArgs:
         return VllmArgs.model_validate(variant.engine_args)
+
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        """Its tensor-parallel ranks; the CPU build (version '+cpu') runs on no GPU."""
+        if "+cpu" in str(artifact.meta.get("engine_version") or ""):
+            return 0
+        return self.args(variant).tensor_parallel_size or 1
 
     def missing_dependency(self) -> str | None:
         """vLLM lives in its own environment: name what to install when there is none."""
@@ -239,6 +234,9 @@ class Vllm(Engine):
             return self._quantize(variant, source, cache_dir, python, meta, a)
         path = self._fetch(source, cache_dir, python)
         sha, size = dir_digest(path) if path.is_dir() else ("", 0)
+        if q in ONLINE and not a.checkpoint and path.is_dir():
+            # Quantized when vLLM loads it: decoding reads the quantized weights, not the checkpoint's files.
+            meta["decode_bytes"], meta["decode_bytes_method"] = decode_bytes(path, q)
         return Artifact(variant.name, path, sha, size, True, 0.0, {**meta, "source": source})
 
     def _fetch(self, source: str, cache_dir: Path, python: str) -> Path:
