@@ -148,7 +148,8 @@ def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Art
                            variant_spec=variant,
                            model_spec=cfg.models[variant.model], server_start_timeout_s=cfg.server_start_timeout_s,
                            request_timeout_s=cfg.perf.request_timeout_s,
-                           tokenizer_ref=engine.tokenizer(artifact, cfg.models[variant.model]))
+                           tokenizer_ref=engine.tokenizer(artifact, cfg.models[variant.model]),
+                           reference_artifact=ref_artifact)
         key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
         t0 = time.perf_counter()
         try:

@@ -114,11 +114,19 @@ class HFTokenizer:
                              f"give models.<model>.tokenizer a local folder or GGUF") from None
         self.label = f"hf:{Path(path).name if Path(path).is_dir() else path}"
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False))
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, tokens: list[int]) -> str:
         return self._tok.decode(list(tokens))
+
+    @property
+    def bos_id(self) -> int:
+        return self._tok.bos_token_id if self._tok.bos_token_id is not None else -1
+
+    @property
+    def eos_id(self) -> int:
+        return self._tok.eos_token_id if self._tok.eos_token_id is not None else -1
 
     def count(self, text: str) -> int:
         return len(self.encode(text))

@@ -107,6 +107,8 @@ class SuiteContext:
     request_timeout_s: float = 300.0
     # The tokenizer the variant's server tokenizes with (Engine.tokenizer), for any engine; None: none known.
     tokenizer_ref: "TokenizerRef | None" = None
+    # The reference variant's artifact, any engine (reference_artifact_path: a GGUF for in-process use only).
+    reference_artifact: "Artifact | None" = None
 
     def tokenizer(self) -> "Tokenizer | None":
         """The variant's own tokenizer (tokenizer_ref, else the GGUF artifact), or None for a bare endpoint."""
@@ -395,22 +397,28 @@ class Fidelity(Suite):
         # llama.cpp in a child process: a native crash fails this suite with its signal, not the run.
         rows = run_in_child(fidelity_in_process, ctx.reference_artifact_path, ctx.artifact_path, text, n, ctx.n_ctx,
                             what="fidelity (llama.cpp logits)")
-        res = SuiteResult()
-        for r in rows:
-            res.samples.append({"sample_id": f"pos-{r['pos']}", "prompt": None, "target": None, "response": None,
-                                "score": r["agree"], "valid": True,
-                                "details": json.dumps({k: r[k] for k in ("kl", "nll_ref", "nll_var")})})
-        kls = [r["kl"] for r in rows]
-        agree, agree_se = mean_stderr([r["agree"] for r in rows])
-        kl_mean, kl_se = mean_stderr(kls)
-        ppl_ref = math.exp(float(np.mean([r["nll_ref"] for r in rows])))
-        ppl_var = math.exp(float(np.mean([r["nll_var"] for r in rows])))
-        k = len(rows)
-        res.scores = [Score("top1_agreement", agree, agree_se, k, "fraction", True, "mean(score)"),
-                      Score("kl_mean", kl_mean, kl_se, k, "nats", False, "mean(kl)"),
-                      Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False, "p99(kl)"),
-                      Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False, "exp_mean_diff(nll_var,nll_ref)")]
-        return res
+        return fidelity_result(rows)
+
+
+def fidelity_result(rows: list[dict[str, Any]], kl_note: str | None = None,
+                    extra: tuple[str, ...] = ()) -> SuiteResult:
+    """Samples and scores from fidelity_rows (`extra` detail keys kept; `kl_note` says how KL was computed)."""
+    res = SuiteResult()
+    for r in rows:
+        res.samples.append({"sample_id": f"pos-{r['pos']}", "prompt": None, "target": None, "response": None,
+                            "score": r["agree"], "valid": True,
+                            "details": json.dumps({k: r[k] for k in ("kl", "nll_ref", "nll_var", *extra)})})
+    kls = [r["kl"] for r in rows]
+    agree, agree_se = mean_stderr([r["agree"] for r in rows])
+    kl_mean, kl_se = mean_stderr(kls)
+    ppl_ref = math.exp(float(np.mean([r["nll_ref"] for r in rows])))
+    ppl_var = math.exp(float(np.mean([r["nll_var"] for r in rows])))
+    k = len(rows)
+    res.scores = [Score("top1_agreement", agree, agree_se, k, "fraction", True, "mean(score)"),
+                  Score("kl_mean", kl_mean, kl_se, k, "nats", False, "mean(kl)", note=kl_note),
+                  Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False, "p99(kl)", note=kl_note),
+                  Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False, "exp_mean_diff(nll_var,nll_ref)")]
+    return res
 
 
 def suite_for(name: str) -> Suite:

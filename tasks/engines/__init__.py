@@ -129,6 +129,8 @@ class Engine:
     forces_output_len: ClassVar[str | None] = None
     # Whether `logprobs_in_process` gives real next-token logits from the artifact.
     has_in_process_logits: ClassVar[bool] = False
+    # Whether the server answers `prompt_logprobs: k` (top-k log-probabilities of every prompt position; fidelity).
+    prompt_logprobs: ClassVar[bool] = False
     # Python modules the engine needs on the host that builds and serves it -> the pip requirement providing each.
     requires: ClassVar[dict[str, str]] = {}
     # Served on other hardware (a hosted API): this host's energy counters and memory bandwidth are not its.

@@ -98,8 +98,9 @@ def decode_bytes(folder: Path, quantization: str) -> tuple[int, str]:
 
 def model_bytes(artifact) -> tuple[int | None, str | None]:
     """(bytes one decoded token reads, how they were counted) for MBU; None for an artifact without weights here."""
-    if artifact.meta.get("decode_bytes"):
-        return int(artifact.meta["decode_bytes"]), artifact.meta.get("decode_bytes_method")
+    if "decode_bytes" in artifact.meta:  # quantized when loading: the files' size is not what decoding reads
+        b = artifact.meta["decode_bytes"]
+        return (int(b), artifact.meta.get("decode_bytes_method")) if b else (None, None)
     if not artifact.bytes:
         return None, None
     kind = "TensorRT engine files (rank*.engine)" if artifact.path.is_dir() and any(

@@ -137,6 +137,7 @@ class TensorRTLLM(Engine):
     speculative_methods: ClassVar[frozenset[str]] = frozenset(SPECULATIVE)
     forces_output_len: ClassVar[str | None] = "ignore_eos"
     metrics_path: ClassVar[str | None] = "/metrics"  # JSON iteration stats, drained by each read
+    prompt_logprobs: ClassVar[bool] = True  # asked for; a server that returns none gets NULL fidelity with the reason
     health_path: ClassVar[str] = "/health"
     stop_grace_s: ClassVar[float] = 30.0
 

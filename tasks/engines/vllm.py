@@ -141,6 +141,7 @@ class Vllm(Engine):
     forces_output_len: ClassVar[str | None] = "ignore_eos"  # as vllm bench serve
     has_in_process_logits: ClassVar[bool] = False
     metrics_path: ClassVar[str | None] = "/metrics"
+    prompt_logprobs: ClassVar[bool] = True  # vLLM's `prompt_logprobs` (up to --max-logprobs, 20 by default)
     stop_grace_s: ClassVar[float] = 30.0  # the engine core shuts down after the API server
 
     @staticmethod
@@ -236,7 +237,10 @@ class Vllm(Engine):
         sha, size = dir_digest(path) if path.is_dir() else ("", 0)
         if q in ONLINE and not a.checkpoint and path.is_dir():
             # Quantized when vLLM loads it: decoding reads the quantized weights, not the checkpoint's files.
-            meta["decode_bytes"], meta["decode_bytes_method"] = decode_bytes(path, q)
+            try:
+                meta["decode_bytes"], meta["decode_bytes_method"] = decode_bytes(path, q)
+            except ValueError as err:  # no safetensors headers: MBU is NULL rather than the unquantized size
+                meta["decode_bytes"], meta["decode_bytes_method"] = None, f"unknown: {err}"
         return Artifact(variant.name, path, sha, size, True, 0.0, {**meta, "source": source})
 
     def _fetch(self, source: str, cache_dir: Path, python: str) -> Path:
