@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.engines import (Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root,
                            register_engine)
 from tasks.engines.artifacts import decode_bytes, serving_digest
+from tasks.engines.hub import calibration_command, download_command, is_local_data
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
 from tasks.engines.metrics import sum_series
 
@@ -73,6 +74,9 @@ class VllmArgs(BaseModel):
     prompt_lookup_min: int | None = Field(default=None, ge=1, description="ngram speculation: shortest n-gram")
     calibration_samples: int = Field(default=512, ge=1, description="llm-compressor builds: calibration samples")
     calibration_seq_len: int = Field(default=2048, ge=16, description="llm-compressor builds: tokens per sample")
+    calibration_data: str | None = Field(default=None, description="llm-compressor builds: a local file or folder "
+                                                                   "(GSM8K/BBH files, any text) or a hub chat dataset; "
+                                                                   "default HuggingFaceH4/ultrachat_200k")
     cpu_kvcache_space_gib: int | None = Field(default=None, ge=1, description="CPU build: KV cache (GiB)")
     cpu_omp_threads_bind: str | None = Field(default=None, description="CPU build: OMP thread binding, e.g. nobind")
 
@@ -189,6 +193,9 @@ class Vllm(Engine):
                 return f"speculative.draft_model: method {spec.method} needs a draft model or head (hub name or folder)"
         elif a.prompt_lookup_max or a.prompt_lookup_min:
             return "engine_args.prompt_lookup_max: only for speculative method ngram; remove it"
+        data = a.calibration_data
+        if data and is_local_data(data) and not Path(os.path.expanduser(data)).exists():
+            return f"engine_args.calibration_data: {data} does not exist; give a local file/folder or a hub dataset name"
         return None
 
     # ------------------------------------------------------------------ build
@@ -250,14 +257,18 @@ class Vllm(Engine):
             return local
         log = cache_dir / "downloads.log"
         out = cache_dir / f"download-{build_key(source, {})}.txt"
-        run_step([python, "-c", "import sys\nfrom huggingface_hub import snapshot_download\n"
-                  f"open(sys.argv[1], 'w').write(snapshot_download({source!r}))", str(out)],
-                 log, 3600, f"downloading {source} from the hub")
+        run_step(download_command(python, source, out), log, 3600, f"downloading {source} from the hub")
         return Path(out.read_text().strip())
 
-    def quantize_command(self, python: str, source: str, out: Path, scheme: str, a: VllmArgs) -> list[str]:
-        return [python, str(QUANTIZER), source, str(out), "--scheme", scheme,
-                "--samples", str(a.calibration_samples), "--seq-len", str(a.calibration_seq_len)]
+    def quantize_command(self, python: str, source: str, out: Path, scheme: str, a: VllmArgs,
+                         calibration_dir: Path | None = None) -> list[str]:
+        cmd = [python, str(QUANTIZER), source, str(out), "--scheme", scheme,
+               "--samples", str(a.calibration_samples), "--seq-len", str(a.calibration_seq_len)]
+        if calibration_dir is not None:  # a local text set (calibration_text.py's folder): no hub
+            cmd += ["--dataset", str(calibration_dir), "--split", "train"]
+        elif a.calibration_data:
+            cmd += ["--dataset", a.calibration_data]
+        return cmd
 
     def _quantize(self, variant: "Variant", source: str, cache_dir: Path, python: str, meta: dict,
                   a: VllmArgs) -> Artifact:
@@ -266,7 +277,7 @@ class Vllm(Engine):
             raise EngineUnavailable(f"skipped: quantization {q} needs engine_args.checkpoint (tradeoff builds only "
                                     f"{', '.join(sorted(BUILDABLE))})")
         key = build_key(f"hub:{source}", {"engine": self.name, "llmcompressor": q, "samples": a.calibration_samples,
-                                          "seq_len": a.calibration_seq_len})
+                                          "seq_len": a.calibration_seq_len, "calibration": a.calibration_data})
         out = cache_dir / key / "hf"
         cached = (out / "config.json").exists()
         if not cached:
@@ -274,7 +285,12 @@ class Vllm(Engine):
                 raise EngineUnavailable(f"skipped: the {q} checkpoint of {source} does not exist yet and llm-compressor "
                                         f"builds it on an NVIDIA GPU; none is visible here")
             out.parent.mkdir(parents=True, exist_ok=True)
-            run_step(self.quantize_command(python, source, out, q, a), out.parent / "build.log", 4 * 3600,
+            calib = None
+            if a.calibration_data and is_local_data(a.calibration_data):
+                calib = out.parent / "calibration"
+                run_step(calibration_command(python, a.calibration_data, calib, a.calibration_samples),
+                         out.parent / "build.log", 600, f"calibration set from {a.calibration_data}")
+            run_step(self.quantize_command(python, source, out, q, a, calib), out.parent / "build.log", 4 * 3600,
                      f"llm-compressor {q} of {source}")
         sha, size = dir_digest(out)
         return Artifact(variant.name, out, sha, size, cached, 0.0,
