@@ -167,3 +167,60 @@ def test_trtllm_version_is_pinned_and_untested_ones_refused() -> None:
     with pytest.raises(EngineUnavailable, match=r"TensorRT-LLM 1\.0\.0 is untested: .* install tensorrt-llm==1\.2\.1"):
         yaml_keys("1.0.0")
     assert TrtArgs().calib_dataset is None
+
+
+# ---------------------------------------------------------------- the flagship nightly
+
+NIGHTLY = Path(__file__).resolve().parents[1] / "configs" / "nightly-gpu.yaml"
+SEED_TASKS = {"gsm8k", "mmlu", "bbh", "truthfulqa_mc2"}
+
+
+def test_nightly_gpu_runs_every_seed_benchmark_on_every_variant() -> None:
+    from flows.cli import main
+
+    assert main(["check", str(NIGHTLY)]) == 0
+    cfg = parse_config(yaml.safe_load(NIGHTLY.read_text()))
+    suites = cfg.quality.suites
+    tasks = {t for s in suites if s.name == "lm_eval" for t in s.params["tasks"]}
+    assert tasks == SEED_TASKS
+    names = {s.name for s in suites}
+    assert {"helm:gsm", "longctx", "coherence", "fidelity", "greedy_identity", "loglik_check"} <= names
+    everywhere = {s.key for s in suites if s.variants is None}
+    assert {"gsm8k", "mmlu", "bbh", "truthfulqa", "helm:gsm", "longctx", "coherence", "fidelity"} <= everywhere
+    identity = next(s for s in suites if s.name == "greedy_identity")
+    assert set(identity.variants) == {v.name for v in cfg.variants if v.speculative}
+    # loglik_check runs before the log-likelihood tasks, on the variants whose weights have a CPU reference
+    keys = [s.key for s in suites]
+    assert keys.index("loglik_check") < keys.index("mmlu") and keys.index("loglik_check") < keys.index("truthfulqa")
+    assert cfg.quality.primary == "gsm8k.gsm8k.exact_match.strict-match"
+
+
+def test_nightly_gpu_datasets_read_local_files_or_the_hub(tmp_path: Path) -> None:
+    """Air-gapped: each seed task reads its local files where they exist, else lm-eval's hub definition."""
+    from tasks.suites.lmeval import LocalData, write_local_overrides
+
+    cfg = yaml.safe_load(NIGHTLY.read_text())
+    datasets = {k: LocalData(**v) for s in cfg["quality"]["suites"] if s["name"] == "lm_eval"
+                for k, v in s["params"].get("datasets", {}).items()}
+    assert set(datasets) == SEED_TASKS and all(d.if_missing == "hub" for d in datasets.values())
+    # MMLU (one subject) and TruthfulQA exported in the layout the config names, with the hub's fields
+    mmlu = tmp_path / "shared" / "datasets" / "mmlu" / "anatomy"
+    mmlu.mkdir(parents=True)
+    row = {"question": "Which bone?", "subject": "anatomy", "choices": ["a", "b", "c", "d"], "answer": 1}
+    for split in ("test", "dev"):
+        (mmlu / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    tqa = tmp_path / "shared" / "datasets" / "truthfulqa"
+    tqa.mkdir(parents=True)
+    (tqa / "mc_validation.jsonl").write_text(json.dumps({
+        "question": "Is the sky green?", "mc1_targets": {"choices": ["No", "Yes"], "labels": [1, 0]},
+        "mc2_targets": {"choices": ["No", "Yes"], "labels": [1, 0]}}) + "\n")
+    base = tmp_path / "checkout"
+    base.mkdir()
+    out = write_local_overrides({"mmlu": datasets["mmlu"], "truthfulqa_mc2": datasets["truthfulqa_mc2"]},
+                                tmp_path / "tasks", base=base)
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["mmlu_anatomy.yaml", "truthfulqa_mc2.yaml"]  # others: hub
+    from lm_eval.tasks import TaskManager
+
+    loaded = TaskManager(include_path=str(out)).load(["mmlu_anatomy", "truthfulqa_mc2"])["tasks"]
+    assert list(loaded["mmlu_anatomy"].test_docs())[0]["question"] == "Which bone?"
+    assert list(loaded["truthfulqa_mc2"].validation_docs())[0]["mc2_targets"]["labels"] == [1, 0]

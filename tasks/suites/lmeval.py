@@ -95,6 +95,8 @@ class LocalData(BaseModel):
     data_files: dict[str, str] | str = Field(description="split -> file; '{dataset_name}' and '{task}' are "
                                                          "filled per task (e.g. one BBH file per subtask)")
     field: str | None = Field(default=None, description="JSON key holding the rows, e.g. examples (BBH)")
+    if_missing: Literal["fail", "hub"] = Field(default="fail", description="files absent: fail the suite, or run the "
+                                                                           "task from the hub (one config for both)")
 
 
 def _fill(template: str, **values: str) -> str:
@@ -126,9 +128,14 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
             for split, f in files.items():
                 p = Path(_fill(f, **values)).expanduser()
                 p = p if p.is_absolute() else (base / p)
+                if not p.is_file() and local.if_missing == "hub":
+                    resolved = {}  # lm-eval's own definition (the hub) for this task
+                    break
                 if not p.is_file():
                     raise ValueError(f"datasets.{name}: file {p} for task {task} not found; fix data_files or drop the entry")
                 resolved[split] = str(p.resolve())
+            if not resolved:
+                continue
             kwargs: dict[str, Any] = {"data_files": resolved}
             if local.field:
                 kwargs["field"] = local.field
