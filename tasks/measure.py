@@ -22,7 +22,7 @@ from tasks.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_co
 from tasks.engines.artifacts import roofline_inputs
 from tasks.quality import Score, SuiteContext, SuiteResult, suite_for
 from tasks.tables import write_table
-from tasks.tokenizer import load_tokenizer
+from tasks.model_tokenizer import open_tokenizer
 
 
 @task(name="build-variant", retries=1, retry_delay_seconds=2, cache_policy=NONE)
@@ -78,10 +78,10 @@ def measure_scenario(cfg: RunConfig, variant: Variant, artifact: Artifact, base_
     """Every step of the perf sweep against the variant's server, summarised (with MBU from the artifact's size)."""
     perf = cfg.perf
     engine = engine_for(variant.engine)
-    # The engine says which local file holds the model's vocabulary (None: a hosted model without one,
+    # The tokenizer the engine's server uses: a GGUF's or an HF checkpoint's (None: a hosted model without one,
     # then lengths are approximate and say so).
-    tok_file = engine.tokenizer_file(artifact)
-    tok = load_tokenizer(str(tok_file)) if tok_file else None
+    tok_ref = engine.tokenizer(artifact, cfg.models[variant.model])
+    tok = open_tokenizer(tok_ref) if tok_ref else None
     force = output_force(perf, engine.forces_output_len)
     workload = make_workload(perf, *((tok.encode, tok.decode, tok.count) if tok else ()))
     # Measured once per run, before the first request; the engine's own devices (tasks.energy_scope).
