@@ -28,11 +28,11 @@ from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.run_gate import expected_rows
 from tasks.orchestration.runlock import run_lock
 from tasks.orchestration.runs import (
-    measurement_order,
     collect_rows,
     default_run_id,
     first_started_at,
     measured_variants,
+    measurement_order,
     notify_crash,
     preflight,
     record_config,

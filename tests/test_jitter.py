@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tasks.orchestration.run_gate import expected_perf_rows
 
 from tasks.core.config import PerfSpec
+from tasks.orchestration.run_gate import expected_perf_rows
 from tasks.perf.jitter import jitter_summary, needs_jitter_step, repeat_cvs
 from tasks.perf.metrics import RequestRecord, bootstrap_ci, cv_pct, summarize_repeats
 from tasks.perf.run import summarize_scenario

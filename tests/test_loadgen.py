@@ -7,11 +7,11 @@ import random
 
 import numpy as np
 import pytest
-from tasks.orchestration.run_gate import expected_perf_rows
 
 from tasks.client import _payload
 from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError
+from tasks.orchestration.run_gate import expected_perf_rows
 from tasks.perf.metrics import RequestRecord
 from tasks.perf.run import output_len_note, summarize_scenario
 from tasks.perf.sweep import _request_rate, arrival_offsets_s, fixed_steps, run_perf, sweep_rates

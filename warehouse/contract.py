@@ -44,11 +44,17 @@ MAX_FINITE = 1e9
 
 @dataclass(frozen=True)
 class Where:
-    """A row condition: a check applies to the rows where `column <op> value` (op: ==, >, is_null, is_not_null)."""
+    """A row condition: a check applies to the rows where `column <op> value` (op: ==, >, is_null, is_not_null),
+    and `also` holds too when given."""
 
     column: str
     op: str
     value: Any = None
+    also: "Where | None" = None
+
+    def text(self) -> str:
+        own = f"{self.column} {self.op.replace('_', ' ')}" + (f" {self.value!r}" if self.value is not None else "")
+        return own + (f" and {self.also.text()}" if self.also else "")
 
 
 OK = Where("status", "==", "ok")
@@ -234,7 +240,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
         col("output_len_forced_by", S, None, "min_tokens | ignore_eos | NULL (the engine honours neither)"),
         col("energy_j", F64, "J", "energy of the measured windows (all repeats); NULL with energy_note"),
         col("energy_j_per_token", F64, "J/token", "energy per output token",
-            between(0, MAX_FINITE, strict_min=True)),
+            between(0, MAX_FINITE, strict_min=True), at_least("energy_j_per_token_above_idle", ignore_missing=True)),
         col("mean_power_w", F64, "W", "energy / window time"),
         col("energy_source", S, None, "nvml | rapl | NULL"),
         col("energy_note", S, None, "why energy is NULL", not_null(Where("energy_j_per_token", "is_null"))),
@@ -274,6 +280,19 @@ TABLES_DECLARED: tuple[Table, ...] = (
         col("itl_cv_pct_median", F64, "%", "median over repeats of each repeat's ITL CV"),
         *_ci("itl_cv_pct_median", "%", "median ITL CV (t-interval over repeats)"),
         col("jitter_note", S, None, "why a jitter figure or its interval is NULL"),
+        # 008_engine_energy: the engine's own devices, an idle baseline, J/token above idle, MBU's bytes
+        col("energy_devices", S, None, "what was metered: nvml gpu1,gpu3 (... UUIDs) | rapl package-0 | NULL"),
+        col("idle_power_w", F64, "W", "mean power of those devices, server up and idle, before the sweep",
+            between(0, MAX_FINITE)),
+        col("idle_window_s", F64, "s", "length of the idle baseline window",
+            not_null(Where("idle_power_w", "is_not_null")), between(0, MAX_FINITE, strict_min=True)),
+        col("energy_above_idle_j", F64, "J", "energy_j - idle_power_w x the measured windows"),
+        col("energy_j_per_token_above_idle", F64, "J/token", "energy per output token above idle",
+            between(0, MAX_FINITE, strict_min=True)),
+        col("idle_note", S, None, "why the idle-subtracted columns are NULL",
+            not_null(Where("energy_devices", "is_not_null", also=Where("energy_j_per_token_above_idle", "is_null")))),
+        col("model_bytes_method", S, None, "how model_bytes was counted (files, quantized when loading, engine files)",
+            not_null(Where("model_bytes", "is_not_null"))),
     ), checks=(Check("equal_sum", {"column": "num_requests", "parts": ["num_ok", "num_errors", "num_incomplete"],
                                    "as": "num_counted"}),)),
     Table("perf_power", "power sample of one device during one (scenario, repeat)", (
@@ -404,8 +423,7 @@ def read_table(results_dir: Path, name: str) -> pd.DataFrame:
 # ------------------------------------------------------------------ the schema document
 
 def _check_text(c: Check) -> str:
-    where = f" where {c.where.column} {c.where.op.replace('_', ' ')}" + (
-        f" {c.where.value!r}" if c.where and c.where.value is not None else "") if c.where else ""
+    where = f" where {c.where.text()}" if c.where else ""
     a = c.args
     if c.kind == "between":
         lo = "" if a["min"] is None else f"{a['min']:g} {'<' if a['strict_min'] else '<='} "

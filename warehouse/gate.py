@@ -63,14 +63,16 @@ def _condition(where: Where | None):
     _, _, column = _gx()
     c = column(where.column)
     if where.op == "is_null":
-        return c.is_null()
-    if where.op == "is_not_null":
-        return c.is_not_null()
-    if where.op == "==":
-        return c == where.value
-    if where.op == ">":
-        return c > where.value
-    raise ValueError(f"row condition operator {where.op!r} has no GX equivalent")
+        cond = c.is_null()
+    elif where.op == "is_not_null":
+        cond = c.is_not_null()
+    elif where.op == "==":
+        cond = c == where.value
+    elif where.op == ">":
+        cond = c > where.value
+    else:
+        raise ValueError(f"row condition operator {where.op!r} has no GX equivalent")
+    return cond & _condition(where.also) if where.also else cond
 
 
 def _expectation(check: Check, column: str | None, expected_rows: int | None) -> list:

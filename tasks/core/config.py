@@ -15,6 +15,24 @@ from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.errors import ConfigError
 from tasks.core.names import safe_name
 
+# Files that make a folder a Hugging Face tokenizer.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def check_config_tokenizer(spec: str | None) -> str | None:
+    """A model's `tokenizer:` at config load: a path that does not exist is an error (a hub name is not a path)."""
+    if spec is None:
+        return None
+    path = Path(os.path.expanduser(spec))
+    looks_like_path = spec.startswith(("/", "./", "../", "~")) or spec.endswith(".gguf")
+    if looks_like_path and not path.exists():
+        raise ValueError(f"{spec} does not exist; give a GGUF file, a Hugging Face tokenizer folder or a hub name")
+    is_gguf = path.suffix == ".gguf" and path.is_file()
+    is_hf_dir = path.is_dir() and any((path / f).is_file() for f in HF_TOKENIZER_FILES)
+    if path.exists() and not (is_gguf or is_hf_dir):
+        raise ValueError(f"{spec} is neither a GGUF file nor a folder with {' or '.join(HF_TOKENIZER_FILES)}")
+    return spec
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -43,6 +61,13 @@ class ModelSpec(_Strict):
     package_file: PackageFile | None = None
     hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
     max_context: int = Field(default=2048, ge=128, le=1_048_576, description="context length used for serving (tokens)")
+    tokenizer: str | None = Field(default=None, description="tokenizer for the quality suites when the artifact has "
+                                                            "none (a hosted model): GGUF, HF folder or cached hub name")
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_exists(cls, v: str | None) -> str | None:
+        return check_config_tokenizer(v)
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
@@ -202,6 +227,8 @@ class PerfSpec(_Strict):
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
                                   "(errored or incomplete); above it, or with a step without an ok request, the "
                                   "variant is failed with the counts (tasks.failures)")
+    idle_baseline_s: float = Field(default=5.0, ge=0, le=3_600, description="idle power measured this long before the "
+                                   "sweep, server up and idle (s); 0: off")
 
     @field_validator("slo", mode="before")
     @classmethod

@@ -19,6 +19,30 @@ from tasks.core.registry import ENGINES
 from tasks.core.runinfo import PROJECT_ROOT, gpu_names
 from tasks.engines.launcher import Server, ServerDied, free_port, start_server, stop_server
 from tasks.engines.prometheus import parse_prometheus
+from tasks.engines.tokenizer import TokenizerRef, ref_for_path, ref_from_config
+
+
+def tokenizer_for(artifact: "Artifact", model: "ModelSpec | None" = None) -> TokenizerRef | None:
+    """The tokenizer the server of `artifact` tokenizes with (see tasks.engines.tokenizer), or None.
+
+    Order: the served file itself (a GGUF), the served folder (an HF checkpoint), the tokenizer
+    folder an engine was built with (`meta['tokenizer']`, TensorRT-LLM), the model's
+    `tokenizer:` in the config, the GGUF the artifact was made from (`meta['tokenizer_gguf']`:
+    a vLLM checkpoint dequantized from a GGUF carries its tokenizer too and is found first).
+    """
+    candidates: list[tuple[Any, str]] = [(artifact.path, "artifact")]
+    if artifact.meta.get("tokenizer"):
+        candidates.append((artifact.meta["tokenizer"], "engine build (--tokenizer)"))
+    for value, source in candidates:
+        ref = ref_for_path(value, source)
+        if ref is not None:
+            return ref
+    configured = getattr(model, "tokenizer", None) if model is not None else None
+    if configured:
+        return ref_from_config(configured)
+    if artifact.meta.get("tokenizer_gguf"):
+        return ref_for_path(artifact.meta["tokenizer_gguf"], "source GGUF")
+    return None
 
 
 def engine_for(name: str) -> "Engine":
@@ -93,6 +117,8 @@ class Engine:
     forces_output_len: ClassVar[str | None] = None
     # Whether `logprobs_in_process` gives real next-token logits from the artifact.
     has_in_process_logits: ClassVar[bool] = False
+    # Whether the server answers `prompt_logprobs: k` (top-k log-probabilities of every prompt position; fidelity).
+    prompt_logprobs: ClassVar[bool] = False
     # Whether the server runs on this host (energy and memory bandwidth describe it); a hosted API does not.
     runs_on_host: ClassVar[bool] = True
     # Python modules the engine needs on the host that builds and serves it -> the pip requirement providing each.
@@ -137,6 +163,14 @@ class Engine:
     health_path: ClassVar[str] = "/v1/models"
     stop_grace_s: ClassVar[float] = 10.0
     metrics_path: ClassVar[str | None] = None
+
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        """GPUs the variant's server runs on (its tensor-parallel ranks; 0: the CPU only); None: unknown."""
+        return None
+
+    def tokenizer(self, artifact: Artifact, model: "ModelSpec | None" = None) -> TokenizerRef | None:
+        """The tokenizer this engine's server tokenizes `artifact` with, for the quality suites (None: none known)."""
+        return tokenizer_for(artifact, model)
 
     def tokenizer_file(self, artifact: Artifact) -> Path | None:
         """The GGUF whose vocabulary counts this variant's tokens (None: no local tokenizer)."""

@@ -105,6 +105,10 @@ class LlamaCpp(Engine):
         return Artifact(variant.name, dst, sha256_file(dst), dst.stat().st_size, cached,
                         time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
 
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        """One GPU when layers are offloaded (n_gpu_layers), else the CPU only."""
+        return 1 if int(variant.engine_args.get("n_gpu_layers") or 0) != 0 else 0
+
     def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
         # logits_all off: the server would otherwise copy every prompt position's logits. On with a
         # draft model: llama-cpp-python then keeps every position's logits but sizes that buffer by

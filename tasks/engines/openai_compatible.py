@@ -68,7 +68,7 @@ def read_key(args: HostedArgs) -> str | None:
 
 class OpenAICompatible(Engine):
     name: ClassVar[str] = "openai-compatible"
-    runs_on_host: ClassVar[bool] = False  # this host's energy is not the API's
+    runs_on_host: ClassVar[bool] = False  # the provider's hardware: energy and MBU NULL with the reason, never this host's
     forces_output_len: ClassVar[str | None] = None  # hosted APIs mostly honour neither min_tokens nor ignore_eos
 
     @staticmethod

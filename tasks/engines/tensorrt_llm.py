@@ -12,7 +12,11 @@ Two backends, as trtllm-serve has them:
   checkpoint in `engine_args.checkpoint`.
 `build_plan` and `server_command` are pure and unit-tested; `build` runs the plan only where
 tensorrt_llm imports and an NVIDIA GPU is visible, otherwise the variant is skipped with the
-reason. Pinned for TensorRT-LLM 1.0 (scripts/gpu_engines.sh installs it).
+reason. Pinned: TensorRT-LLM `TRTLLM_VERSION` (scripts/requirements-gpu-trtllm.txt, scripts/gpu_engines.sh);
+the `--extra_llm_api_options` YAML is generated for the installed version's keys (`yaml_keys`: the
+1.2 set, or the 1.4 set with `Eagle3` / `speculative_model`). Weights come from the hub without the
+`original/` folder (tools/hub_download.py); quantize.py calibrates on `engine_args.calib_dataset`: a
+local file or folder (GSM8K/BBH files, any text; tools/calibration_text.py) or a hub dataset name.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks import client
 from tasks.core.config import ModelSpec, Variant
 from tasks.engines.base import Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible
+from tasks.engines.hub import calibration_command, download_command, is_local_data
 from tasks.engines.vllm import dir_digest, run_step
 
+TRTLLM_VERSION = "1.2.1"  # the pinned version (scripts/requirements-gpu-trtllm.txt)
 QFORMATS = {"fp8": "fp8", "int4_awq": "int4_awq", "w4a8_awq": "w4a8_awq", "int8_sq": "int8_sq"}
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 QUANTIZATIONS = frozenset(QFORMATS) | frozenset(DTYPES)
@@ -61,6 +67,9 @@ class TrtArgs(BaseModel):
     free_gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1, description="GPU memory for the KV cache")
     enable_block_reuse: bool | None = Field(default=None, description="KV-cache block reuse (prefix caching)")
     calib_size: int = Field(default=512, ge=1, le=100_000, description="calibration samples (quantize.py)")
+    calib_dataset: str | None = Field(default=None, max_length=4096, description="calibration data: a local file or "
+                                      "folder (GSM8K/BBH files, any text) or a hub dataset name; default: "
+                                      "quantize.py's cnn_dailymail from the hub")
     awq_block_size: int = Field(default=128, ge=1, le=4096)
     checkpoint: str | None = Field(default=None, description="pytorch backend: a pre-quantized checkpoint to serve")
     examples_dir: str | None = Field(default=None, description="TensorRT-LLM examples/ (default $TRTLLM_EXAMPLES_DIR)")
@@ -82,6 +91,21 @@ class TrtArgs(BaseModel):
 def lookahead_draft_len(window: int, ngram: int, verification: int) -> int:
     """Draft tokens a lookahead engine must hold for (W, N, G), as TensorRT-LLM computes it."""
     return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification) * (ngram - 1)
+
+
+def yaml_keys(version: str) -> str:
+    """Which key set of the runtime YAML a TensorRT-LLM version reads: '1.2' (EagleDecodingConfig, decoding_type
+    Eagle, speculative_model_dir) or '1.4' (Eagle3DecodingConfig, decoding_type Eagle3, speculative_model)."""
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise EngineUnavailable(f"TensorRT-LLM version '{version}' is not a version number") from None
+    if (major, minor) == (1, 2):
+        return "1.2"
+    if (major, minor) in ((1, 3), (1, 4)):
+        return "1.4"
+    raise EngineUnavailable(f"TensorRT-LLM {version} is untested: tradeoff writes the runtime YAML for 1.2 and 1.4 "
+                            f"(pinned {TRTLLM_VERSION}); install tensorrt-llm=={TRTLLM_VERSION}")
 
 
 def trtllm_python() -> str:
@@ -135,6 +159,7 @@ class TensorRTLLM(Engine):
     speculative_methods: ClassVar[frozenset[str]] = frozenset(SPECULATIVE)
     forces_output_len: ClassVar[str | None] = "ignore_eos"
     metrics_path: ClassVar[str | None] = "/metrics"  # JSON iteration stats, drained by each read
+    prompt_logprobs: ClassVar[bool] = True  # asked for; a server that returns none gets NULL fidelity with the reason
     health_path: ClassVar[str] = "/health"
     stop_grace_s: ClassVar[float] = 30.0
 
@@ -144,6 +169,9 @@ class TensorRTLLM(Engine):
     @staticmethod
     def args(variant: "Variant") -> TrtArgs:
         return TrtArgs.model_validate(variant.engine_args)
+
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        return self.args(variant).tp_size
 
     def missing_dependency(self) -> str | None:
         """The variant is skipped with this reason where TensorRT-LLM cannot run (no GPU, not installed)."""
@@ -188,12 +216,14 @@ class TensorRTLLM(Engine):
                     f"name one (e.g. a ModelOpt export) or use backend tensorrt")
         if backend == "tensorrt" and a.checkpoint:
             return "engine_args.checkpoint: the tensorrt backend quantizes and builds itself; remove checkpoint"
+        if a.calib_dataset and is_local_data(a.calib_dataset) and not Path(os.path.expanduser(a.calib_dataset)).exists():
+            return f"engine_args.calib_dataset: {a.calib_dataset} does not exist; give a local file/folder or a hub name"
         return None
 
     # ------------------------------------------------------------------ build
 
     def build_plan(self, variant: "Variant", model: "ModelSpec", cache_dir: Path, python: str,
-                   hf_dir: str) -> Plan:
+                   hf_dir: str, version: str = TRTLLM_VERSION) -> Plan:
         """Commands that turn the HF model in `hf_dir` into what trtllm-serve loads (pure: runs nothing)."""
         a = self.args(variant)
         backend = self.backend(variant, a)
@@ -209,7 +239,9 @@ class TensorRTLLM(Engine):
         key = build_key(f"hf:{model.hub or hf_dir}", {"engine": self.name, **params})
         root = cache_dir / key
         if backend == "pytorch":
-            return Plan("pytorch", a.checkpoint or hf_dir, None, [], self.extra_options(variant, a, backend), key)
+            return Plan("pytorch", a.checkpoint or hf_dir, None, [], self.extra_options(variant, a, backend, version),
+                        key)
+        steps: list[Step] = []
         examples = Path(a.examples_dir or os.environ.get("TRTLLM_EXAMPLES_DIR", "/app/tensorrt_llm/examples"))
         ckpt, engine = root / "checkpoint", root / "engine"
         dtype = DTYPES.get(q, "float16")
@@ -221,6 +253,12 @@ class TensorRTLLM(Engine):
                 conv += ["--awq_block_size", str(a.awq_block_size)]
             if a.kv_cache_dtype:
                 conv += ["--kv_cache_dtype", a.kv_cache_dtype]
+            if a.calib_dataset and is_local_data(a.calib_dataset):  # air-gapped: a local text set, no hub
+                steps.append(Step("calibration", calibration_command(python, a.calib_dataset, root / "calibration",
+                                                                     a.calib_size)))
+                conv += ["--calib_dataset", str(root / "calibration")]
+            elif a.calib_dataset:
+                conv += ["--calib_dataset", a.calib_dataset]
             if spec and spec.method == "medusa":
                 conv += ["--medusa_model_dir", str(spec.draft_model), "--num_medusa_heads", str(a.num_medusa_heads),
                          "--max_draft_len", str(DEFAULT_TREE_DRAFT_LEN)]
@@ -243,10 +281,11 @@ class TensorRTLLM(Engine):
             build += ["--speculative_decoding_mode", BUILD_MODES[spec.method], "--max_draft_len", str(draft)]
             if spec.method == "eagle" and q != "fp8":
                 build += ["--use_paged_context_fmha", "enable"]
-        return Plan("tensorrt", str(engine), hf_dir, [Step("checkpoint", conv), Step("trtllm-build", build)],
-                    self.extra_options(variant, a, backend), key)
+        return Plan("tensorrt", str(engine), hf_dir, [*steps, Step("checkpoint", conv), Step("trtllm-build", build)],
+                    self.extra_options(variant, a, backend, version), key)
 
-    def extra_options(self, variant: "Variant", a: TrtArgs, backend: str) -> dict[str, Any]:
+    def extra_options(self, variant: "Variant", a: TrtArgs, backend: str,
+                      version: str = TRTLLM_VERSION) -> dict[str, Any]:
         """The `--extra_llm_api_options` YAML: KV cache, speculative runtime settings, iteration stats."""
         kv: dict[str, Any] = {"free_gpu_memory_fraction": a.free_gpu_memory_fraction}
         if a.enable_block_reuse is not None:
@@ -256,15 +295,18 @@ class TensorRTLLM(Engine):
         out: dict[str, Any] = {"kv_cache_config": kv, "enable_iter_perf_stats": True}
         spec = variant.speculative
         if spec:
-            out["speculative_config"] = self.speculative_options(variant, a)
+            out["speculative_config"] = self.speculative_options(variant, a, version)
             if spec.method in ("draft_model", "ngram"):
                 out["disable_overlap_scheduler"] = True  # the two-model path needs it
         return deep_merge(out, a.llm_api_options)
 
-    def speculative_options(self, variant: "Variant", a: TrtArgs) -> dict[str, Any]:
+    def speculative_options(self, variant: "Variant", a: TrtArgs, version: str = TRTLLM_VERSION) -> dict[str, Any]:
+        """speculative_config of the runtime YAML, in the keys of TensorRT-LLM `version` (yaml_keys)."""
         spec = variant.speculative
         assert spec is not None
         n = spec.num_speculative_tokens
+        keys = yaml_keys(version)
+        model_key = "speculative_model_dir" if keys == "1.2" else "speculative_model"
         if spec.method == "medusa":
             sc: dict[str, Any] = {"decoding_type": "Medusa", "max_draft_len": DEFAULT_TREE_DRAFT_LEN,
                                   "num_medusa_heads": a.num_medusa_heads}
@@ -279,11 +321,12 @@ class TensorRTLLM(Engine):
             sc = {"decoding_type": "Lookahead", "max_window_size": a.lookahead_window_size,
                   "max_ngram_size": a.lookahead_ngram_size,
                   "max_verification_set_size": a.lookahead_verification_set_size}
-        elif spec.method == "eagle3":
-            sc = {"decoding_type": "Eagle", "max_draft_len": n, "speculative_model_dir": spec.draft_model,
-                  "eagle3_one_model": True}
+        elif spec.method == "eagle3" and keys == "1.2":  # EagleDecodingConfig, EAGLE-3 in one model
+            sc = {"decoding_type": "Eagle", "max_draft_len": n, model_key: spec.draft_model, "eagle3_one_model": True}
+        elif spec.method == "eagle3":  # Eagle3DecodingConfig (one model is its only mode)
+            sc = {"decoding_type": "Eagle3", "max_draft_len": n, model_key: spec.draft_model}
         elif spec.method == "draft_model":
-            sc = {"decoding_type": "DraftTarget", "max_draft_len": n, "speculative_model_dir": spec.draft_model}
+            sc = {"decoding_type": "DraftTarget", "max_draft_len": n, model_key: spec.draft_model}
         else:  # ngram
             sc = {"decoding_type": "NGram", "max_draft_len": n, "max_matching_ngram_size": a.max_matching_ngram_size,
                   "is_keep_all": True, "is_use_oldest": True, "is_public_pool": True}
@@ -302,7 +345,9 @@ class TensorRTLLM(Engine):
         hf_dir = model.hub or str(model.local_path())
         if model.hub:
             hf_dir = self._download(model.hub, cache_dir, python)
-        plan = self.build_plan(variant, model, cache_dir, python, hf_dir)
+        plan = self.build_plan(variant, model, cache_dir, python, hf_dir, version)
+        if plan.backend == "pytorch" and not Path(plan.model_dir).exists():  # a hub checkpoint: fetch it to hash it
+            plan.model_dir = self._download(plan.model_dir, cache_dir, python)
         root = cache_dir / plan.key
         root.mkdir(parents=True, exist_ok=True)
         done = root / "built.json"
@@ -316,15 +361,14 @@ class TensorRTLLM(Engine):
         served = Path(plan.model_dir)
         sha, size = dir_digest(served) if served.is_dir() else (plan.key, 0)
         meta = {"engine_version": f"tensorrt-llm {version}", "python": python, "backend": plan.backend,
+                "yaml_keys": yaml_keys(version),
                 "tokenizer": plan.tokenizer, "extra_options": str(extra), "build_key": plan.key, "source": hf_dir}
         return Artifact(variant.name, served, sha, size, cached, time.perf_counter() - t0, meta)
 
     def _download(self, repo: str, cache_dir: Path, python: str) -> str:
 
         out = cache_dir / f"download-{build_key(repo, {})}.txt"
-        run_step([python, "-c", "import sys\nfrom huggingface_hub import snapshot_download\n"
-                  f"open(sys.argv[1], 'w').write(snapshot_download({repo!r}))", str(out)],
-                 cache_dir / "downloads.log", 3600, f"downloading {repo} from the hub")
+        run_step(download_command(python, repo, out), cache_dir / "downloads.log", 3600, f"downloading {repo} from the hub")
         return out.read_text().strip()
 
     # ------------------------------------------------------------------ serve

@@ -31,16 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.runinfo import TOOLS
-from tasks.engines.base import (
-    Artifact,
-    Engine,
-    EngineUnavailable,
-    build_key,
-    check_args,
-    gpu_visible,
-    project_root,
-    sha256_file,
-)
+from tasks.engines.artifacts import decode_bytes, serving_digest
+from tasks.engines.base import Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root
+from tasks.engines.hub import calibration_command, download_command, is_local_data
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
 from tasks.engines.prometheus import sum_series
 
@@ -78,6 +71,9 @@ class VllmArgs(BaseModel):
     prompt_lookup_min: int | None = Field(default=None, ge=1, le=64, description="ngram speculation: shortest n-gram")
     calibration_samples: int = Field(default=512, ge=1, le=100_000, description="llm-compressor builds: calibration samples")
     calibration_seq_len: int = Field(default=2048, ge=16, le=1_048_576, description="llm-compressor builds: tokens per sample")
+    calibration_data: str | None = Field(default=None, max_length=4096, description="llm-compressor builds: a local "
+                                         "file or folder (GSM8K/BBH files, any text) or a hub chat dataset; "
+                                         "default HuggingFaceH4/ultrachat_200k")
     cpu_kvcache_space_gib: int | None = Field(default=None, ge=1, le=4096, description="CPU build: KV cache (GiB)")
     cpu_omp_threads_bind: str | None = Field(default=None, description="CPU build: OMP thread binding, e.g. nobind")
 
@@ -135,19 +131,8 @@ def run_step(cmd: list[str], log: Path, timeout_s: float, what: str) -> None:
 
 
 def dir_digest(path: Path) -> tuple[str, int]:
-    """(sha256 over the folder's weight files and configs, their total bytes)."""
-    import hashlib
-
-
-    h = hashlib.sha256()
-    total = 0
-    for f in sorted(path.rglob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".json", ".bin"):
-            h.update(f.relative_to(path).as_posix().encode())
-            h.update(sha256_file(f).encode())
-            if f.suffix in (".safetensors", ".bin"):
-                total += f.stat().st_size
-    return h.hexdigest(), total
+    """(sha256 over every file that serves, the bytes of its weight files): see tasks.engines.artifacts."""
+    return serving_digest(path)
 
 
 class Vllm(Engine):
@@ -156,11 +141,18 @@ class Vllm(Engine):
     forces_output_len: ClassVar[str | None] = "ignore_eos"  # as vllm bench serve
     has_in_process_logits: ClassVar[bool] = False
     metrics_path: ClassVar[str | None] = "/metrics"
+    prompt_logprobs: ClassVar[bool] = True  # vLLM's `prompt_logprobs` (up to --max-logprobs, 20 by default)
     stop_grace_s: ClassVar[float] = 30.0  # the engine core shuts down after the API server
 
     @staticmethod
     def args(variant: "Variant") -> VllmArgs:
         return VllmArgs.model_validate(variant.engine_args)
+
+    def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
+        """Its tensor-parallel ranks; the CPU build (version '+cpu') runs on no GPU."""
+        if "+cpu" in str(artifact.meta.get("engine_version") or ""):
+            return 0
+        return self.args(variant).tensor_parallel_size or 1
 
     def missing_dependency(self) -> str | None:
         """vLLM lives in its own environment: name what to install when there is none."""
@@ -197,6 +189,9 @@ class Vllm(Engine):
                 return f"speculative.draft_model: method {spec.method} needs a draft model or head (hub name or folder)"
         elif a.prompt_lookup_max or a.prompt_lookup_min:
             return "engine_args.prompt_lookup_max: only for speculative method ngram; remove it"
+        data = a.calibration_data
+        if data and is_local_data(data) and not Path(os.path.expanduser(data)).exists():
+            return f"engine_args.calibration_data: {data} does not exist; give a local file/folder or a hub dataset name"
         return None
 
     # ------------------------------------------------------------------ build
@@ -243,6 +238,12 @@ class Vllm(Engine):
             return self._quantize(variant, source, cache_dir, python, meta, a)
         path = self._fetch(source, cache_dir, python)
         sha, size = dir_digest(path) if path.is_dir() else ("", 0)
+        if q in ONLINE and not a.checkpoint and path.is_dir():
+            # Quantized when vLLM loads it: decoding reads the quantized weights, not the checkpoint's files.
+            try:
+                meta["decode_bytes"], meta["decode_bytes_method"] = decode_bytes(path, q)
+            except ValueError as err:  # no safetensors headers: MBU is NULL rather than the unquantized size
+                meta["decode_bytes"], meta["decode_bytes_method"] = None, f"unknown: {err}"
         return Artifact(variant.name, path, sha, size, True, 0.0, {**meta, "source": source})
 
     def _fetch(self, source: str, cache_dir: Path, python: str) -> Path:
@@ -252,14 +253,18 @@ class Vllm(Engine):
             return local
         log = cache_dir / "downloads.log"
         out = cache_dir / f"download-{build_key(source, {})}.txt"
-        run_step([python, "-c", "import sys\nfrom huggingface_hub import snapshot_download\n"
-                  f"open(sys.argv[1], 'w').write(snapshot_download({source!r}))", str(out)],
-                 log, 3600, f"downloading {source} from the hub")
+        run_step(download_command(python, source, out), log, 3600, f"downloading {source} from the hub")
         return Path(out.read_text().strip())
 
-    def quantize_command(self, python: str, source: str, out: Path, scheme: str, a: VllmArgs) -> list[str]:
-        return [python, str(QUANTIZER), source, str(out), "--scheme", scheme,
-                "--samples", str(a.calibration_samples), "--seq-len", str(a.calibration_seq_len)]
+    def quantize_command(self, python: str, source: str, out: Path, scheme: str, a: VllmArgs,
+                         calibration_dir: Path | None = None) -> list[str]:
+        cmd = [python, str(QUANTIZER), source, str(out), "--scheme", scheme,
+               "--samples", str(a.calibration_samples), "--seq-len", str(a.calibration_seq_len)]
+        if calibration_dir is not None:  # a local text set (calibration_text.py's folder): no hub
+            cmd += ["--dataset", str(calibration_dir), "--split", "train"]
+        elif a.calibration_data:
+            cmd += ["--dataset", a.calibration_data]
+        return cmd
 
     def _quantize(self, variant: "Variant", source: str, cache_dir: Path, python: str, meta: dict,
                   a: VllmArgs) -> Artifact:
@@ -268,7 +273,7 @@ class Vllm(Engine):
             raise EngineUnavailable(f"skipped: quantization {q} needs engine_args.checkpoint (tradeoff builds only "
                                     f"{', '.join(sorted(BUILDABLE))})")
         key = build_key(f"hub:{source}", {"engine": self.name, "llmcompressor": q, "samples": a.calibration_samples,
-                                          "seq_len": a.calibration_seq_len})
+                                          "seq_len": a.calibration_seq_len, "calibration": a.calibration_data})
         out = cache_dir / key / "hf"
         cached = (out / "config.json").exists()
         if not cached:
@@ -276,7 +281,12 @@ class Vllm(Engine):
                 raise EngineUnavailable(f"skipped: the {q} checkpoint of {source} does not exist yet and llm-compressor "
                                         f"builds it on an NVIDIA GPU; none is visible here")
             out.parent.mkdir(parents=True, exist_ok=True)
-            run_step(self.quantize_command(python, source, out, q, a), out.parent / "build.log", 4 * 3600,
+            calib = None
+            if a.calibration_data and is_local_data(a.calibration_data):
+                calib = out.parent / "calibration"
+                run_step(calibration_command(python, a.calibration_data, calib, a.calibration_samples),
+                         out.parent / "build.log", 600, f"calibration set from {a.calibration_data}")
+            run_step(self.quantize_command(python, source, out, q, a, calib), out.parent / "build.log", 4 * 3600,
                      f"llm-compressor {q} of {source}")
         sha, size = dir_digest(out)
         return Artifact(variant.name, out, sha, size, cached, 0.0,

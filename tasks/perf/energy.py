@@ -37,19 +37,21 @@ class PowerSample:
 
 
 class _Nvml:
-    """All GPUs NVML sees. `nvml` is the pynvml module; tests pass a stand-in with the same calls."""
+    """The GPUs of NVML indices `indices` (default: all it sees). `nvml` is the pynvml module; tests pass a
+    stand-in with the same calls. Devices are named by NVML index (gpu3), whatever CUDA calls them."""
 
     source = "nvml"
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, indices: list[int] | None = None) -> None:
         if nvml is None:
             import pynvml as nvml
         nvml.nvmlInit()
         self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        indices = list(range(nvml.nvmlDeviceGetCount())) if indices is None else list(indices)
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
         if not self._handles:
             raise RuntimeError("NVML sees no GPU")
-        self.devices = [f"gpu{i}" for i in range(len(self._handles))]
+        self.devices = [f"gpu{i}" for i in indices]
         self.read_devices()  # fails early on GPUs without an energy counter (pre-Volta)
 
     def read_devices(self) -> list[float]:
@@ -115,16 +117,18 @@ def per_token(energy_j: float | None, tokens: int | None) -> tuple[float | None,
 class EnergyWindow:
     """Context manager: the energy counters' difference over the block, and power sampled every `interval_s`.
 
-    `meter` overrides the detected one (tests pass a meter over a stand-in counter);
+    `meter` overrides the detected one (tests pass a meter over a stand-in counter); `opener` detects
+    it otherwise (default: NVML's every GPU, then RAPL; `tasks.energy_scope` passes the engine's own);
     `clock` is the time source in seconds; `off_reason` turns metering off, with that reason.
     """
 
     def __init__(self, interval_s: float | None = None, meter: object | None = None,
-                 clock: Callable[[], float] = time.perf_counter, off_reason: str | None = None) -> None:
+                 clock: Callable[[], float] = time.perf_counter, off_reason: str | None = None,
+                 opener: Callable[[], tuple[object | None, str | None]] | None = None) -> None:
         if off_reason:  # e.g. the server runs on another host: this host's counters would not be its energy
             self.meter, self.note = None, off_reason
         else:
-            self.meter, self.note = (meter, None) if meter is not None else open_meter()
+            self.meter, self.note = (meter, None) if meter is not None else (opener or open_meter)()
         self.reading = EnergyReading(None, None, None, self.note)
         self.samples: list[PowerSample] = []
         self._interval = interval_s

@@ -8,7 +8,7 @@ judged the same way later (tests/test_recommend.py checks that they agree). The 
 linear one, as everywhere else in tradeoff.
 
 The search needs the live endpoint, so it runs inside the variant's perf measurement
-(tasks/measure.py calls `search_load` after `run_perf`); its steps are ordinary rate steps
+(tasks.orchestration.tasks.measure_perf hands `search_load` to tasks.perf.run.measure, which calls it after the sweep); its steps are ordinary rate steps
 (`search1`, `search2`, ...) stored with the others, and v_recommendation takes the sustainable load
 from all of them.
 """

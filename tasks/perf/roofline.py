@@ -102,9 +102,15 @@ def gpu_bandwidth() -> Bandwidth | None:
 
 
 @lru_cache(maxsize=1)
+def cpu_bandwidth() -> Bandwidth:
+    """The CPU's memory bandwidth, measured once per process (a CPU engine's roofline, even on a GPU host)."""
+    return cpu_copy_bandwidth()
+
+
+@lru_cache(maxsize=1)
 def host_bandwidth() -> Bandwidth:
     """The host's memory bandwidth, measured once per process (a nightly run is one process)."""
-    return gpu_bandwidth() or cpu_copy_bandwidth()
+    return gpu_bandwidth() or cpu_bandwidth()
 
 
 def mbu_pct(tpot_ms: float | None, model_bytes: int | None, bandwidth_gb_s: float | None) -> float | None:

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Callable
 
 from tasks.client import api_root, check_endpoint
-from tasks.core.config import PerfSpec, Variant
+from tasks.core.config import ModelSpec, PerfSpec, Variant
 from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
+from tasks.engines.artifacts import roofline_inputs
 from tasks.engines.base import Artifact, engine_for
-from tasks.engines.tokenizer import GGUFTokenizer, load_tokenizer
+from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
+from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.failures import request_counts
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
@@ -130,18 +132,30 @@ class Target:
 
     base_url: str
     model: str  # the served model name
-    tokenizer: GGUFTokenizer | None = None  # the model's own vocabulary; None: lengths are approximate and say so
+    tokenizer: Tokenizer | None = None  # the server's own tokenizer; None: lengths are approximate and say so
     forces_output_len: str | None = "both"  # what `force_output_len: auto` resolves to: what the server honours
     model_bytes: int | None = None  # weights read per decoded token (MBU); None: MBU is NULL
     on_host: bool = True  # energy and memory bandwidth describe this host: only measured for a server on it
+    model_bytes_method: str | None = None  # how model_bytes was counted
+    bandwidth: Bandwidth | None = None  # the engine's memory bandwidth; None: this host's, measured when needed
+    scope: EnergyScope | None = None  # the devices metered; None: every device of this host (or off, not on it)
 
 
-def variant_target(variant: Variant, artifact: Artifact, base_url: str) -> Target:
-    """A built variant's endpoint: its engine says which tokenizer, which output-length switch, whether it runs here."""
+def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: ModelSpec | None = None) -> Target:
+    """A built variant's endpoint: its engine says which tokenizer, which output-length switch, which devices
+    (energy: its own GPUs or the CPU; MBU: what decoding reads over their bandwidth), whether it runs here."""
     engine = engine_for(variant.engine)
-    tok_file = engine.tokenizer_file(artifact)
-    return Target(base_url, engine.served_model_name(variant), load_tokenizer(str(tok_file)) if tok_file else None,
-                  engine.forces_output_len, artifact.bytes or None, engine.runs_on_host)
+    tok_ref = engine.tokenizer(artifact, model)
+    model_bytes, bytes_method, bandwidth = roofline_inputs(engine, variant, artifact)
+    return Target(base_url, engine.served_model_name(variant), open_tokenizer(tok_ref) if tok_ref else None,
+                  engine.forces_output_len, model_bytes, engine.runs_on_host, bytes_method, bandwidth,
+                  scope_for(engine, variant, artifact))
+
+
+def engine_energy_columns(sc: Scenario, scope: EnergyScope, idle: IdleBaseline) -> dict:
+    """What was metered, the idle baseline and J/token above idle (migration 008) of one scenario."""
+    tokens = sum(r.output_tokens or 0 for run in sc.runs for r in run.measured if r.status == "ok")
+    return idle_columns(sc.summary, [run.energy.window_s for run in sc.runs], scope, idle, tokens)
 
 
 def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
@@ -155,20 +169,24 @@ def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
     force = output_force(spec, target.forces_output_len)
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
     # measured once per run, before the first request, and only where it describes the server's host
-    bandwidth = host_bandwidth() if target.on_host and target.model_bytes else None
+    bandwidth = target.bandwidth or (host_bandwidth() if target.on_host and target.model_bytes else None)
+    scope = target.scope or EnergyScope(off_reason=None if target.on_host else
+                                        "endpoint is not on this host; energy not measured")
+    idle = idle_baseline(scope, spec.idle_baseline_s)  # the server up and idle, before the first request
     summarized: dict[str, int] = {}  # scenario -> repeats its summary covers
 
     def summarize_new(scenarios: list[Scenario]) -> None:
         for sc in scenarios:
             if summarized.get(sc.step.label) != len(sc.runs):
                 sc.summary = summarize_scenario(spec, sc, force, target.model_bytes, bandwidth)
+                sc.summary.update(engine_energy_columns(sc, scope, idle),
+                                  model_bytes_method=target.model_bytes_method if target.model_bytes else None)
                 summarized[sc.step.label] = len(sc.runs)
         if on_scenario:
             on_scenario(scenarios)
 
     scenarios = run_perf(spec, target.base_url, target.model, workload, force, count, progress=progress,
-                         on_scenario=summarize_new,
-                         energy_off_reason=None if target.on_host else "endpoint is not on this host; energy not measured")
+                         on_scenario=summarize_new, energy_off_reason=scope.off_reason, meter_opener=scope.open_meter)
     if search is not None:
         scenarios += search(target.base_url, target.model, workload, force, count, scenarios, summarize_new)
     summarize_new(scenarios)
@@ -210,8 +228,9 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
         raise ConfigError(f"--model: {endpoint}/v1/models lists no model; pass --model NAME")
     tok = load_tokenizer(str(Path(args.tokenizer).resolve())) if args.tokenizer else None
     model_bytes = args.model_bytes or (Path(args.tokenizer).stat().st_size if args.tokenizer else None)
+    how = ("--model-bytes" if args.model_bytes else "the --tokenizer GGUF's size") if model_bytes else None
     # An unknown server: `auto` asks for both min_tokens and ignore_eos.
-    target = Target(endpoint, model, tok, "both", model_bytes, is_local(endpoint))
+    target = Target(endpoint, model, tok, "both", model_bytes, is_local(endpoint), how)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -146,7 +146,7 @@ class _Progress:
 def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], base_url: str, model: str,
              force: str | None, count_tokens: Callable[[str], int] | None, first_index: int,
              offsets_seed: int, on_record: Callable[[RequestRecord], None] | None = None,
-             energy_off_reason: str | None = None) -> StepRun:
+             energy_off_reason: str | None = None, meter_opener: Callable | None = None) -> StepRun:
     """Warm-up one by one, then the measured requests of one step inside an energy window."""
     common = dict(kind=spec.endpoint, force=force, count_tokens=count_tokens, timeout_s=spec.request_timeout_s,
                   repeat=repeat, deadline_s=spec.request_deadline_s)
@@ -157,7 +157,7 @@ def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], bas
         r.is_warmup = True
     todo = prompts[n_warm:]
     offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
-    with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason) as window:
+    with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = asyncio.run(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
                                         offsets_s=offsets, max_duration_s=spec.max_duration_s,
                                         first_index=first_index + len(warm), on_record=on_record, **common))
@@ -169,7 +169,7 @@ def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], bas
 def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, force: str | None,
              count_tokens: Callable[[str], int] | None = None, progress: bool | None = False,
              on_scenario: Callable[[list[Scenario]], None] | None = None,
-             energy_off_reason: str | None = None) -> list[Scenario]:
+             energy_off_reason: str | None = None, meter_opener: Callable | None = None) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
@@ -191,7 +191,7 @@ def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, forc
                 tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", spec.num_prompts)
                 sc.runs.append(run_step(spec, step, repeat, prompts, base_url, model, force, count_tokens,
                                         sum(len(r.warmup) + len(r.measured) for r in sc.runs), seed, tracker,
-                                        energy_off_reason))
+                                        energy_off_reason, meter_opener))
                 if sweep_pending and step.label == "max":
                     # The sweep's rates lie between the measured synchronous and maximum request rates.
                     lo = _request_rate(scenarios["sync"].runs[0])

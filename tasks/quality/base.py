@@ -15,7 +15,7 @@ from tasks.core.config import ModelSpec, Variant
 from tasks.core.errors import validation_line
 from tasks.core.registry import SUITES
 from tasks.engines.base import Artifact, engine_for
-from tasks.engines.tokenizer import load_tokenizer
+from tasks.engines.tokenizer import Tokenizer, TokenizerRef, open_tokenizer
 
 
 class SuiteParams(BaseModel):
@@ -49,13 +49,17 @@ class SuiteContext:
     model_spec: "ModelSpec | None" = None
     server_start_timeout_s: float = 120.0
     request_timeout_s: float = 300.0
+    # The tokenizer the variant's server tokenizes with (Engine.tokenizer), for any engine; None: none known.
+    tokenizer_ref: "TokenizerRef | None" = None
+    # The reference variant's artifact, any engine (reference_artifact_path: a GGUF for in-process use only).
+    reference_artifact: "Artifact | None" = None
 
-    def tokenizer(self):
-        """The model's own tokenizer from the artifact, or None for a bare endpoint."""
-        if self.artifact_path is None:
-            return None
-
-        return load_tokenizer(str(self.artifact_path))
+    def tokenizer(self) -> "Tokenizer | None":
+        """The variant's own tokenizer (tokenizer_ref, else the GGUF artifact), or None for a bare endpoint."""
+        ref = self.tokenizer_ref
+        if ref is None and self.artifact_path is not None:
+            ref = TokenizerRef("gguf", str(self.artifact_path), "artifact")
+        return open_tokenizer(ref) if ref is not None else None
 
 
 @dataclass

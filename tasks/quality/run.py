@@ -125,7 +125,8 @@ def variant_context(cfg: RunConfig, spec: SuiteSpec, variant: Variant, artifact:
                         work_dir=contained(work_dir, work_dir / spec.key, "suite folder"),
                         n_ctx=model.max_context, engine=variant.engine, artifact=artifact, variant_spec=variant,
                         model_spec=model, server_start_timeout_s=cfg.server_start_timeout_s,
-                        request_timeout_s=cfg.perf.request_timeout_s)
+                        request_timeout_s=cfg.perf.request_timeout_s, tokenizer_ref=engine.tokenizer(artifact, model),
+                        reference_artifact=ref_artifact)
 
 
 def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,

@@ -11,7 +11,8 @@ Schemes (llm-compressor's recipes as in its examples):
 - gptq: GPTQ, W4A16;
 - w8a8: SmoothQuant (0.8) then GPTQ W8A8 (int8 weights and activations).
 lm_head stays unquantized. The calibration set is the chat dataset's first `samples`
-conversations rendered with the model's chat template (seed 42). Writes OUT_DIR.partial and
+conversations rendered with the model's chat template (seed 42), or, when --dataset is a local
+folder (tools/calibration_text.py's: train.jsonl of {"text"} rows), its texts as they are. Writes OUT_DIR.partial and
 renames it when complete; vLLM reads the scheme from the checkpoint's config.
 """
 
@@ -42,10 +43,16 @@ def recipe(scheme: str):
 
 
 def calibration(tokenizer, dataset: str, split: str, samples: int, seq_len: int):
+    import os
+
     from datasets import load_dataset
 
-    ds = load_dataset(dataset, split=f"{split}[:{samples}]").shuffle(seed=42)
-    ds = ds.map(lambda ex: {"text": tokenizer.apply_chat_template(ex["messages"], tokenize=False)})
+    if os.path.isdir(dataset):  # calibration_text.py's folder: train.jsonl of {"text"} rows, used as they are
+        ds = load_dataset("json", data_files={"train": os.path.join(dataset, "train.jsonl")},
+                          split=f"train[:{samples}]").shuffle(seed=42)
+    else:
+        ds = load_dataset(dataset, split=f"{split}[:{samples}]").shuffle(seed=42)
+        ds = ds.map(lambda ex: {"text": tokenizer.apply_chat_template(ex["messages"], tokenize=False)})
     return ds.map(lambda s: tokenizer(s["text"], padding=False, max_length=seq_len, truncation=True,
                                       add_special_tokens=False), remove_columns=ds.column_names)
 

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.client import chat, complete
+from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
 
 STORY_PROMPTS = [
@@ -175,15 +176,19 @@ class Coherence(Suite):
         res = SuiteResult()
         for i, story_prompt in enumerate(prompts):
             prompt = STORY_TEMPLATE.format(prompt=story_prompt)
+            usage: dict = {}
             try:
                 text, error = complete(ctx.base_url, ctx.served_model, prompt, p.max_tokens,
                                        min_tokens=p.max_tokens if p.force_length else None,
-                                       timeout_s=ctx.request_timeout_s), None
+                                       timeout_s=ctx.request_timeout_s, usage=usage), None
             except (httpx.HTTPError, KeyError, ValueError) as err:
                 text, error = "", error_text(err)
             tokens = tok.encode(text) if tok is not None else text.split()
+            # token_unit model: counted with the tokenizer the variant's server uses (`tokenizer` names it);
+            # completion_tokens: the server's own count of the same generation (its usage), when it sends one.
             d: dict[str, Any] = {"error": error, "token_unit": "model" if tok is not None else "word",
-                                 **text_stats(tokens, p)}
+                                 "tokenizer": tok.label if tok is not None else None,
+                                 "completion_tokens": usage.get("completion_tokens"), **text_stats(tokens, p)}
             d["invalid"] = int(not tokens)
             if tokens and embed_error is None:
                 try:
@@ -199,11 +204,13 @@ class Coherence(Suite):
                     judge_down = f"judge endpoint {p.judge.base_url} failed: {error_text(err)}"
             res.samples.append({"sample_id": f"story-{i}", "prompt": prompt, "target": None, "response": text,
                                 "score": None, "valid": bool(tokens) and error is None, "details": json.dumps(d)})
-        res.scores = self.scores(res.samples, p, embed_error, judge_down)
+        unit_note = None if tok is not None else no_tokenizer_note("counted in words")
+        res.scores = self.scores(res.samples, p, embed_error, judge_down, unit_note)
         return res
 
     @staticmethod
-    def scores(samples: list[dict], p: CoherenceParams, embed_error: str | None, judge_down: str | None) -> list[Score]:
+    def scores(samples: list[dict], p: CoherenceParams, embed_error: str | None, judge_down: str | None,
+               unit_note: str | None = None) -> list[Score]:
         details = [json.loads(s["details"]) for s in samples]
         n = len(samples)
 
@@ -215,11 +222,12 @@ class Coherence(Suite):
         loops = [d["loop_start_token"] for d in details if d.get("loop_start_token") is not None]
         rep = f"rep_rate_{p.ngram}"
         out = [
-            Score("generated_tokens_mean", mean_of("generated_tokens"), None, n, "tokens", True, "mean(generated_tokens)"),
-            Score(rep, mean_of(rep), None, n, "fraction", False, f"mean({rep})"),
-            Score("distinct_1", mean_of("distinct_1"), None, n, "fraction", True, "mean(distinct_1)"),
-            Score("distinct_2", mean_of("distinct_2"), None, n, "fraction", True, "mean(distinct_2)"),
-            Score("loop_rate", mean_of("looped"), None, n, "fraction", False, "mean(looped)"),
+            Score("generated_tokens_mean", mean_of("generated_tokens"), None, n, "tokens", True, "mean(generated_tokens)",
+                  note=unit_note),
+            Score(rep, mean_of(rep), None, n, "fraction", False, f"mean({rep})", note=unit_note),
+            Score("distinct_1", mean_of("distinct_1"), None, n, "fraction", True, "mean(distinct_1)", note=unit_note),
+            Score("distinct_2", mean_of("distinct_2"), None, n, "fraction", True, "mean(distinct_2)", note=unit_note),
+            Score("loop_rate", mean_of("looped"), None, n, "fraction", False, "mean(looped)", note=unit_note),
             Score("loop_start_tokens_median", float(np.median(loops)) if loops else None, None, n, "tokens", True,
                   None, note=None if loops else "no generation looped"),
             Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",

@@ -237,6 +237,8 @@ def tokenizer_source(ctx: SuiteContext, params: HelmParams) -> Path:
         return Path(params.tokenizer).expanduser()
     model_path = ctx.model_spec.local_path() if ctx.model_spec is not None else None
     src = model_path or ctx.artifact_path
+    if src is None and ctx.tokenizer_ref is not None and Path(ctx.tokenizer_ref.path).is_dir():
+        src = ctx.tokenizer_ref.path  # an HF checkpoint's own tokenizer folder (vLLM, TensorRT-LLM)
     if src is None:
         raise HelmError("no tokenizer: the variant has no local model file; set params.tokenizer to a Hugging Face "
                         "tokenizer folder")

@@ -40,11 +40,12 @@ from tasks.core.credentials import model_args_problem
 from tasks.core.errors import close_matches
 from tasks.core.process import ChildWorker
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
+from tasks.quality.hf_logits import TransformersScorer, hf_logits_worker
 from tasks.quality.suites.fidelity import FIDELITY_TEXT
+from tasks.quality.suites.loglik_records import find_record, new_record, same_weights_reference, save_record
 
-# Engines whose server's prompt logprobs (echo=True) matched the in-process reference in
-# `loglik_check`. llama.cpp (llama-cpp-python 0.3.36 server) did not: see the module docstring.
-ENDPOINT_LOGLIK_OK: dict[str, bool] = {"llama.cpp": False}
+# Whether an engine's endpoint scores log-likelihood right is not hard-coded: `loglik_check` records its
+# result per engine, version and artifact (tasks.quality.suites.loglik_records) and `lm_eval` follows it.
 # Engine settings that make a server return prompt logprobs at all (the check starts such a sibling).
 PROMPT_LOGPROB_ARGS: dict[str, dict[str, Any]] = {"llama.cpp": {"logits_all": True}}
 INVALID_RESPONSES = ("", "[invalid]")  # lm-eval's regex filters answer "[invalid]" when nothing matches
@@ -97,6 +98,8 @@ class LocalData(BaseModel):
     data_files: dict[str, str] | str = Field(description="split -> file; '{dataset_name}' and '{task}' are "
                                                          "filled per task (e.g. one BBH file per subtask)")
     field: str | None = Field(default=None, description="JSON key holding the rows, e.g. examples (BBH)")
+    if_missing: Literal["fail", "hub"] = Field(default="fail", description="files absent: fail the suite, or run the "
+                                                                           "task from the hub (one config for both)")
 
 
 def _fill(template: str, **values: str) -> str:
@@ -128,9 +131,14 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
             for split, f in files.items():
                 p = Path(_fill(f, **values)).expanduser()
                 p = p if p.is_absolute() else (base / p)
+                if not p.is_file() and local.if_missing == "hub":
+                    resolved = {}  # lm-eval's own definition (the hub) for this task
+                    break
                 if not p.is_file():
                     raise ValueError(f"datasets.{name}: file {p} for task {task} not found; fix data_files or drop the entry")
                 resolved[split] = str(p.resolve())
+            if not resolved:
+                continue
             kwargs: dict[str, Any] = {"data_files": resolved}
             if local.field:
                 kwargs["field"] = local.field
@@ -258,13 +266,20 @@ def _register_model() -> None:
         through the endpoint, exactly as local-completions sends it.
         """
 
-        def __init__(self, gguf: str, loglikelihood: str = "in-process", n_ctx: int = 2048, **kwargs: Any):
+        def __init__(self, gguf: str | None = None, loglikelihood: "str | LoglikDecider" = "in-process",
+                     n_ctx: int = 2048, hf: str | None = None, **kwargs: Any):
             super().__init__(tokenizer_backend=None, tokenized_requests=False, **kwargs)
-            self.scorer = LlamaCppScorer(gguf, int(n_ctx))
+            self.scorer = LlamaCppScorer(gguf, int(n_ctx)) if gguf else TransformersScorer(str(hf), int(n_ctx))
             # Anything but None: lm-eval's log-likelihood path asserts a tokenizer exists.
             self.tokenizer = self.scorer
-            self.loglikelihood_path = loglikelihood
+            # An HF checkpoint's server (vLLM) takes token ids: it scores exactly the tokens counted here.
+            self.tokenized_requests = hf is not None and not gguf
+            self._loglikelihood = loglikelihood  # a path, or decided on the first log-likelihood request
             self.max_length = int(n_ctx) - 1
+
+        @property
+        def loglikelihood_path(self) -> str:
+            return self._loglikelihood if isinstance(self._loglikelihood, str) else self._loglikelihood.path
 
         @property
         def prefix_token_id(self) -> int:
@@ -294,9 +309,10 @@ def _model_registered() -> bool:
     return True
 
 
-def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihood: str, n_ctx: int,
-            concurrency: int, timeout_s: int, model_args: dict[str, Any]):
-    """An lm-eval API model for the endpoint: local-chat-completions, local-completions or tradeoff-llama-cpp."""
+def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihood: "str | LoglikDecider", n_ctx: int,
+            concurrency: int, timeout_s: int, model_args: dict[str, Any], hf: Path | None = None):
+    """An lm-eval API model for the endpoint: local-chat-completions, local-completions or tradeoff-llama-cpp
+    (with the variant's GGUF, or its HF checkpoint's tokenizer `hf`)."""
     from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
 
 
@@ -308,10 +324,11 @@ def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihoo
     if api == "chat":
         return LocalChatCompletion(base_url=url + "/v1/chat/completions", tokenizer_backend=None,
                                    tokenized_requests=False, **common)
-    if gguf is not None:
+    if gguf is not None or (hf is not None and "tokenizer_backend" not in model_args):
         _model_registered()
-        return globals()["TradeoffLlamaCpp"](base_url=url + "/v1/completions", gguf=str(gguf),
-                                             loglikelihood=loglikelihood, n_ctx=n_ctx, **common)
+        return globals()["TradeoffLlamaCpp"](base_url=url + "/v1/completions", gguf=str(gguf) if gguf else None,
+                                             hf=str(hf) if hf else None, loglikelihood=loglikelihood, n_ctx=n_ctx,
+                                             **common)
     # A bare endpoint: no tokenizer, so generate-only tasks (lm-eval's own offline setting).
     return LocalCompletionsAPI(base_url=url + "/v1/completions", **{"tokenizer_backend": None,
                                                                      "tokenized_requests": False, **common})
@@ -429,14 +446,86 @@ def score_rows(results: dict, samples: list[dict]) -> list[Score]:
     return out
 
 
+class LoglikDecider:
+    """Where lm-eval's log-likelihood requests are scored, decided on the first one (generate-only tasks never ask):
+    the configured path, else what `loglik_check` recorded for this engine and artifact (or engine and version),
+    else a short check run now (8 pairs) when an in-process model of the same weights exists, else the endpoint,
+    unchecked. `note` says which and why."""
+
+    CHECK_PAIRS = 8
+
+    def __init__(self, p: "LmEvalParams", ctx: SuiteContext):
+        self.p, self.ctx = p, ctx
+        self.decided = False
+        self._path, self.note = "endpoint", None
+
+    @property
+    def path(self) -> str:
+        if not self.decided:
+            self._path, self.note = self._decide()
+            self.decided = True
+        return self._path
+
+    def _decide(self) -> tuple[str, str]:
+        ctx = self.ctx
+        if self.p.loglikelihood != "auto":
+            return self.p.loglikelihood, f"log-likelihood scored {self.p.loglikelihood} (configured)"
+        rec, own = find_record(ctx)
+        if rec is None and same_weights_reference(ctx) is not None and ctx.base_url:
+            reachable = endpoint_reachable(ctx.base_url)
+            rows, error, reference = run_loglik_check(ctx, LoglikCheckParams(paths=["endpoint"]),
+                                                      loglik_pairs(self.CHECK_PAIRS, ctx.seed))
+            details = [json.loads(r["details"]) for r in rows]
+            rec, own = new_record(ctx, details, LoglikCheckParams().tolerance_nats, reference, error), True
+            if reachable:  # an endpoint that was not there says nothing about its path: this run only
+                save_record(ctx, rec)
+        if rec is None:
+            return "endpoint", "log-likelihood scored endpoint (not checked: no in-process model of these weights)"
+        where = "" if own else f", checked on {rec.variant} (same engine and version)"
+        if rec.endpoint_ok:
+            return "endpoint", f"log-likelihood scored endpoint (its path passed loglik_check: {rec.summary()}{where})"
+        if in_process_model(ctx) is not None:
+            return "in-process", "log-likelihood scored in-process (the engine's endpoint path failed loglik_check)"
+        return "endpoint", (f"log-likelihood scored endpoint although its path failed loglik_check ({rec.summary()}"
+                            f"{where}): no in-process model of these weights")
+
+
+def endpoint_reachable(base_url: str) -> bool:
+    import httpx
+
+
+    try:
+        httpx.get(base_url.rstrip("/") + "/v1/models", headers=endpoint_headers(base_url), timeout=10.0)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+def in_process_model(ctx: SuiteContext) -> tuple[Path | None, Path | None] | None:
+    """(gguf, hf checkpoint) that scores log-likelihood in-process for the variant, or None."""
+    ref = same_weights_reference(ctx)
+    if ref is None:
+        return None
+    return (ref[1], None) if ref[0] == "gguf" else (None, ref[1])
+
+
+def scoring_model(ctx: SuiteContext) -> tuple[Path | None, Path | None]:
+    """(gguf, hf folder) that tokenize for lm-eval: the variant's GGUF, else its HF tokenizer folder."""
+    if ctx.artifact_path is not None:
+        return ctx.artifact_path, None
+    ref = ctx.tokenizer_ref
+    if ref is not None and ref.kind == "gguf":
+        return Path(ref.path), None
+    if ref is not None and ref.kind == "hf" and Path(ref.path).is_dir():
+        return None, Path(ref.path)
+    return None, None
+
+
 def loglikelihood_path(p: LmEvalParams, ctx: SuiteContext) -> str:
-    if p.loglikelihood != "auto":
-        return p.loglikelihood
-    known_bad = not ENDPOINT_LOGLIK_OK.get(ctx.engine or "", True)
-    return "in-process" if known_bad and ctx.artifact_path is not None else "endpoint"
+    return LoglikDecider(p, ctx).path
 
 
-def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path) -> dict:
+def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path, decider: LoglikDecider | None = None) -> dict:
     """Run lm-eval's simple_evaluate with its own model classes; save its output files under `out_dir`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from lm_eval import simple_evaluate
@@ -444,8 +533,9 @@ def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path) -> dict:
     from lm_eval.tasks import TaskManager
 
     include = write_local_overrides(p.datasets, out_dir / "tasks") if p.datasets else None
-    lm = make_lm(ctx.base_url, ctx.served_model, p.api, ctx.artifact_path if p.api == "completions" else None,
-                 loglikelihood_path(p, ctx), ctx.n_ctx, p.concurrency, p.timeout_s, p.model_args)
+    gguf, hf = scoring_model(ctx) if p.api == "completions" else (None, None)
+    lm = make_lm(ctx.base_url, ctx.served_model, p.api, gguf, decider or LoglikDecider(p, ctx), ctx.n_ctx,
+                 p.concurrency, p.timeout_s, p.model_args, hf=hf)
     tracker = EvaluationTracker(output_path=str(out_dir))
     # lm-eval logs a warning per task an override replaces: that is the point of the overrides.
     logging.getLogger("lm_eval.tasks._index").setLevel(logging.ERROR)
@@ -474,16 +564,17 @@ class LmEval(Suite):
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
-        results = evaluate(ctx, p, ctx.work_dir / "lm_eval")
+        decider = LoglikDecider(p, ctx)
+        results = evaluate(ctx, p, ctx.work_dir / "lm_eval", decider)
         res = SuiteResult(samples=sample_rows(results))
         res.scores = score_rows(results, res.samples)
-        path = loglikelihood_path(p, ctx)
         loglik_tasks = {t for t, c in results.get("configs", {}).items()
                         if (c or {}).get("output_type") in ("loglikelihood", "multiple_choice", "loglikelihood_rolling")}
+        if loglik_tasks:
+            decider.path  # noqa: B018 - decided already when lm-eval asked; a cached run decides here
         for s in res.scores:
             if s.metric.split(".", 1)[0] in loglik_tasks:
-                s.note = f"log-likelihood scored {path}" + (
-                    " (the engine's endpoint path failed loglik_check)" if path == "in-process" else "")
+                s.note = decider.note
         return res
 
 
@@ -515,32 +606,57 @@ def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
+def reference_worker(kind: str, path: Path, n_ctx: int) -> ChildWorker:
+    """The in-process reference of the same weights: llama.cpp logits of a GGUF, or transformers on an HF checkpoint."""
+    return logits_worker(path, n_ctx, reuse_prefix=False) if kind == "gguf" else hf_logits_worker(path, n_ctx)
+
+
+def run_loglik_check(ctx: SuiteContext, p: "LoglikCheckParams", pairs: list[tuple[str, str]],
+                     ) -> tuple[list[dict], str | None, str]:
+    """Every path of `p` against the in-process reference of the same weights: (sample rows, first error, what the
+    reference was). The endpoint path of llama.cpp runs on a sibling server with prompt logits on."""
+    from lm_eval.api.instance import Instance
+
+    ref = same_weights_reference(ctx)
+    if ref is None:
+        raise ValueError("loglik_check: no in-process model of the weights this endpoint serves (a GGUF, or an HF "
+                         "checkpoint served as stored); weights quantized when loading have none")
+    kind, path = ref
+    gguf, hf = scoring_model(ctx)
+    if gguf is None and hf is None:
+        gguf, hf = (path, None) if kind == "gguf" else (None, path)
+    label = f"{'llama.cpp' if kind == 'gguf' else 'transformers float32'} on {path.name}"
+    reference = reference_worker(kind, path, ctx.n_ctx)
+    rows: list[dict] = []
+    try:
+        for which in p.paths:
+            needs_sibling = (which == "endpoint" and p.prompt_logits_server and ctx.engine in PROMPT_LOGPROB_ARGS
+                             and ctx.variant_spec is not None)
+            if needs_sibling:
+                args = {**ctx.variant_spec.engine_args, **PROMPT_LOGPROB_ARGS[ctx.engine]}
+                with sibling_server(ctx, "prompt-logits", engine_args=args) as url:
+                    rows += LoglikCheck._check(ctx, p, which, url, pairs, reference, Instance, gguf, hf)
+            else:
+                rows += LoglikCheck._check(ctx, p, which, ctx.base_url, pairs, reference, Instance, gguf, hf)
+    finally:
+        reference.close()
+    details = [json.loads(r["details"]) for r in rows]
+    error = next((d["error"] for d in details if d["path"] == "endpoint" and d["error"]), None)
+    return rows, error, label
+
+
 class LoglikCheck(Suite):
     name = "loglik_check"
     version = "1"
     Params = LoglikCheckParams
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
-        if ctx.artifact_path is None:
-            raise ValueError("loglik_check: needs the model's GGUF for the in-process reference (--gguf on the command line)")
         p = self.params(ctx)
-        from lm_eval.api.instance import Instance
-
-        pairs = loglik_pairs(ctx.limit or 16, ctx.seed)
-        reference = logits_worker(ctx.artifact_path, ctx.n_ctx, reuse_prefix=False)
-        res = SuiteResult()
-        try:
-            for path in p.paths:
-                needs_sibling = (path == "endpoint" and p.prompt_logits_server and ctx.engine in PROMPT_LOGPROB_ARGS
-                                 and ctx.variant_spec is not None)
-                if needs_sibling:
-                    args = {**ctx.variant_spec.engine_args, **PROMPT_LOGPROB_ARGS[ctx.engine]}
-                    with sibling_server(ctx, "prompt-logits", engine_args=args) as url:
-                        res.samples += self._check(ctx, p, path, url, pairs, reference, Instance)
-                else:
-                    res.samples += self._check(ctx, p, path, ctx.base_url, pairs, reference, Instance)
-        finally:
-            reference.close()
+        rows, error, reference = run_loglik_check(ctx, p, loglik_pairs(ctx.limit or 16, ctx.seed))
+        res = SuiteResult(samples=rows)
+        if "endpoint" in p.paths:  # lm_eval's auto path follows this record (engine, version, artifact)
+            endpoint_rows = [json.loads(r["details"]) for r in rows if r["sample_id"].startswith("endpoint/")]
+            save_record(ctx, new_record(ctx, endpoint_rows, p.tolerance_nats, reference, error))
         for path in p.paths:
             rows = [json.loads(s["details"]) for s in res.samples if s["sample_id"].startswith(path + "/")]
             diffs = [d["abs_diff_nats"] for d in rows if d["abs_diff_nats"] is not None]
@@ -551,7 +667,7 @@ class LoglikCheck(Suite):
                 Score(f"{path}.within_tolerance", float(np.mean([d["within"] for d in rows])) if rows else None, None,
                       len(rows), "fraction", True, f"mean(within) {where}", note=note),
                 Score(f"{path}.max_abs_diff_nats", max(diffs) if diffs else None, None, len(rows), "nats", False, None,
-                      note=note),
+                      note=note or f"vs {reference}"),
                 Score(f"{path}.greedy_agreement", float(np.mean([d["greedy_same"] for d in rows])) if rows else None,
                       None, len(rows), "fraction", True, f"mean(greedy_same) {where}"),
             ]
@@ -559,8 +675,8 @@ class LoglikCheck(Suite):
 
     @staticmethod
     def _check(ctx: SuiteContext, p: LoglikCheckParams, path: str, url: str, pairs: list[tuple[str, str]],
-               reference, Instance) -> list[dict]:
-        lm = make_lm(url, ctx.served_model, "completions", ctx.artifact_path, path, ctx.n_ctx, 1, 120, {"max_retries": 1})
+               reference, Instance, gguf: Path | None = None, hf: Path | None = None) -> list[dict]:
+        lm = make_lm(url, ctx.served_model, "completions", gguf, path, ctx.n_ctx, 1, 120, {"max_retries": 1}, hf=hf)
         try:
             requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
             try:

@@ -16,6 +16,7 @@ import httpx
 from pydantic import Field
 
 from tasks.client import complete
+from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 from tasks.quality.suites.arithmetic import parse_int
 
@@ -83,9 +84,10 @@ class LongContext(Suite):
         res = SuiteResult()
         for n, depth, trial, key in cells:
             prompt = passkey_prompt(tok, n, depth, key)
+            usage: dict = {}
             try:
                 text, error = complete(ctx.base_url, ctx.served_model, prompt, ANSWER_TOKENS, stop=["\n"],
-                                       timeout_s=ctx.request_timeout_s), None
+                                       timeout_s=ctx.request_timeout_s, usage=usage), None
             except (httpx.HTTPError, KeyError, ValueError) as err:
                 text, error = "", error_text(err)
             got = parse_int(text)
@@ -96,14 +98,19 @@ class LongContext(Suite):
                 "score": float(got == key), "valid": valid,
                 "details": json.dumps({"context_tokens": n, "depth_pct": depth, "prompt_tokens": _count(tok, prompt),
                                        "parsed": got, "error": error, "invalid": int(not valid),
-                                       "tokens_exact": tok is not None})})
+                                       "tokens_exact": tok is not None,
+                                       "tokenizer": tok.label if tok is not None else None,
+                                       # the server's own count of the prompt (its usage; a BOS it adds included)
+                                       "prompt_tokens_server": usage.get("prompt_tokens")})})
         res.scores = binary_scores(res.samples)
         if notes:
             res.scores[0].note = "; ".join(notes)
+        # The per-length scores carry the length unit's caveat: without a tokenizer lengths are approximate.
+        length_note = no_tokenizer_note("lengths approximate (~4 characters per token)") if tok is None else None
         for n in lengths:
             rows = [s for s in res.samples if json.loads(s["details"])["context_tokens"] == n]
             if rows:
                 acc = sum(s["score"] for s in rows) / len(rows)
                 res.scores.append(Score(f"accuracy_ctx{n}", acc, None, len(rows), "fraction", True,
-                                        f"mean(score) where context_tokens={n}"))
+                                        f"mean(score) where context_tokens={n}", note=length_note))
         return res
