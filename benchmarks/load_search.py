@@ -1,6 +1,6 @@
 """The sustainable-load search against a server whose latency is known: does it find the right rate?
 
-A single-slot server (tests/slo_stub.py) takes SERVICE ms per request; requests arrive evenly (burstiness
+A single-slot server (tests/stubs/slo_stub.py) takes SERVICE ms per request; requests arrive evenly (burstiness
 100). Above 1000 / SERVICE req/s request k waits k x (SERVICE - 1000 / rate) ms, so over N measured
 requests numpy's p99 TTFT is SERVICE + (N - 1) x 0.99 x (SERVICE - 1000 / rate) ms and the highest rate
 within a TTFT limit L is 1000 / (SERVICE - (L - SERVICE) / ((N - 1) x 0.99)). The sweep measures a low and
@@ -20,7 +20,7 @@ from tasks.core.config import RunConfig
 from tasks.perf.load_search import bracket, check_step, search_load
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
-from tests.slo_stub import start_paced_stub
+from tests.stubs.slo_stub import start_paced_stub
 
 N = 20
 

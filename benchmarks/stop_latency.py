@@ -3,7 +3,7 @@
     python benchmarks/stop_latency.py [--phases startup perf quality] [--signals SIGINT SIGTERM SIGKILL]
 
 Each (phase, signal): the real CLI on configs/tiny.yaml cut to its reference variant (as
-tests/test_faults_orphans.py runs it), the signal sent in the phase, then two times from the
+tests/e2e/test_faults_orphans.py runs it), the signal sent in the phase, then two times from the
 signal: until the command has ended, and until /proc holds no process of the run (engine
 server, Prefect's ephemeral API). Prints one line per case.
 """
@@ -24,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_faults_orphans import processes_of, reach, tiny_one_variant  # noqa: E402
+from tests.e2e.test_faults_orphans import processes_of, reach, tiny_one_variant  # noqa: E402
 
 
 def one(phase: str, sig: signal.Signals, tmp: Path, shared: dict[str, str]) -> tuple[float, float, int]:

@@ -5,7 +5,7 @@
     python scripts/cluster.py worker --gpu-host H    # a GPU host's worker (one variant at a time)
 
 `setup` is idempotent: it creates what is missing and sets what differs. The Makefile's
-`server`, `pool` and `worker` targets call these; tests/test_cluster.py starts the same commands.
+`server`, `pool` and `worker` targets call these; tests/e2e/test_cluster.py starts the same commands.
 """
 
 from __future__ import annotations

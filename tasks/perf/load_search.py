@@ -4,7 +4,7 @@ SLO and the first one above it that misses it, halving the gap each time, within
 A step meets the SLO when the SLO percentile (p99 by default) of its measured requests' TTFT, TPOT and
 E2EL is within each limit given; a request that errored or did not complete is a miss (an infinite
 latency). v_slo_steps applies the same rule to the stored requests, so a step the search measured is
-judged the same way later (tests/test_recommend.py checks that they agree). The percentile is numpy's
+judged the same way later (tests/integration/test_recommend.py checks that they agree). The percentile is numpy's
 linear one, as everywhere else in tradeoff.
 
 The search needs the live endpoint, so it runs inside the variant's perf measurement

@@ -266,10 +266,10 @@ def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, pe
     itl = [[r.itl_ms for r in g] for g in ok]
     ci = {"ttft_cv_pct": (ttft, _cv), "itl_cv_pct": (itl, _cv)}
     for i, (name, (groups, stat)) in enumerate(ci.items(), start=2):
-        pooled[f"{name}_ci_lo"], pooled[f"{name}_ci_hi"] = bootstrap_ci(groups, stat, level, resamples, seed + i)
+        pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"] = bootstrap_ci(groups, stat, level, resamples, seed + i)
     small = None
     for name in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput"):
-        pooled[f"{name}_ci_lo"], pooled[f"{name}_ci_hi"], why = t_interval([p[name] for p in per], level)
+        pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"], why = t_interval([p[name] for p in per], level)
         small = small or why
     pooled["repeats"] = len(runs)
     pooled["ci_level"] = level

@@ -61,13 +61,13 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
            "ttft_cv_pct", "itl_cv_pct", "ttft_p99_p50_ratio", "itl_p99_p50_ratio", "num_good", "goodput_slo",
            "slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms", "ci_level", "ci_method",
            *(f"{m}_ci_{e}" for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct")
-             for e in ("lo", "hi")),
+             for e in ("low", "high")),
            "peak_window_s", "energy_j", "energy_j_per_token", "tokens_per_j", "mean_power_w", "energy_source",
            "energy_note", "energy_by_device_j", "model_bytes", "mem_bandwidth_gb_s", "mem_bandwidth_method",
            "mbu_pct", "output_len_forced_by", "output_len_note",
            # 007_timing: reasoning-aware timing and jitter per repeat
            "ttft_answer_ms_mean", "ttft_answer_ms_p50", "ttft_answer_ms_p99", "total_reasoning_tokens",
-           "total_answer_tokens", *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_lo", "_ci_hi")),
+           "total_answer_tokens", *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_low", "_ci_high")),
            "jitter_note")
     out.update({k: s.get(k) for k in own})
     out["output_tokens_sources"] = dict(Counter(r.output_tokens_source for r in ok))

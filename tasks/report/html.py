@@ -67,11 +67,11 @@ def pareto_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return _note("no variant has both tokens/s and a primary quality metric")
     fig, ax = _axes()
     on = df[df.on_quality_frontier]
-    ax.scatter(df.tps_mean, df.quality, c=["#1f77b4" if f else "#aaa" for f in df.on_quality_frontier], zorder=3)
+    ax.scatter(df.best_output_tok_s, df.quality, c=["#1f77b4" if f else "#aaa" for f in df.on_quality_frontier], zorder=3)
     for _, r in df.iterrows():
-        ax.annotate(r.variant, (r.tps_mean, r.quality), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    front = on.sort_values("tps_mean")
-    ax.plot(front.tps_mean, front.quality, "-", color="#1f77b4", alpha=0.6, label="Pareto frontier")
+        ax.annotate(r.variant, (r.best_output_tok_s, r.quality), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    front = on.sort_values("best_output_tok_s")
+    ax.plot(front.best_output_tok_s, front.quality, "-", color="#1f77b4", alpha=0.6, label="Pareto frontier")
     ax.set_xlabel("output tokens/s (best sustained)")
     ax.set_ylabel(df.quality_metric.iloc[0])
     ax.legend(fontsize=8)
@@ -213,8 +213,8 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     else:
         fig, ax = _axes(6.4, 4.0)
         x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
-        xerr = [(x - pts.sustainable_output_tok_s_ci_lo.astype(float).fillna(x)).clip(lower=0),
-                (pts.sustainable_output_tok_s_ci_hi.astype(float).fillna(x) - x).clip(lower=0)]
+        xerr = [(x - pts.sustainable_output_tok_s_ci_low.astype(float).fillna(x)).clip(lower=0),
+                (pts.sustainable_output_tok_s_ci_high.astype(float).fillna(x) - x).clip(lower=0)]
         yerr = [(y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
                 (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0)]
         colors = {"recommended": "#2ca02c", "passes": "#1f77b4", "fails_gate": "#d62728",
@@ -282,8 +282,8 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     lines = takeaways(df, quality_unit(con, run_id, metric))
     quality_cols = [c for c in df.columns if c not in _BASE_COLS]
     table = _table(df, [("variant", "variant", 0), ("engine", "engine", 0), ("quantization", "quant", 0),
-                        ("speculative", "spec", 0), ("status", "status", 0), ("tps_peak", "TPS peak", 1),
-                        ("tps_mean", "TPS mean", 1), ("speedup_vs_reference", "speed-up", 2),
+                        ("speculative", "spec", 0), ("status", "status", 0), ("peak_output_tok_s", "TPS peak", 1),
+                        ("best_output_tok_s", "TPS mean", 1), ("speedup_vs_reference", "speed-up", 2),
                         ("ttft_ms_mean", "TTFT ms mean", 1), ("ttft_ms_p99", "TTFT ms p99", 1),
                         ("jitter_pct", "jitter %", 1), ("energy_j_per_token", "J/token", 3)]
                    + [(c, c, 4) for c in quality_cols])
@@ -302,7 +302,7 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         _figure("Latency vs concurrency", lat),
         _figure("Energy per output token", energy_plot(df)),
         _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
-        _figure("History: tokens/s across nights", history_plot(con, run_id, "tps_mean")),
+        _figure("History: tokens/s across nights", history_plot(con, run_id, "best_output_tok_s")),
         _figure(f"History: {metric} across nights", history_plot(con, run_id, metric) if metric else _note("no primary metric")),
     ]
     versions = json.loads(run.library_versions or "{}")
@@ -325,7 +325,7 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 
 
 _BASE_COLS = {"run_id", "started_at", "variant", "engine", "model", "quantization", "speculative", "is_reference",
-              "status", "error", "tps_peak", "tps_mean", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
+              "status", "error", "peak_output_tok_s", "best_output_tok_s", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
               "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "speedup_vs_reference",
               "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "quality_delta_vs_reference"}
 

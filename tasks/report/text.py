@@ -82,7 +82,7 @@ def _itl_jitter_clause(row: pd.Series) -> str | None:
     ratio, cv = _value(row.get("itl_jitter_ratio_vs_reference")), _value(row.get("itl_cv_pct"))
     if not _value(row.get("speculative")) or cv is None:
         return None
-    lo, hi = _value(row.get("itl_cv_pct_ci_lo")), _value(row.get("itl_cv_pct_ci_hi"))
+    lo, hi = _value(row.get("itl_cv_pct_ci_low")), _value(row.get("itl_cv_pct_ci_high"))
     interval = f", CI {lo:.0f}..{hi:.0f}" if lo is not None and hi is not None else ""
     return (f"ITL jitter {ratio:.1f}x ({cv:.0f} % CV{interval})" if ratio is not None
             else f"ITL jitter {cv:.0f} % CV{interval}")
@@ -138,7 +138,7 @@ def _table(df: pd.DataFrame, quality_header: str) -> str:
     for _, r in df.iterrows():
         table.add_row(
             r["variant"], _value(r["engine"]) or "", _value(r["quantization"]) or "", _value(r["speculative"]) or "",
-            _fmt(r["tps_peak"], ".1f"), _fmt(r["tps_mean"], ".1f"), _fmt(r["ttft_ms_mean"], ".1f"),
+            _fmt(r["peak_output_tok_s"], ".1f"), _fmt(r["best_output_tok_s"], ".1f"), _fmt(r["ttft_ms_mean"], ".1f"),
             _fmt(r["ttft_ms_p99"], ".1f"), _fmt(r["jitter_pct"], ".1f"), _fmt(r["quality"], ".3f"),
             _fmt(r["energy_j_per_token"], ".4g"),
         )

@@ -1,13 +1,13 @@
 -- v_cost: what a variant's tokens and correct answers cost, where the config gives prices.
 -- One row per (run_id, variant) with a price. Columns:
 --   run_id, variant, engine, quantization
---   tps_mean                       output tokens/s, best sustained (v_tradeoff)
+--   best_output_tok_s                       output tokens/s, best sustained (v_tradeoff)
 --   usd_per_hour                   config: hardware cost (USD/hour)
 --   usd_per_1m_input_tok           config: hosted price (USD per 1M input tokens)
 --   usd_per_1m_output_tok          config: hosted price (USD per 1M output tokens)
---   cost_basis                     'token prices' (hosted) | 'hourly rate at tps_mean' (own hardware)
+--   cost_basis                     'token prices' (hosted) | 'hourly rate at best_output_tok_s' (own hardware)
 --   usd_per_1m_tok                 USD per 1M output tokens: the hosted output price, or
---                                  usd_per_hour / (tps_mean x 3600) x 1e6 on own hardware
+--                                  usd_per_hour / (best_output_tok_s x 3600) x 1e6 on own hardware
 --   quality, quality_metric        primary quality metric (v_tradeoff)
 --   tokens_per_answer              mean prompt + output tokens per sample of the primary suite, from
 --                                  quality_samples.details (prompt_tokens, output_tokens); NULL when
@@ -21,7 +21,7 @@ with priced as (
         t.variant,
         t.engine,
         t.quantization,
-        t.tps_mean,
+        t.best_output_tok_s,
         v.usd_per_hour,
         v.usd_per_1m_input_tok,
         v.usd_per_1m_output_tok,
@@ -51,15 +51,15 @@ unit as (
 costed as (
     select
         p.*,
-        case when p.usd_per_1m_output_tok is not null then 'token prices' else 'hourly rate at tps_mean' end
+        case when p.usd_per_1m_output_tok is not null then 'token prices' else 'hourly rate at best_output_tok_s' end
             as cost_basis,
-        coalesce(p.usd_per_1m_output_tok, p.usd_per_hour / nullif(p.tps_mean * 3600, 0) * 1e6) as usd_per_1m_tok,
+        coalesce(p.usd_per_1m_output_tok, p.usd_per_hour / nullif(p.best_output_tok_s * 3600, 0) * 1e6) as usd_per_1m_tok,
         a.prompt_tokens + a.output_tokens as tokens_per_answer,
         case
             when p.usd_per_1m_output_tok is not null
                 then (coalesce(p.usd_per_1m_input_tok, 0) * a.prompt_tokens + p.usd_per_1m_output_tok * a.output_tokens) / 1e6
-            -- own hardware: the time to generate the answer's output tokens at tps_mean
-            else p.usd_per_hour / 3600 * a.output_tokens / nullif(p.tps_mean, 0)
+            -- own hardware: the time to generate the answer's output tokens at best_output_tok_s
+            else p.usd_per_hour / 3600 * a.output_tokens / nullif(p.best_output_tok_s, 0)
         end as usd_per_answer,
         u.unit as quality_unit
     from priced as p
@@ -69,7 +69,7 @@ costed as (
 
 final as (
     select
-        run_id, variant, engine, quantization, tps_mean, usd_per_hour, usd_per_1m_input_tok,
+        run_id, variant, engine, quantization, best_output_tok_s, usd_per_hour, usd_per_1m_input_tok,
         usd_per_1m_output_tok, cost_basis, usd_per_1m_tok, quality, quality_metric, tokens_per_answer,
         case when quality_unit = 'fraction' and quality > 0 then usd_per_answer / quality end
             as usd_per_correct_answer,

@@ -4,7 +4,7 @@
 -- (llama-cpp-python's server, hosted APIs). Columns:
 --   run_id, variant, engine, engine_version, quantization, speculative, status
 --   server_startup_s               s, server start until healthy (hosted: until it first answered)
---   tps_mean                       output tokens/s, best sustained (v_tradeoff)
+--   best_output_tok_s                       output tokens/s, best sustained (v_tradeoff)
 --   ttft_ms_mean, itl_ms_mean      ms, headline scenario (v_tradeoff)
 --   kv_cache_usage_pct_mean/_max   %, KV-cache blocks in use, mean and max over the reads
 --   requests_running_max           count, requests decoded at once, max over the reads
@@ -46,7 +46,7 @@ final as (
         t.speculative,
         t.status,
         v.server_startup_s,
-        t.tps_mean,
+        t.best_output_tok_s,
         t.ttft_ms_mean,
         t.itl_ms_mean,
         p.* exclude (run_id, variant)

@@ -2,7 +2,7 @@
 -- metric can be followed across nights on the same hardware. Columns:
 --   hardware_id                   fingerprint of host, CPU model, core count and GPUs (runs)
 --   config_name, variant, engine, quantization
---   metric                        tps_mean, tps_peak (output tokens/s), ttft_ms_mean, ttft_ms_p99
+--   metric                        best_output_tok_s, peak_output_tok_s (output tokens/s), ttft_ms_mean, ttft_ms_p99
 --                                 (ms), jitter_pct (%), energy_j_per_token (J/token), or a
 --                                 quality metric 'suite.metric' (own unit)
 --   higher_is_better              direction of the metric
@@ -18,17 +18,17 @@ with ok_runs as (
 
 perf as (
     unpivot (
-        select run_id, variant, engine, quantization, tps_mean, tps_peak, ttft_ms_mean, ttft_ms_p99,
+        select run_id, variant, engine, quantization, best_output_tok_s, peak_output_tok_s, ttft_ms_mean, ttft_ms_p99,
             jitter_pct, energy_j_per_token
         from v_tradeoff
         where status = 'ok'
     )
-    on tps_mean, tps_peak, ttft_ms_mean, ttft_ms_p99, jitter_pct, energy_j_per_token
+    on best_output_tok_s, peak_output_tok_s, ttft_ms_mean, ttft_ms_p99, jitter_pct, energy_j_per_token
     into name metric value value
 ),
 
 perf_directed as (
-    select *, metric in ('tps_mean', 'tps_peak') as higher_is_better
+    select *, metric in ('best_output_tok_s', 'peak_output_tok_s') as higher_is_better
     from perf
 ),
 

@@ -1,7 +1,7 @@
 -- v_pareto: per run, which ok variants lie on the speed-quality frontier and the speed-latency
 -- frontier; one row per (run_id, variant). Columns:
 --   run_id, variant
---   tps_mean                     output tokens/s, best sustained (v_tradeoff)
+--   best_output_tok_s                     output tokens/s, best sustained (v_tradeoff)
 --   quality, quality_metric      primary quality metric value (own unit) and its 'suite.metric'
 --   quality_higher_is_better     direction of the quality metric (quality_scores)
 --   ttft_ms_mean                 ms, time to first token at the lowest concurrency
@@ -21,7 +21,7 @@ points as (
     select
         t.run_id,
         t.variant,
-        t.tps_mean,
+        t.best_output_tok_s,
         t.quality,
         t.quality_metric,
         coalesce(d.higher_is_better, true) as quality_higher_is_better,
@@ -29,24 +29,24 @@ points as (
         case when coalesce(d.higher_is_better, true) then t.quality else -t.quality end as quality_up
     from v_tradeoff as t
     left join quality_direction as d on t.run_id = d.run_id and t.quality_metric = d.quality_metric
-    where t.status = 'ok' and t.tps_mean is not null
+    where t.status = 'ok' and t.best_output_tok_s is not null
 ),
 
 quality_dominators as (
-    select a.run_id, a.variant, arg_max(b.variant, b.tps_mean) as dominated_by
+    select a.run_id, a.variant, arg_max(b.variant, b.best_output_tok_s) as dominated_by
     from points as a
     join points as b on a.run_id = b.run_id and a.variant <> b.variant
-    where b.tps_mean >= a.tps_mean and b.quality_up >= a.quality_up
-        and (b.tps_mean > a.tps_mean or b.quality_up > a.quality_up)
+    where b.best_output_tok_s >= a.best_output_tok_s and b.quality_up >= a.quality_up
+        and (b.best_output_tok_s > a.best_output_tok_s or b.quality_up > a.quality_up)
     group by a.run_id, a.variant
 ),
 
 latency_dominators as (
-    select a.run_id, a.variant, arg_max(b.variant, b.tps_mean) as dominated_by
+    select a.run_id, a.variant, arg_max(b.variant, b.best_output_tok_s) as dominated_by
     from points as a
     join points as b on a.run_id = b.run_id and a.variant <> b.variant
-    where b.tps_mean >= a.tps_mean and b.ttft_ms_mean <= a.ttft_ms_mean
-        and (b.tps_mean > a.tps_mean or b.ttft_ms_mean < a.ttft_ms_mean)
+    where b.best_output_tok_s >= a.best_output_tok_s and b.ttft_ms_mean <= a.ttft_ms_mean
+        and (b.best_output_tok_s > a.best_output_tok_s or b.ttft_ms_mean < a.ttft_ms_mean)
     group by a.run_id, a.variant
 ),
 
@@ -54,7 +54,7 @@ final as (
     select
         p.run_id,
         p.variant,
-        p.tps_mean,
+        p.best_output_tok_s,
         p.quality,
         p.quality_metric,
         p.quality_higher_is_better,

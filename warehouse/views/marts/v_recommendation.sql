@@ -9,7 +9,7 @@
 --   sustainable_request_rate       requests/s it offered (rate steps; NULL for closed-loop steps)
 --   sustainable_req_s              requests/s: the step's load (offered rate, else completed requests/s)
 --   sustainable_goodput_req_s      requests/s that met every limit in that step
---   sustainable_output_tok_s       output tokens/s in that step; _ci_lo/_ci_hi its interval (>= 2 repeats)
+--   sustainable_output_tok_s       output tokens/s in that step; _ci_low/_ci_high its interval (>= 2 repeats)
 --   sustainable_ttft_ms_pctl, sustainable_tpot_ms_pctl   ms, TTFT and TPOT at the SLO percentile there
 --   sustainable_is_lower_bound     the highest step measured still meets the SLO: the limit lies higher
 --   next_failing_scenario, next_failing_req_s   the lowest step above it that misses the SLO
@@ -147,8 +147,8 @@ assembled as (
         b.load_req_s as sustainable_req_s,
         b.goodput_req_s as sustainable_goodput_req_s,
         b.output_tok_s as sustainable_output_tok_s,
-        b.output_tok_s_ci_lo as sustainable_output_tok_s_ci_lo,
-        b.output_tok_s_ci_hi as sustainable_output_tok_s_ci_hi,
+        b.output_tok_s_ci_low as sustainable_output_tok_s_ci_low,
+        b.output_tok_s_ci_high as sustainable_output_tok_s_ci_high,
         b.ttft_ms_pctl as sustainable_ttft_ms_pctl,
         b.tpot_ms_pctl as sustainable_tpot_ms_pctl,
         case when b.scenario is not null then nf.scenario is null end as sustainable_is_lower_bound,
@@ -305,8 +305,8 @@ final as (
         sustainable_req_s,
         sustainable_goodput_req_s,
         sustainable_output_tok_s,
-        sustainable_output_tok_s_ci_lo,
-        sustainable_output_tok_s_ci_hi,
+        sustainable_output_tok_s_ci_low,
+        sustainable_output_tok_s_ci_high,
         sustainable_ttft_ms_pctl,
         sustainable_tpot_ms_pctl,
         sustainable_is_lower_bound,

@@ -7,7 +7,7 @@
 --   request_rate                   requests/s offered by a rate step (NULL for closed-loop steps)
 --   request_throughput             requests/s completed (ok requests over the step's duration)
 --   load_req_s                     the step's load: request_rate where it has one, else request_throughput
---   output_tok_s                   output tokens/s over the step; output_tok_s_ci_lo/_hi its interval (>= 2 repeats)
+--   output_tok_s                   output tokens/s over the step; output_tok_s_ci_low/_high its interval (>= 2 repeats)
 --   energy_j_per_token, energy_note  J per output token over the step; why it is NULL
 --   num_measured, num_misses       measured requests; those that errored or did not complete
 --   slo_percentile                 e.g. 99
@@ -138,8 +138,8 @@ final as (
         s.request_throughput,
         coalesce(s.request_rate, s.request_throughput) as load_req_s,
         s.output_throughput as output_tok_s,
-        s.output_throughput_ci_lo as output_tok_s_ci_lo,
-        s.output_throughput_ci_hi as output_tok_s_ci_hi,
+        s.output_throughput_ci_low as output_tok_s_ci_low,
+        s.output_throughput_ci_high as output_tok_s_ci_high,
         s.energy_j_per_token,
         s.energy_note,
         c.num_measured,

@@ -5,30 +5,30 @@
 --   is_reference                   the variant the others are compared with
 --   status                         ok | failed
 --   error                          first error of a failed variant
---   tps_peak                       output tokens/s, best window, max over the variant's scenarios
---   tps_mean                       output tokens/s, best sustained: max over its scenarios
+--   peak_output_tok_s                       output tokens/s, best window, max over the variant's scenarios
+--   best_output_tok_s                       output tokens/s, best sustained: max over its scenarios
 --   ttft_ms_mean, ttft_ms_p99      ms, time to first token, headline scenario
 --   jitter_pct                     %, the same as ttft_cv_pct (kept for its readers)
 --   itl_ms_mean                    ms, inter-token latency, headline scenario
 --   tpot_ms_mean                   ms per output token, headline scenario
---   energy_j_per_token             joules per output token, in the scenario that gave tps_mean
+--   energy_j_per_token             joules per output token, in the scenario that gave best_output_tok_s
 --   energy_note                    why energy_j_per_token is NULL
 --   quality                        value of the run's primary quality metric, in its own unit
 --   quality_metric                 that metric, 'suite.metric' (runs.primary_quality_metric)
 --   goodput_req_s                  requests/s meeting every SLO limit, headline scenario
 --   mbu_pct                        %, model bandwidth utilisation, headline scenario (concurrency 1)
---   ttft_ms_mean_ci_lo, _ci_hi     ms, t-interval over the repeats' TTFT means (perf.confidence;
+--   ttft_ms_mean_ci_low, _ci_high     ms, t-interval over the repeats' TTFT means (perf.confidence;
 --                                  run-to-run variation only; NULL under 2 repeats)
 --   ttft_cv_pct                    %, TTFT jitter of the jitter scenario: the median over repeats of each
 --                                  repeat's coefficient of variation (sample std / mean) of TTFT; rows
 --                                  loaded without it (before 007) fall back to the CV pooled over repeats
---   ttft_cv_pct_ci_lo, _ci_hi      %, interval of ttft_cv_pct over the repeats; NULL below 2 (jitter_note)
+--   ttft_cv_pct_ci_low, _ci_high      %, interval of ttft_cv_pct over the repeats; NULL below 2 (jitter_note)
 --   itl_cv_pct                     %, ITL jitter likewise: each repeat's CV of its pooled chunk gaps, median
---   itl_cv_pct_ci_lo, _ci_hi       %, interval of itl_cv_pct over the repeats; NULL below 2 (jitter_note)
+--   itl_cv_pct_ci_low, _ci_high       %, interval of itl_cv_pct over the repeats; NULL below 2 (jitter_note)
 --   jitter_scenario                the scenario the jitter figures come from: `jitter` (the fixed-length
 --                                  concurrency-1 workload, perf.jitter) when it ran, else the headline
 --   jitter_note                    why a jitter figure or its interval is NULL
---   speedup_vs_reference           ratio, tps_mean / reference tps_mean
+--   speedup_vs_reference           ratio, best_output_tok_s / reference best_output_tok_s
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
 --   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
 --   itl_jitter_ratio_vs_reference  ratio, itl_cv_pct / reference itl_cv_pct (speculative decoding moves it)
@@ -58,7 +58,7 @@ best_sustained as (
 ),
 
 peak as (
-    select run_id, variant, max(peak_output_throughput) as tps_peak
+    select run_id, variant, max(peak_output_throughput) as peak_output_tok_s
     from perf_summary
     where scenario <> 'jitter'
     group by run_id, variant
@@ -88,8 +88,8 @@ measured as (
         v.is_reference,
         v.status,
         v.error,
-        p.tps_peak,
-        b.output_throughput as tps_mean,
+        p.peak_output_tok_s,
+        b.output_throughput as best_output_tok_s,
         h.ttft_ms_mean,
         h.ttft_ms_p99,
         coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as jitter_pct,
@@ -101,14 +101,14 @@ measured as (
         r.primary_quality_metric as quality_metric,
         h.request_goodput as goodput_req_s,
         h.mbu_pct,
-        h.ttft_ms_mean_ci_lo,
-        h.ttft_ms_mean_ci_hi,
+        h.ttft_ms_mean_ci_low,
+        h.ttft_ms_mean_ci_high,
         coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as ttft_cv_pct,
-        j.ttft_cv_pct_median_ci_lo as ttft_cv_pct_ci_lo,
-        j.ttft_cv_pct_median_ci_hi as ttft_cv_pct_ci_hi,
+        j.ttft_cv_pct_median_ci_low as ttft_cv_pct_ci_low,
+        j.ttft_cv_pct_median_ci_high as ttft_cv_pct_ci_high,
         coalesce(j.itl_cv_pct_median, j.itl_cv_pct) as itl_cv_pct,
-        j.itl_cv_pct_median_ci_lo as itl_cv_pct_ci_lo,
-        j.itl_cv_pct_median_ci_hi as itl_cv_pct_ci_hi,
+        j.itl_cv_pct_median_ci_low as itl_cv_pct_ci_low,
+        j.itl_cv_pct_median_ci_high as itl_cv_pct_ci_high,
         j.scenario as jitter_scenario,
         j.jitter_note
     from variants as v
@@ -125,7 +125,7 @@ primary_delta as (
 ),
 
 reference as (
-    select run_id, tps_mean, ttft_ms_mean, jitter_pct, itl_cv_pct, quality
+    select run_id, best_output_tok_s, ttft_ms_mean, jitter_pct, itl_cv_pct, quality
     from measured
     where is_reference
     -- two references would duplicate every row; compare with none instead
@@ -135,7 +135,7 @@ reference as (
 final as (
     select
         m.*,
-        m.tps_mean / nullif(ref.tps_mean, 0) as speedup_vs_reference,
+        m.best_output_tok_s / nullif(ref.best_output_tok_s, 0) as speedup_vs_reference,
         (m.ttft_ms_mean / nullif(ref.ttft_ms_mean, 0) - 1) * 100 as ttft_change_pct_vs_reference,
         m.jitter_pct / nullif(ref.jitter_pct, 0) as jitter_ratio_vs_reference,
         m.itl_cv_pct / nullif(ref.itl_cv_pct, 0) as itl_jitter_ratio_vs_reference,

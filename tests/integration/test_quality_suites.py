@@ -1,0 +1,248 @@
+"""Quality suites on a scripted local endpoint: scoring, bad answers counted, a judge that is down, the code sandbox.
+
+The stub answers like an oracle (it reads the answer out of the prompt), or badly (empty,
+HTTP 500, a loop), so each suite's scoring is checked without a model. The real model is used
+only where the suite computes from logits in-process (the log-likelihood scorer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tasks.core.errors import close_matches
+from tasks.quality.base import SuiteContext, suite_for
+from tasks.quality.suites.code import code_problems, extract_body, parses, run_tests
+from tasks.quality.suites.coherence import distinct_n, loop_start, repetition_rate
+from tasks.quality.suites.longctx import LongCtxParams, grid, passkey_prompt
+from tests.helpers import ROOT
+from tests.stubs.quality_stub import start
+
+# Correct bodies for some of the code specs; the oracle answers `pass` for the others.
+CODE_BODIES = {"add": "return a + b", "square": "return x * x", "is_even": "return n % 2 == 0",
+               "sum_list": "return sum(xs)", "reverse_string": "return s[::-1]", "uppercase": "return s.upper()"}
+
+
+def oracle_completion(prompt: str) -> str:
+    if m := re.search(r"The pass key is (\d+)", prompt):
+        return f" {m[1]}."
+    if qs := re.findall(r"Q: What is (\d+) (plus|minus|times) (\d+)\?", prompt):
+        a, op, b = qs[-1]
+        ops = {"plus": lambda x, y: x + y, "minus": lambda x, y: x - y, "times": lambda x, y: x * y}
+        return f" {ops[op](int(a), int(b))}"
+    if m := re.search(r'def (\w+)\([^)]*\):\n    """[^"]*"""$', prompt):
+        return f"\n    {CODE_BODIES.get(m[1], 'pass')}\n\n\nprint('done')"
+    return " I do not know."
+
+
+def oracle_chat(messages: list[dict]) -> str:
+    facts = messages[0]["content"]
+    question = messages[-1]["content"].lower()
+    # "...? Answer with the name only." ends several questions: look for "name" last.
+    for key, pattern in (("dog", r"my dog is called (\w+)"), ("city", r"I live in (\w+)"), ("colour", r"colour is (\w+)"),
+                         ("number", r"lucky number is (\d+)"), ("name", r"my name is (\w+)")):
+        if key in question:
+            return f"It is {re.search(pattern, facts)[1]}."
+    return "No idea."
+
+
+@pytest.fixture(scope="module")
+def stub():
+    srv, url = start(oracle_completion, oracle_chat)
+    yield url
+    srv.shutdown()
+
+
+def run_suite(url: str, name: str, model: str, tmp_path: Path, limit: int | None = None, **params):
+    ctx = SuiteContext(variant=model, base_url=url, served_model=model, artifact_path=None, reference_artifact_path=None,
+                       limit=limit, seed=0, params=params, work_dir=tmp_path / name, n_ctx=2048, request_timeout_s=10)
+    return suite_for(name).run(ctx)
+
+
+def scores(result) -> dict:
+    return {s.metric: s for s in result.scores}
+
+
+# ---------------------------------------------------------------- suites over the stub
+
+@pytest.mark.parametrize("model, accuracy, invalid", [("oracle", 1.0, 0.0), ("empty", 0.0, 1.0), ("http500", 0.0, 1.0),
+                                                      ("garbage", 0.0, 1.0)])
+def test_arithmetic_counts_bad_answers_as_wrong(stub, tmp_path, model, accuracy, invalid):
+    res = run_suite(stub, "arithmetic", model, tmp_path, limit=8)
+    s = scores(res)
+    assert s["accuracy"].value == accuracy and s["invalid_rate"].value == invalid
+    if invalid:
+        assert s["invalid_rate"].note == "8 of 8 answers empty, unparseable or errored"
+    assert len(res.samples) == 8 and all(x["score"] in (0.0, 1.0) for x in res.samples)
+
+
+def test_longctx_grid(stub, tmp_path):
+    res = run_suite(stub, "longctx", "oracle", tmp_path, context_tokens=[256, 512, 4096], depths_pct=[0, 50, 100],
+                    trials=2)
+    s = scores(res)
+    assert len(res.samples) == 3 * 3 * 2 and s["accuracy"].value == 1.0
+    assert set(s) >= {"accuracy_ctx256", "accuracy_ctx512", "accuracy_ctx2032"}
+    assert s["accuracy"].note == "4096 clipped to 2032 (served context 2048)"
+    cells = {(d["context_tokens"], d["depth_pct"]) for d in (json.loads(x["details"]) for x in res.samples)}
+    assert len(cells) == 9
+    assert s["accuracy_ctx512"].sample_stat == "mean(score) where context_tokens=512"
+
+
+@pytest.mark.parametrize("depth, where", [(0.0, "start"), (50.0, "middle"), (100.0, "end")])
+def test_passkey_needle_depth(depth, where):
+    prompt = passkey_prompt(None, 1024, depth, 12345)
+    body = prompt[: prompt.index("What is the pass key?")]
+    at = body.index("The pass key is 12345") / len(body)
+    assert {"start": at < 0.2, "middle": 0.4 < at < 0.6, "end": at > 0.8}[where]
+    assert 900 <= len(prompt) // 4 <= 1040  # ~4 characters per token without the model's tokenizer
+
+
+def test_grid_clips_to_the_served_context():
+    lengths, notes = grid(LongCtxParams(context_tokens=[512, 8192, 16384]), 2048)
+    assert lengths == [512, 2032] and len(notes) == 2
+
+
+def test_multiturn(stub, tmp_path):
+    res = run_suite(stub, "multiturn", "oracle", tmp_path, limit=10, distractor_turns=2)
+    assert scores(res)["accuracy"].value == 1.0
+    asked = {json.loads(x["details"])["asked"] for x in res.samples}
+    assert asked == {"name", "pet", "city", "color", "number"}
+    messages = json.loads(res.samples[0]["prompt"])
+    assert len(messages) == 1 + 1 + 2 * 2 + 1
+
+
+def test_code_validity(stub, tmp_path):
+    res = run_suite(stub, "code", "oracle", tmp_path, limit=24)
+    s = scores(res)
+    names = [p.name for p in code_problems(24, 0)]
+    assert s["parse_rate"].value == 1.0
+    assert s["pass_rate"].value == pytest.approx(sum(n in CODE_BODIES for n in names) / 24)
+    assert s["invalid_rate"].value == 0.0
+
+
+def test_coherence_detects_a_loop_and_survives_a_dead_judge(stub, tmp_path):
+    res = run_suite(stub, "coherence", "loop", tmp_path, limit=2, max_tokens=64, embeddings=False,
+                    judge={"base_url": "http://127.0.0.1:9", "model": "judge", "timeout_s": 2})
+    s = scores(res)
+    assert s["loop_rate"].value == 1.0 and s["loop_start_tokens_median"].value is not None
+    assert s["rep_rate_4"].value > 0.8 and s["distinct_2"].value < 0.2
+    assert s["judge_score"].value is None and "judge endpoint http://127.0.0.1:9 failed" in s["judge_score"].note
+    assert s["drift_mean"].value is None and s["drift_mean"].note == "embeddings off"
+    assert json.loads(res.samples[0]["details"])["token_unit"] == "word"
+
+
+def test_coherence_drift_with_minilm(stub, tmp_path):
+    res = run_suite(stub, "coherence", "loop", tmp_path, limit=1, max_tokens=64, window_tokens=40)
+    d = json.loads(res.samples[0]["details"])
+    assert len(d["drift_windows"]) >= 2 and all(0.0 <= x <= 2.0 for x in d["drift_windows"])
+    assert scores(res)["drift_mean"].value == pytest.approx(d["drift_mean"])
+
+
+def test_empty_generations_are_counted(stub, tmp_path):
+    res = run_suite(stub, "coherence", "empty", tmp_path, limit=2, embeddings=False)
+    s = scores(res)
+    assert s["invalid_rate"].value == 1.0 and s["invalid_rate"].note == "2 of 2 generations empty or errored"
+
+
+# ---------------------------------------------------------------- pure parts
+
+@pytest.mark.parametrize("tokens, start", [
+    (list("abcdefghij") + list("xyz") * 10, 10),
+    (list("abcdefghijklmnopqrstuvwxyz"), None),
+    (list("ab") + ["q"] * 30, 2),
+    (list("abcabcab"), None),                          # too short to call a loop
+])
+def test_loop_start(tokens, start):
+    assert loop_start(tokens, min_repeats=3, min_tokens=8) == start
+
+
+@pytest.mark.parametrize("tokens, n, rep, distinct", [
+    (list("abcd"), 1, 0.0, 1.0),
+    (list("aaaa"), 1, 0.75, 0.25),
+    (list("abab"), 2, 1 / 3, 2 / 3),
+])
+def test_repetition_and_distinct(tokens, n, rep, distinct):
+    assert repetition_rate(tokens, n) == pytest.approx(rep) and distinct_n(tokens, n) == pytest.approx(distinct)
+
+
+@pytest.mark.parametrize("completion, body", [
+    ("\n    return x + 1\n\n\nprint(f(2))", "    return x + 1"),
+    ("\n    y = x\n\n    return y\nz = 3", "    y = x\n\n    return y"),
+    ("\n# usage\nprint(1)", ""),
+    (" and more docstring\n    return 1", ""),
+])
+def test_extract_body(completion, body):
+    assert extract_body(completion) == body
+
+
+@pytest.mark.parametrize("source, passed, error", [
+    ("def f(x):\n    return x + 1\n", 2, None),
+    ("def f(x):\n    return x\n", 0, None),
+    ("def f(x):\n    while True:\n        pass\n", 0, "timeout after 1 s"),
+    ("import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', 9))\n    return x + 1\n", 0, None),
+    ("def f(x):\n    return open('/etc/hostname').read() and x + 1\n", 2, None),  # files: allowed, only no network
+    ("raise SystemExit(3)\n", 0, "exit 3: (no output)"),
+])
+def test_code_sandbox(source, passed, error):
+    assert run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=1) == (passed, error)
+
+
+def test_code_problems_are_seeded():
+    a, b, c = code_problems(10, 0), code_problems(10, 0), code_problems(10, 1)
+    assert [(p.header, p.tests) for p in a] == [(p.header, p.tests) for p in b] != [(p.header, p.tests) for p in c]
+    assert all(parses(p.header + "\n    pass\n", p.name) for p in a)
+
+
+def test_unknown_suite_names_close_matches():
+    with pytest.raises(ValueError) as e:
+        suite_for("longcontext")
+    assert "did you mean longctx" in str(e.value) and "\n" not in str(e.value)
+    assert close_matches("zz", ["a", "b"], "suite") == "unknown suite 'zz'; known: a, b"
+
+
+# ---------------------------------------------------------------- config: suites and their params
+
+@pytest.mark.parametrize("suite, expect", [
+    ({"name": "longctx", "params": {"context_token": [512]}}, "(longctx).params.context_token: unknown parameter of suite "
+                                                               "longctx; known: context_tokens, depths_pct, trials"),
+    ({"name": "arithmetic", "label": "arith2", "params": {"tasks": ["2D*"]}},
+     "(arith2).params: unknown arithmetic task '2D*' (did you mean 2Dx"),
+    ({"name": "coherence", "params": {"judge": {"model": "x"}}}, "(coherence).params.judge.base_url: required; add it"),
+    ({"name": "code", "params": {"timeout_s": -1}}, "(code).params.timeout_s: input should be greater than 0 (got -1)"),
+    ({"name": "code", "variants": ["q9"]}, "variants: unknown variant 'q9'"),
+    ({"name": "arithmetic"}, "suite 'arithmetic' is listed twice; give one a label"),
+    ({"name": "multiturn", "limit": 0}, "quality.suites.2.limit:"),
+])
+def test_bad_suite_config_fails_in_one_line(suite, expect):
+    import copy
+
+    import yaml
+
+    from tasks.core.errors import ConfigError
+    from tasks.loader import parse_config
+
+    cfg = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    cfg = copy.deepcopy(cfg)
+    cfg["quality"]["suites"] = [{"name": "arithmetic"}, {"name": "fidelity"}, suite]
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg)
+    assert expect in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tradeoff_quality_command(stub, tmp_path, capsys):
+    from flows.cli import main
+
+    assert main(["quality", "--endpoint", stub + "/v1", "--model", "oracle", "--suite", "arithmetic", "--limit", "4",
+                 "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "arithmetic (arithmetic v1) on oracle" in out and "accuracy" in out
+    summary = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert summary["samples"] == 4 and summary["scores"][0]["value"] == 1.0
+    assert (tmp_path / "out" / "results" / "quality_samples" / "oracle.parquet").is_file()
+    assert main(["quality", "--endpoint", stub, "--model", "oracle", "--suite", "longcontext",
+                 "--output", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did you mean longctx" in err[0]

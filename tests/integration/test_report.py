@@ -1,0 +1,117 @@
+"""Report: latest run, takeaway sentences and the text table, over runs loaded into a temporary warehouse."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tasks.report.text import format_report, latest_run_id, takeaways, tradeoff_frame
+from tests.integration.test_warehouse import write_run
+from warehouse.db import WarehouseError, load_run, open_warehouse
+
+Q2_K = "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"
+Q8_0 = "q8_0: failed (server exited with code 1)"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "tradeoff.duckdb"
+    load_run(write_run(tmp_path), path)
+    return path
+
+
+@pytest.fixture
+def frame(db: Path) -> pd.DataFrame:
+    with open_warehouse(db, read_only=True) as con:
+        return tradeoff_frame(con, "r1")
+
+
+def test_latest_run_id(tmp_path: Path) -> None:
+    path = tmp_path / "tradeoff.duckdb"
+    with open_warehouse(path) as con:
+        assert latest_run_id(con) is None
+    # Loaded newest first: the order of loading must not matter.
+    load_run(write_run(tmp_path, "new", datetime(2025, 3, 1, tzinfo=timezone.utc)), path)
+    load_run(write_run(tmp_path, "old", datetime(2025, 1, 1, tzinfo=timezone.utc)), path)
+    with open_warehouse(path, read_only=True) as con:
+        assert latest_run_id(con) == "new"
+
+
+def test_frame_reference_first(frame: pd.DataFrame) -> None:
+    assert list(frame["variant"]) == ["q4_1", "q2_k", "q8_0"]
+
+
+def test_takeaways(frame: pd.DataFrame) -> None:
+    assert takeaways(frame, "fraction") == [Q2_K, Q8_0]
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("ttft_change_pct_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"),
+    ("speedup_vs_reference", None, "q2_k vs q4_1: TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"),
+    ("quality_delta_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, energy n/a"),
+    ("energy_j_per_token", 0.24, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy 0.80x J/token"),
+])
+def test_takeaway_clauses(frame: pd.DataFrame, column: str, value: float | None, expected: str) -> None:
+    frame.loc[frame["variant"] == "q2_k", column] = value
+    assert takeaways(frame, "fraction")[0] == expected
+
+
+def test_takeaway_quality_delta_carries_its_interval_and_verdict(frame: pd.DataFrame) -> None:
+    assert "quality_delta_ci_low" in frame.columns and "quality_verdict" in frame.columns
+    q2 = frame["variant"] == "q2_k"
+    frame.loc[q2, ["quality_delta_ci_low", "quality_delta_ci_high"]] = [-0.2, -0.04]
+    frame.loc[q2, "quality_verdict"] = "worse"
+    assert "arithmetic_accuracy -12.0 points (95 % CI -20.0..-4.0, worse), energy" in takeaways(frame, "fraction")[0]
+    frame.loc[q2, "quality_delta_ci_high"] = 0.05
+    frame.loc[q2, "quality_verdict"] = "inconclusive"
+    assert "(95 % CI -20.0..+5.0, inconclusive)" in takeaways(frame, "fraction")[0]
+
+
+@pytest.mark.parametrize("unit, clause", [("fraction", "arithmetic_accuracy -12.0 points"),
+                                          ("count", "arithmetic_accuracy -0.12 count"),
+                                          (None, "arithmetic_accuracy -0.12,")])
+def test_quality_delta_units(frame: pd.DataFrame, unit: str | None, clause: str) -> None:
+    assert clause in takeaways(frame, unit)[0]
+
+
+def test_report_nats_metric(tmp_path: Path) -> None:
+    path = tmp_path / "tradeoff.duckdb"
+    load_run(write_run(tmp_path, primary="fidelity.kl-mean"), path)
+    with open_warehouse(path, read_only=True) as con:
+        text = format_report(con)
+    assert "fidelity.kl-mean" in text
+    assert "- q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, fidelity_kl_mean +0.031 nats, energy n/a" in text
+
+
+def test_format_report(db: Path) -> None:
+    with open_warehouse(db, read_only=True) as con:
+        text = format_report(con, "r1")
+    lines = text.splitlines()
+    assert lines[0] == "run r1, started 2025-01-02 03:04:05 UTC"
+    header = next(line for line in lines if "variant" in line)
+    assert [c.strip() for c in header.strip("| ").split("|")] == [
+        "variant", "engine", "quant", "spec", "TPS peak", "TPS mean", "TTFT ms mean", "TTFT ms p99", "jitter %",
+        "arithmetic.accuracy", "energy J/token"]
+    q2 = next(line for line in lines if line.startswith("| q2_k"))
+    assert [c.strip() for c in q2.strip("| ").split("|")] == [
+        "q2_k", "llama.cpp", "q2_k", "", "170.0", "156.0", "90.0", "120.0", "20.0", "0.680", "NULL"]
+    # q8_0 failed: energy NULL too, but with no note there is nothing to footnote.
+    assert [line for line in lines if line.startswith("energy NULL")] == [
+        "energy NULL for q2_k: RAPL not readable: permission denied"]
+    assert lines[-2:] == [f"- {Q2_K}", f"- {Q8_0}"]
+
+
+def test_report_empty_warehouse(tmp_path: Path) -> None:
+    path = tmp_path / "empty.duckdb"
+    with open_warehouse(path) as con, pytest.raises(WarehouseError) as e:
+        format_report(con)
+    assert str(e.value) == f"no runs in {path}; run `tradeoff run configs/demo.yaml` first"
+
+
+def test_report_unknown_run(db: Path) -> None:
+    with open_warehouse(db, read_only=True) as con, pytest.raises(WarehouseError) as e:
+        format_report(con, "nope")
+    assert str(e.value) == f"no run nope in {db}; latest runs: r1"

@@ -1,0 +1,119 @@
+"""Trade-off views (Pareto, retention, history, regressions, energy) and the HTML report, on hand-made runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_warehouse import QUALITY, STARTED, rows, write_run
+from warehouse.db import load_run, open_warehouse
+
+
+@pytest.fixture
+def three_nights(tmp_path: Path) -> Path:
+    """Three nights of the same config; on the third, q2_k's arithmetic accuracy collapses."""
+    db = tmp_path / "wh.duckdb"
+    for night, acc in enumerate([0.68, 0.70, 0.40]):
+        quality = {**QUALITY, "q2_k": {**QUALITY["q2_k"], ("arithmetic", "accuracy"): acc}}
+        load_run(write_run(tmp_path / "runs", f"r{night + 1}", STARTED + timedelta(days=night), quality), db)
+    return db
+
+
+def test_pareto_frontiers(three_nights: Path) -> None:
+    con = open_warehouse(three_nights, read_only=True)
+    got = {r["variant"]: r for r in rows(con, "select * from v_pareto where run_id = 'r1'")}
+    # q2_k is faster (156 vs 120 tok/s) but less accurate (0.68 vs 0.80): both on the speed-quality frontier
+    assert got["q2_k"]["on_quality_frontier"] and got["q4_1"]["on_quality_frontier"]
+    # q2_k is also faster to first token (90 vs 100 ms): q4_1 is dominated on speed-latency, by q2_k
+    assert got["q2_k"]["on_latency_frontier"] and not got["q4_1"]["on_latency_frontier"]
+    assert got["q4_1"]["latency_dominated_by"] == "q2_k"
+    assert "q8_0" not in got  # failed variants are left out
+
+
+def test_retention_classes(three_nights: Path) -> None:
+    con = open_warehouse(three_nights, read_only=True)
+    got = {(r["variant"], r["metric"]): r for r in rows(con, "select * from v_retention where run_id = 'r1'")}
+    acc = got[("q2_k", "accuracy")]
+    assert acc["retention"] == pytest.approx(0.68 / 0.80) and acc["retention_class"] == "< 99 %"
+    assert got[("q4_1", "accuracy")]["retention_class"] == ">= 99.9 %"
+
+
+def test_history_and_regressions(three_nights: Path) -> None:
+    con = open_warehouse(three_nights, read_only=True)
+    (n,), = con.execute("select count(distinct run_id) from v_history where variant = 'q2_k'").fetchall()
+    assert n == 3
+    reg = rows(con, "select * from v_regressions where is_regression order by run_id")
+    assert [(r["run_id"], r["variant"], r["metric"]) for r in reg] == [("r3", "q2_k", "arithmetic.accuracy")]
+    r = reg[0]
+    assert r["prior_runs"] == 2 and r["prior_mean"] == pytest.approx(0.69)
+    # band: max(3 x std(0.68, 0.70), 15 % of 0.69)
+    assert r["band_low"] == pytest.approx(0.69 - max(3 * 0.0141421356, 0.1035), rel=1e-6)
+    (quiet,), = con.execute("select count(*) from v_regressions where run_id = 'r2' and (is_regression or is_improvement)").fetchall()
+    assert quiet == 0  # identical perf and a small quality move stay inside the band
+
+
+def test_energy_view(three_nights: Path) -> None:
+    con = open_warehouse(three_nights, read_only=True)
+    got = {(r["variant"], r["scenario"]): r for r in rows(con, "select * from v_energy where run_id = 'r1'")}
+    assert got[("q4_1", "single")]["tokens_per_j"] == pytest.approx(2.0)
+    assert got[("q4_1", "single")]["energy_ratio_vs_reference"] == pytest.approx(1.0)
+    assert got[("q2_k", "single")]["energy_j_per_token"] is None
+    assert got[("q2_k", "single")]["energy_note"] == "no power counter"
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: Path) -> None:
+    from tasks.report.html import write_html
+
+    con = open_warehouse(three_nights, read_only=True)
+    page = write_html(con, "r3", tmp_path / "report.html")
+    text = page.read_text()
+    # self-contained: no script, nothing loaded from elsewhere (XML namespaces are names, not loads)
+    assert "<script" not in text and not re.search(r'(src|href)="(https?:)?//', text)
+    assert text.count("<svg") >= 6  # pareto, jitter, two CDFs, two concurrency plots, history
+    shot = tmp_path / "report.png"
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium'}", "--enable-logging=stderr", "--v=0",
+         f"--screenshot={shot}", "--window-size=1300,3000", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
+    assert not console, console
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
+    from warehouse.contract import write_table
+
+    run_dir = write_run(tmp_path / "runs", "c1")
+    res = run_dir / "results"
+    # q4_1 on own hardware at 3.6 USD/hour; q2_k as a hosted API with token prices
+    prices = {"q4_1": {"usd_per_hour": 3.6}, "q2_k": {"usd_per_1m_input_tok": 1.0, "usd_per_1m_output_tok": 2.0}}
+    for v, price in prices.items():
+        write_table(res, "variants", v, [{"run_id": "c1", "variant": v, "engine": "llama.cpp", "quantization": v,
+                                          "is_reference": v == "q4_1", "status": "ok", **price}])
+        write_table(res, "quality_samples", v, [
+            {"run_id": "c1", "variant": v, "suite": "arithmetic", "sample_id": str(i), "score": 1.0, "valid": True,
+             "details": '{"prompt_tokens": 100, "output_tokens": 10}'} for i in range(2)])
+    db = tmp_path / "wh.duckdb"
+    load_run(run_dir, db)
+    con = open_warehouse(db, read_only=True)
+    got = {r["variant"]: r for r in rows(con, "select * from v_cost")}
+    assert set(got) == {"q4_1", "q2_k"}
+    own, hosted = got["q4_1"], got["q2_k"]
+    # own hardware: 3.6 USD/h at 120 tok/s -> 3.6 / (120 * 3600) * 1e6 USD per 1M tokens
+    assert own["cost_basis"] == "hourly rate at best_output_tok_s"
+    assert own["usd_per_1m_tok"] == pytest.approx(3.6 / (120 * 3600) * 1e6)
+    # one answer = 10 output tokens at 120 tok/s; accuracy 0.80
+    assert own["usd_per_correct_answer"] == pytest.approx(3.6 / 3600 * 10 / 120 / 0.80)
+    assert hosted["usd_per_1m_tok"] == 2.0 and hosted["cost_basis"] == "token prices"
+    assert hosted["usd_per_correct_answer"] == pytest.approx((1.0 * 100 + 2.0 * 10) / 1e6 / 0.68)

