@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _latest_run_ids, _warehouse_path
+from tasks.report.text import _warehouse_path
+from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
 if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is made, not with the CLI's flags
@@ -162,14 +163,9 @@ def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, override
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
-    """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
+    """`run_id`, or the latest run, of a warehouse whose views include v_recommendation; one line otherwise."""
+    run_id = run_id_of(con, run_id)
     path = _warehouse_path(con)
-    latest = _latest_run_ids(con, 5)
-    if not latest:
-        raise WarehouseError(f"no runs in {path}; run `tradeoff run configs/demo.yaml` first")
-    run_id = run_id or latest[0]
-    if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchall()[0][0]:
-        raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
     if not con.execute("select count(*) from duckdb_views() where view_name = 'v_recommendation'").fetchall()[0][0]:
         # a read-only connection sees the views as the last writer left them
         raise WarehouseError(f"{path} has no v_recommendation yet (an older tradeoff wrote it last); refresh its views "

@@ -155,8 +155,8 @@ def _energy_footnotes(df: pd.DataFrame) -> list[str]:
     return [f"energy NULL for {', '.join(g['variant'])}: {note}" for note, g in groups]
 
 
-def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> str:
-    """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways."""
+def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
+    """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
     path = _warehouse_path(con)
     latest = _latest_run_ids(con, 5)
     if not latest:
@@ -164,6 +164,12 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     run_id = run_id or latest[0]
     if not con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchall()[0][0]:
         raise WarehouseError(f"no run {run_id} in {path}; latest runs: {', '.join(latest)}")
+    return run_id
+
+
+def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> str:
+    """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways."""
+    run_id = resolve_run(con, run_id)
     df = tradeoff_frame(con, run_id)
     metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
     started = _value(df["started_at"].iloc[0]) if len(df) else None
