@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import tasks.perf as perf
+import tasks.client as client
 from flows.cli import main
 from tasks.client import api_root
 from tasks.core.config import PerfSpec
@@ -67,11 +67,11 @@ def test_deadline_from_the_config_and_the_cli(stub, tmp_path, capsys):
 
 def test_a_body_without_newlines_beyond_the_cap_is_an_errored_request(stub):
     r = one(stub, "nonewline")
-    assert r.status == "error" and r.error == f"SSE line over {perf.MAX_SSE_LINE_BYTES} bytes without a newline"
+    assert r.status == "error" and r.error == f"SSE line over {client.MAX_SSE_LINE_BYTES} bytes without a newline"
 
 
 def test_a_body_beyond_the_size_cap_is_an_errored_request(stub, monkeypatch):
-    monkeypatch.setattr(perf, "MAX_RESPONSE_BYTES", 300)  # ~5 chunks of the stub
+    monkeypatch.setattr(client, "MAX_RESPONSE_BYTES", 300)  # ~5 chunks of the stub
     r = one(stub, "ok", deadline_s=10.0)
     assert r.status == "error" and r.error.startswith("response body over 300 bytes")
 
