@@ -7,7 +7,7 @@ them the same way for the same seed), ask for the same output length with min_to
 (vLLM: --extra-body), greedy, one request at a time. Runs go in ABBA order (tradeoff, vllm,
 vllm, tradeoff, ...) because run-to-run noise on TTFT is ~15 % and the server may drift. Prints per tool the median
 over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %), then the same for every
-numeric key the two JSON results share (vLLM's definitions on both sides: tasks/vllm_compat.py).
+numeric key the two JSON results share (vLLM's definitions on both sides: tasks/perf/vllm_compat.py).
 
 The server runs verbose, so llama.cpp's own timer reports its decode time per token for every
 request: a referee no client touches. If the server decoded at different speeds while each tool

@@ -1,7 +1,7 @@
 """Benchmark: the jitter figure on a fixed-length workload vs a length-spread one, on the demo's llama.cpp server.
 
 `tradeoff perf` with `--len-spread` runs the configured concurrency-1 step on spread lengths
-and, with `--jitter auto`, the fixed-length `jitter` scenario beside it (tasks/jitter.py).
+and, with `--jitter auto`, the fixed-length `jitter` scenario beside it (tasks/perf/jitter.py).
 Prints for both: TTFT and ITL CV pooled over the repeats (the old figure) and the median of
 the per-repeat CVs with its interval (the new one).
 

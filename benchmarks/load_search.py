@@ -4,7 +4,7 @@ A single-slot server (tests/stubs/slo_stub.py) takes SERVICE ms per request; req
 100). Above 1000 / SERVICE req/s request k waits k x (SERVICE - 1000 / rate) ms, so over N measured
 requests numpy's p99 TTFT is SERVICE + (N - 1) x 0.99 x (SERVICE - 1000 / rate) ms and the highest rate
 within a TTFT limit L is 1000 / (SERVICE - (L - SERVICE) / ((N - 1) x 0.99)). The sweep measures a low and
-a high rate; the search (tasks/load_search.py) bisects between them. Prints, per service time, that rate,
+a high rate; the search (tasks/perf/load_search.py) bisects between them. Prints, per service time, that rate,
 the search's best passing and first failing rate, its steps and seconds.
 
     python benchmarks/load_search.py

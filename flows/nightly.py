@@ -140,5 +140,5 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     summary = {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
             "warehouse": str(warehouse), "run_dir": str(paths.root), "measured": [v.name for v in todo],
             "skipped": sorted(done), "notified": notified}
-    # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI (tasks.failures).
+    # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI (tasks.orchestration.failures).
     return run_outcome(summary, rows)

@@ -3,7 +3,7 @@
     python scripts/gpu_check.py [--out DIR] [--idle-s 10] [--load-s 30]
 
 Needs an NVIDIA GPU, torch with CUDA and nvidia-ml-py (pynvml); no network, no vLLM or TensorRT-LLM.
-It uses tradeoff's own code paths (tasks.energy, tasks.energy_scope, tasks.roofline) and checks:
+It uses tradeoff's own code paths (tasks.perf.energy, tasks.perf.energy_scope, tasks.perf.roofline) and checks:
 1. device selection: the engine's GPU found by UUID (CUDA_VISIBLE_DEVICES as set, or unset) is the GPU
    torch computes on (torch's device UUID), and a UUID that matches no GPU gives NULL with the reason;
 2. the idle baseline: the selected GPU's mean power over `--idle-s` seconds with nothing running;

@@ -226,7 +226,7 @@ class PerfSpec(_Strict):
     power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
                                   "(errored or incomplete); above it, or with a step without an ok request, the "
-                                  "variant is failed with the counts (tasks.failures)")
+                                  "variant is failed with the counts (tasks.orchestration.failures)")
     idle_baseline_s: float = Field(default=5.0, ge=0, le=3_600, description="idle power measured this long before the "
                                    "sweep, server up and idle (s); 0: off")
 
@@ -287,7 +287,7 @@ class QualitySpec(_Strict):
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
     min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "
-                                  "at the endpoint; above it the suite is suite_failed, not a score (tasks.failures)")
+                                  "at the endpoint; above it the suite is suite_failed, not a score (tasks.orchestration.failures)")
 
 
 # A GPU host's global concurrency limit has this many slots; an engine occupies
@@ -363,7 +363,7 @@ class NotifySpec(_Strict):
 
 class LoadSearchSpec(_Strict):
     """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
-    that misses it, halving the gap each time (tasks/load_search.py)."""
+    that misses it, halving the gap each time (tasks/perf/load_search.py)."""
 
     budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
     max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")

@@ -11,7 +11,7 @@
   scale; embeddings, lm_head and norms stay in the checkpoint's dtype), bitsandbytes' 4-bit NF4
   0.5 byte per Linear weight plus a float32 absmax per 64 weights. Read from the safetensors
   headers (shapes and dtypes), no weight is loaded. With tensor parallelism every rank reads its
-  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks (`tasks.roofline`).
+  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks (`tasks.perf.roofline`).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class EnergyWindow:
     """Context manager: the energy counters' difference over the block, and power sampled every `interval_s`.
 
     `meter` overrides the detected one (tests pass a meter over a stand-in counter); `opener` detects
-    it otherwise (default: NVML's every GPU, then RAPL; `tasks.energy_scope` passes the engine's own);
+    it otherwise (default: NVML's every GPU, then RAPL; `tasks.perf.energy_scope` passes the engine's own);
     `clock` is the time source in seconds; `off_reason` turns metering off, with that reason.
     """
 

@@ -1,6 +1,6 @@
 """Whose energy a perf sweep meters: the engine's own GPUs only, an idle baseline, and J/token above idle.
 
-`tasks.energy` reads counters; this module decides which ones belong to a variant:
+`tasks.perf.energy` reads counters; this module decides which ones belong to a variant:
 - a hosted endpoint runs on the provider's hardware: no counter of this host is its energy, so
   its energy is always NULL with that reason;
 - an engine on the CPU (llama.cpp without GPU layers, vLLM's CPU build): RAPL only, never the

@@ -112,9 +112,11 @@ def search_rates(lo: float, hi: float, spec: LoadSearchSpec, measure: Callable[[
 
 def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, force: str | None,
                 count_tokens: Callable[[str], int] | None, scenarios: list[Scenario],
-                on_scenario: Callable[[list[Scenario]], None] | None = None) -> list[Scenario]:
-    """The search's extra rate steps (each run `perf.repeats` times, as the sweep's), as Scenarios; none when
-    `decision.search` is unset, there is no SLO, or the sweep leaves nothing to bracket."""
+                on_scenario: Callable[[list[Scenario]], None] | None = None, energy_off_reason: str | None = None,
+                meter_opener: Callable | None = None) -> list[Scenario]:
+    """The search's extra rate steps (each run `perf.repeats` times, as the sweep's, metered as the sweep's: the
+    engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or the sweep
+    leaves nothing to bracket."""
     search, perf = cfg.decision.search, cfg.perf
     limits = cfg.decision.slo_limits(perf)
     if search is None or not limits:
@@ -132,7 +134,8 @@ def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, f
             seed = perf.seed * 1_000_003 + (_SEED_OFFSET + k) * 1009 + repeat
             prompts = workload(seed, perf.warmup_requests + perf.num_prompts)
             first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
-            sc.runs.append(run_step(perf, sc.step, repeat, prompts, base_url, model, force, count_tokens, first, seed))
+            sc.runs.append(run_step(perf, sc.step, repeat, prompts, base_url, model, force, count_tokens, first, seed,
+                                    energy_off_reason=energy_off_reason, meter_opener=meter_opener))
         added.append(sc)
         if on_scenario:
             on_scenario(scenarios + added)

@@ -24,12 +24,12 @@ from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct
 from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
 from tasks.perf.vllm_json import vllm_result
-from tasks.perf.workload import Workload, make_workload
+from tasks.perf.workload import make_workload
 from warehouse.contract import write_table
 
 # The decision's sustainable-load search (tasks.perf.load_search): after the sweep, more steps as Scenarios.
-Search = Callable[[str, str, Workload, "str | None", "Callable[[str], int] | None", list[Scenario],
-                   Callable[[list[Scenario]], None]], list[Scenario]]
+# Called with keywords energy_off_reason and meter_opener too: its steps are metered as the sweep's.
+Search = Callable[..., list[Scenario]]
 
 FORCE_LABEL = {"min_tokens": "min_tokens", "ignore_eos": "ignore_eos", "both": "min_tokens,ignore_eos"}
 
@@ -188,7 +188,8 @@ def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
     scenarios = run_perf(spec, target.base_url, target.model, workload, force, count, progress=progress,
                          on_scenario=summarize_new, energy_off_reason=scope.off_reason, meter_opener=scope.open_meter)
     if search is not None:
-        scenarios += search(target.base_url, target.model, workload, force, count, scenarios, summarize_new)
+        scenarios += search(target.base_url, target.model, workload, force, count, scenarios, summarize_new,
+                            energy_off_reason=scope.off_reason, meter_opener=scope.open_meter)
     summarize_new(scenarios)
     return scenarios
 

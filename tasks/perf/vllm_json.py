@@ -68,7 +68,10 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
            # 007_timing: reasoning-aware timing and jitter per repeat
            "ttft_answer_ms_mean", "ttft_answer_ms_p50", "ttft_answer_ms_p99", "total_reasoning_tokens",
            "total_answer_tokens", *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_low", "_ci_high")),
-           "jitter_note")
+           "jitter_note",
+           # 008_engine_energy: what was metered, the idle baseline, J/token above idle, how MBU's bytes were counted
+           "energy_devices", "idle_power_w", "idle_window_s", "energy_above_idle_j", "energy_j_per_token_above_idle",
+           "idle_note", "model_bytes_method")
     out.update({k: s.get(k) for k in own})
     out["output_tokens_sources"] = dict(Counter(r.output_tokens_source for r in ok))
     out["prompt_tokens_sources"] = dict(Counter(r.prompt_tokens_source for r in ok))

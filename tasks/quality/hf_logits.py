@@ -2,7 +2,7 @@
 
 The reference for engines that serve HF checkpoints (vLLM, TensorRT-LLM's source weights), as
 llama.cpp's `Llama.scores` is for GGUFs: the same weights, evaluated by plain PyTorch code. It runs
-in a spawned child (`tasks.process.ChildWorker`) like the llama.cpp references, so a crash or the
+in a spawned child (`tasks.core.process.ChildWorker`) like the llama.cpp references, so a crash or the
 OOM killer fails the suite with its signal instead of the run. float32 on the CPU: no GPU kernel
 or reduced precision between the reference and the weights.
 """

@@ -1,7 +1,7 @@
 """Turn a local data file into a calibration set: OUT_DIR/train.jsonl with one {"text": ...} row per sample.
 
 Run as a script by an engine environment's Python (it imports nothing of tradeoff):
-    python tasks/engines/tools/calibration_text.py SOURCE OUT_DIR [--samples N]
+    python tasks/tools/calibration_text.py SOURCE OUT_DIR [--samples N]
 SOURCE is any local text data: JSON Lines (GSM8K's {"question", "answer"}, or rows with a "text"
 field, or ShareGPT-style "conversations"/"messages"), a JSON file (BBH's {"examples": [{"input",
 "target"}]}, or a list of strings / rows), or plain text (paragraphs split at blank lines). The

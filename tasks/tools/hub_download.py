@@ -2,7 +2,7 @@
 
 Run as a script by the Python of an engine's environment (huggingface_hub installed; it imports
 nothing of tradeoff):
-    python tasks/engines/tools/hub_download.py REPO OUT_FILE
+    python tasks/tools/hub_download.py REPO OUT_FILE
 Only what an engine loads is fetched (`serving_patterns`): configs, tokenizer files, chat templates,
 custom code and the weights in one format, safetensors when the repo has them (else PyTorch .bin),
 never the `original/` folder of Llama repos (Meta's consolidated copy, ~16 GB for Llama-3.1-8B).

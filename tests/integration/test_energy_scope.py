@@ -174,6 +174,34 @@ def test_hosted_variants_never_get_this_hosts_energy(tmp_path: Path, monkeypatch
     assert scope_for(engine_for("openai-compatible"), v, art).off_reason == HOSTED_NOTE
 
 
+def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
+    """The decision's sustainable-load search adds steps after the sweep; a hosted endpoint's stay unmetered
+    there too, even where this host has a meter (a stand-in NVML)."""
+    import tasks.perf.energy as energy
+    from tasks.core.config import RunConfig
+    from tasks.perf.load_search import search_load
+    from tasks.perf.run import Target, measure
+    from tests.stubs.slo_stub import start_paced_stub
+
+    monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
+    srv, url = start_paced_stub(service_ms=100)
+    try:
+        cfg = RunConfig.model_validate({
+            "models": {"m": {"path": __file__}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
+                                                                "reference": True}],
+            "perf": {"rates": [5.0, 40.0], "burstiness": 100.0, "num_prompts": 12, "warmup_requests": 0,
+                     "input_len": 8, "output_len": 4, "slo": {"ttft_ms": 500.0}, "idle_baseline_s": 0},
+            "decision": {"search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5}}})
+        scope = EnergyScope(off_reason=HOSTED_NOTE)
+        scenarios = measure(cfg.perf, Target(url, "paced", None, None, on_host=False, scope=scope),
+                            search=lambda *a, **kw: search_load(cfg, *a, **kw))
+    finally:
+        srv.shutdown()
+    assert [sc.step.label for sc in scenarios] == ["r5", "r40", "search1"]
+    assert all(sc.summary["energy_j"] is None and sc.summary["energy_note"] == HOSTED_NOTE for sc in scenarios)
+    assert all(run.energy.source is None for sc in scenarios for run in sc.runs)
+
+
 # ---------------------------------------------------------------- MBU bytes and artifact hashes
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:

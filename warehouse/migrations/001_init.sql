@@ -1,4 +1,4 @@
--- 001_init: the six result tables of tasks/tables.py (the contract), one row each as the comments say.
+-- 001_init: the six result tables of warehouse/contract.py (the contract), one row each as the comments say.
 -- Times are UTC (timestamptz); units are in the column names: _ms milliseconds, _s seconds,
 -- _j joules, _w watts, _pct percent; throughputs are per second; JSON is stored as varchar.
 

@@ -1,6 +1,6 @@
 -- 002_perf: perf sweeps to the standard of vllm bench serve (issue #3): load patterns, repeats,
 -- goodput, bootstrap confidence intervals, energy per device, power time series, roofline (MBU).
--- Columns are appended in the order of tasks/tables.py. Units as in 001.
+-- Columns are appended in the order of warehouse/contract.py. Units as in 001.
 
 alter table perf_requests add column "repeat" integer;              -- 0-based repeat of the scenario
 alter table perf_requests add column prompt_tokens_source varchar;  -- usage | tokenizer | approx_words

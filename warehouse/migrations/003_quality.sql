@@ -1,8 +1,8 @@
 -- 003_quality: quality suites with deltas and confidence (issue #4). Columns are appended in the
--- order of tasks/tables.py.
+-- order of warehouse/contract.py.
 
 -- How a score follows from its suite's samples (e.g. 'mean(score)', 'p99(kl) where ctx=512'),
--- which tasks/stats.py recomputes on paired bootstrap resamples; and why a value is NULL.
+-- which tasks/quality/deltas.py recomputes on paired bootstrap resamples; and why a value is NULL.
 alter table quality_scores add column sample_stat varchar;
 alter table quality_scores add column note varchar;
 

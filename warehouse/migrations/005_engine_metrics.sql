@@ -1,6 +1,6 @@
 -- 005_engine_metrics: engines behind one interface (issue #5). What a server reports about itself
 -- while it is measured (vLLM's Prometheus /metrics: KV-cache usage, queue length, speculative
--- acceptance, prefix-cache hits), and the engine's version per variant. Units as in tasks/tables.py.
+-- acceptance, prefix-cache hits), and the engine's version per variant. Units as in warehouse/contract.py.
 
 alter table variants add column engine_version varchar;  -- e.g. 'vllm 0.32.0+cpu'; NULL when unknown
 

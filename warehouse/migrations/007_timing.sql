@@ -1,7 +1,7 @@
 -- 007_timing: timing proven against a paced server (issue 15): reasoning-aware timing per request
 -- (time to the first answer token, reasoning and answer tokens), when each request returned (the
--- measured wall interval), and jitter per repeat of a fixed-length workload (tasks/jitter.py).
--- Columns are appended in the order of tasks/tables.py. Units as in 001.
+-- measured wall interval), and jitter per repeat of a fixed-length workload (tasks/perf/jitter.py).
+-- Columns are appended in the order of warehouse/contract.py. Units as in 001.
 
 alter table perf_requests add column ttft_answer_ms double;            -- ms, send -> first answer (non-reasoning) chunk; NULL: all reasoning
 alter table perf_requests add column reasoning_tokens integer;         -- output tokens that were reasoning (0: no reasoning delta)

@@ -1,5 +1,5 @@
 -- v_decision: the settings of each run's decision (the config's `decision:` block, DecisionSpec in
--- tasks/config.py, read from runs.config_json), one row per run. Runs recorded before the block
+-- tasks/core/config.py, read from runs.config_json), one row per run. Runs recorded before the block
 -- existed get the same defaults as DecisionSpec. `tradeoff recommend --slo/--retention/--optimise/...`
 -- shadows this view for its own read-only connection with a temp view of the same columns, so every
 -- view built on it (v_slo_steps, v_quality_gate, v_recommendation) follows the overrides. Columns:

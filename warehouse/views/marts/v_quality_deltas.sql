@@ -4,7 +4,7 @@
 --   reference_value, value         the reference's and the variant's score over the samples both
 --                                  have, in the metric's unit
 --   delta                          value - reference_value (unit as above; fractions x100 = points)
---   ci_low, ci_high                paired CI of delta at `confidence` (tasks/stats.py): Tango's score
+--   ci_low, ci_high                paired CI of delta at `confidence` (tasks/quality/deltas.py): Tango's score
 --                                  interval for 0/1 scores, else a BCa bootstrap; [0, 0] when
 --                                  identical. Per metric, not adjusted for the family
 --   p_value                        raw two-sided p of the row's test: exact McNemar (0/1 scores),

@@ -5,7 +5,7 @@
 -- need. The reference passes by definition (retention 1). Columns:
 --   run_id, variant, is_reference, gate_metric ('suite.metric'), unit, higher_is_better
 --   reference_value, value, delta  over the samples both variants have (quality_deltas), metric's unit
---   ci_low, ci_high, confidence    the paired interval of delta (tasks/stats.py)
+--   ci_low, ci_high, confidence    the paired interval of delta (tasks/quality/deltas.py)
 --   n                              paired samples
 --   n_lost, n_gained               right/wrong metrics (mean of 0/1 scores over the whole suite): pairs the
 --                                  reference got right and the variant wrong, and the reverse

@@ -1,6 +1,6 @@
 -- v_recommendation: the decision, one row per (run_id, variant) of `variants`: which variant to ship under
 -- the run's SLO and quality gate (v_decision), at what load, and what it costs. `tradeoff recommend` prints
--- these rows in words (tasks/recommend.py). Columns:
+-- these rows in words (tasks/report/recommend.py). Columns:
 --   run_id, variant, engine, quantization, speculative, is_reference, status
 --   slo_label, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the SLO (v_decision)
 --   steps_measured, steps_meeting_slo

@@ -11,7 +11,7 @@
 --                                 NULL or a denominator is 0 (e.g. KL of the reference itself)
 --   retention_99, retention_999   retention >= 0.99 / >= 0.999 (MLPerf's 99 % and 99.9 % targets)
 --   retention_class               '>= 99.9 %' | '>= 99 %' | '< 99 %' | NULL
--- One definition with tasks/stats.py retention() (quality_deltas.retention_99/_999): the same two
+-- One definition with tasks/quality/deltas.py retention() (quality_deltas.retention_99/_999): the same two
 -- scores, the same double division and a plain >= against the double level, no tolerance.
 -- Only ok variants of runs with exactly one reference.
 

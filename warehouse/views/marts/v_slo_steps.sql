@@ -2,7 +2,7 @@
 -- from the per-request latencies. The SLO percentile (p99 by default, as MLPerf) is taken over the step's
 -- measured requests (warm-up excluded, all repeats pooled), with linear interpolation as numpy's default; a
 -- request that errored or did not complete is a miss: it counts as an infinite latency for every limit.
--- tasks/load_search.py applies the same rule to a live step (the sustainable-load search). Columns:
+-- tasks/perf/load_search.py applies the same rule to a live step (the sustainable-load search). Columns:
 --   run_id, variant, scenario, load_kind, concurrency
 --   request_rate                   requests/s offered by a rate step (NULL for closed-loop steps)
 --   request_throughput             requests/s completed (ok requests over the step's duration)
