@@ -23,13 +23,13 @@ import pytest
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.registry import ENGINES
 from tasks.engines.base import Artifact, Engine
-from tests.helpers import q, run_nightly, smollm2
+from tests.helpers import ROOT, q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-tradeoff-test-" + secrets.token_hex(12)
 KEY_ENV = "TRADEOFF_TEST_HOSTED_KEY"
-STUB = Path(__file__).resolve().parent / "stub_engine.py"
+STUB = ROOT / "tests" / "stubs" / "stub_engine.py"
 SMOL = smollm2()
 PRICE_IN, PRICE_OUT = 0.5, 1.5  # USD per 1M tokens
 
