@@ -180,11 +180,12 @@ def test_a_share_above_one_is_refused_in_one_line(section) -> None:
 
 @pytest.mark.parametrize("proxy", [1], indirect=True)
 def test_a_suite_against_an_erroring_endpoint_is_suite_failed(llama, proxy, tmp_path, capsys) -> None:
-    """tradeoff quality, every request HTTP 500: error_rate 1 and suite_failed, no accuracy."""
+    """tradeoff quality, every request HTTP 500: error_rate 1 and suite_failed, no accuracy; exit 1 (a failed
+    suite is a failure, as a perf scenario without an ok request is for `tradeoff perf`), its tables written."""
     from flows.cli import main
 
     assert main(["quality", "--endpoint", proxy, "--model", "q4_1", "--suite", "arithmetic", "--limit", "6",
-                 "--output", str(tmp_path)]) == 0
+                 "--output", str(tmp_path)]) == 1
     scores = {s["metric"]: s for s in json.loads((tmp_path / "scores.json").read_text())["scores"]}
     assert sorted(scores) == ["error_rate", "suite_failed"]
     assert scores["error_rate"]["value"] == 1.0 and scores["error_rate"]["n"] == 6
