@@ -30,6 +30,7 @@ def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str
     """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
     verbose: the server also prints llama.cpp's own timings of every request into its log
     (`server_timings` reads them)."""
+    import tasks.loader  # noqa: F401  (registers the built-in engines, as every entry point does)
     from tasks.engines.base import engine_for
     from tasks.engines.launcher import free_port, serving
 

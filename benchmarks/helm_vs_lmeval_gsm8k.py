@@ -33,6 +33,7 @@ def run_suites(out: Path, data: Path, n: int, only: list[str]) -> dict:
     """Each suite's result (samples, scores), run against one demo server, or read back from out/<suite>.json."""
     from dataclasses import asdict
 
+    import tasks.loader  # noqa: F401  (registers the built-in suites, as every entry point does)
     from tasks.quality.base import SuiteContext, suite_for
 
     params = {"helm:gsm": {"data": {"gsm": str(data)}},

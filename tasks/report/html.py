@@ -282,8 +282,8 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     lines = takeaways(df, quality_unit(con, run_id, metric))
     quality_cols = [c for c in df.columns if c not in _BASE_COLS]
     table = _table(df, [("variant", "variant", 0), ("engine", "engine", 0), ("quantization", "quant", 0),
-                        ("speculative", "spec", 0), ("status", "status", 0), ("peak_output_tok_s", "TPS peak", 1),
-                        ("best_output_tok_s", "TPS mean", 1), ("speedup_vs_reference", "speed-up", 2),
+                        ("speculative", "spec", 0), ("status", "status", 0), ("peak_output_tok_s", "peak tok/s", 1),
+                        ("best_output_tok_s", "best tok/s", 1), ("speedup_vs_reference", "speed-up", 2),
                         ("ttft_ms_mean", "TTFT ms mean", 1), ("ttft_ms_p99", "TTFT ms p99", 1),
                         ("jitter_pct", "jitter %", 1), ("energy_j_per_token", "J/token", 3)]
                    + [(c, c, 4) for c in quality_cols])

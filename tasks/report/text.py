@@ -131,7 +131,7 @@ def _fmt(x: Any, spec: str) -> str:
 def _table(df: pd.DataFrame, quality_header: str) -> str:
     """The variants as a markdown-shaped text table."""
     table = Table(box=box.MARKDOWN, show_edge=True)
-    headers = ["variant", "engine", "quant", "spec", "TPS peak", "TPS mean", "TTFT ms mean", "TTFT ms p99",
+    headers = ["variant", "engine", "quant", "spec", "peak tok/s", "best tok/s", "TTFT ms mean", "TTFT ms p99",
                "jitter %", quality_header, "energy J/token"]
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 4 else "right")

@@ -93,7 +93,7 @@ def test_format_report(db: Path) -> None:
     assert lines[0] == "run r1, started 2025-01-02 03:04:05 UTC"
     header = next(line for line in lines if "variant" in line)
     assert [c.strip() for c in header.strip("| ").split("|")] == [
-        "variant", "engine", "quant", "spec", "TPS peak", "TPS mean", "TTFT ms mean", "TTFT ms p99", "jitter %",
+        "variant", "engine", "quant", "spec", "peak tok/s", "best tok/s", "TTFT ms mean", "TTFT ms p99", "jitter %",
         "arithmetic.accuracy", "energy J/token"]
     q2 = next(line for line in lines if line.startswith("| q2_k"))
     assert [c.strip() for c in q2.strip("| ").split("|")] == [
