@@ -47,8 +47,10 @@ def output_len_note(records: list[RequestRecord], force: str | None) -> str | No
 
 
 def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_bytes: int | None = None,
-                       bandwidth: Bandwidth | None = None) -> dict:
-    """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline."""
+                       bandwidth: Bandwidth | None = None, model_bytes_method: str | None = None,
+                       scope: EnergyScope | None = None, idle: IdleBaseline | None = None) -> dict:
+    """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline; with the
+    energy `scope`, also what was metered and the energy above its `idle` baseline (migration 008)."""
     slo = spec.slo.limits() if spec.slo else None
     s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo,
                           spec.confidence, spec.bootstrap_resamples, spec.seed)
@@ -73,6 +75,8 @@ def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_by
         note = next((e.note for e in readings if e.energy_j is None), None)
         energy_cols = {"energy_j": None, "energy_j_per_token": None, "tokens_per_j": None, "mean_power_w": None,
                        "energy_source": None, "energy_note": note, "energy_by_device_j": None}
+    if scope is not None:
+        energy_cols.update(idle_columns(energy_cols, [e.window_s for e in readings], scope, idle, tokens))
     mbu = mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None) \
         if step.concurrency == 1 else None
     s.update({"scenario": step.label, "load_kind": step.kind,
@@ -84,6 +88,7 @@ def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_by
               "goodput_slo": spec.slo.label() if spec.slo else None,
               **{f"slo_{k}": (slo or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2el_ms")},
               **energy_cols, "model_bytes": model_bytes,
+              "model_bytes_method": model_bytes_method if model_bytes else None,
               "mem_bandwidth_gb_s": bandwidth.gb_s if bandwidth and step.concurrency == 1 else None,
               "mem_bandwidth_method": bandwidth.method if bandwidth and step.concurrency == 1 else None,
               "mbu_pct": mbu})
@@ -152,12 +157,6 @@ def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: M
                   scope_for(engine, variant, artifact))
 
 
-def engine_energy_columns(sc: Scenario, scope: EnergyScope, idle: IdleBaseline) -> dict:
-    """What was metered, the idle baseline and J/token above idle (migration 008) of one scenario."""
-    tokens = sum(r.output_tokens or 0 for run in sc.runs for r in run.measured if r.status == "ok")
-    return idle_columns(sc.summary, [run.energy.window_s for run in sc.runs], scope, idle, tokens)
-
-
 def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
             on_scenario: Callable[[list[Scenario]], None] | None = None, search: Search | None = None) -> list[Scenario]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
@@ -178,9 +177,8 @@ def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
     def summarize_new(scenarios: list[Scenario]) -> None:
         for sc in scenarios:
             if summarized.get(sc.step.label) != len(sc.runs):
-                sc.summary = summarize_scenario(spec, sc, force, target.model_bytes, bandwidth)
-                sc.summary.update(engine_energy_columns(sc, scope, idle),
-                                  model_bytes_method=target.model_bytes_method if target.model_bytes else None)
+                sc.summary = summarize_scenario(spec, sc, force, target.model_bytes, bandwidth,
+                                                target.model_bytes_method, scope, idle)
                 summarized[sc.step.label] = len(sc.runs)
         if on_scenario:
             on_scenario(scenarios)
