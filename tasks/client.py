@@ -8,9 +8,10 @@
   `tradeoff perf`, the Prefect API);
 - the auth headers of hosted endpoints: kept in this process only, sent by every call above.
 
-Timestamps of the streaming client are taken with `perf_counter_ns`: send, every text chunk (when
+Timestamps of the streaming client are taken with `perf_counter_ns`: send, every chunk (when
 the bytes carrying it are read, before parsing; chunks that arrive in one read share its time),
-end. Output tokens come from the server's `usage` when it sends one; otherwise, when the stream
+end. tradeoff's own times use the chunks that carry output (text or reasoning); the keys it shares
+with `vllm bench serve` use every chunk with a non-empty `choices` list, as vLLM times them. Output tokens come from the server's `usage` when it sends one; otherwise, when the stream
 finished for `length`, they are the requested max_tokens; otherwise they are counted with the
 model's tokenizer; with none, the text chunks are counted and labelled `approx_chunks`. Prompt
 tokens likewise: usage, tokenizer, or `approx_words`. Each request records which.
@@ -286,11 +287,12 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
                             text, reasoning, fin = _chunk_text(kind, obj)
                         except BadChunk as err:
                             return fail(f"malformed SSE data: {err}: {_excerpt(data)}")
-                        if not got_choices and obj.get("choices"):
+                        offset = (now - t_send) / 1e6
+                        if obj.get("choices"):
                             got_choices = True
+                            rec.choice_offsets_ms.append(offset)
                         finish_reason = fin or finish_reason
                         if text or reasoning:
-                            offset = (now - t_send) / 1e6
                             rec.chunk_offsets_ms.append(offset)
                             if reasoning:
                                 reasoning_parts.append(reasoning)

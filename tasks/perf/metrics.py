@@ -67,6 +67,9 @@ class RequestRecord:
     reasoning_tokens_source: str | None = None  # usage | tokenizer | approx_chunks; None without reasoning
     end_ms: float | None = None  # when the request returned, whatever its status (ms from the scenario's start)
     vllm_success: bool | None = None  # would `vllm bench serve` count it as successful (its `completed`)?
+    # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
+    # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
+    choice_offsets_ms: list[float] = field(default_factory=list)
 
     @property
     def itl_ms(self) -> list[float]:

@@ -8,21 +8,9 @@ from datetime import datetime
 
 from tasks.core.config import PerfSpec
 from tasks.core.credentials import error_excerpt
-from tasks.perf.metrics import pct_name
 from tasks.perf.sweep import Scenario
 from tasks.perf.vllm_compat import vllm_keys
 from warehouse.contract import PERCENTILES
-
-
-def max_in_flight(records: list) -> int:
-    """Most requests in flight at once (a sweep over send and end times)."""
-    events = sorted([(r.start_ms, 1) for r in records if r.e2el_ms] + [(r.start_ms + r.e2el_ms, -1)
-                                                                      for r in records if r.e2el_ms])
-    best = now = 0
-    for _, d in events:
-        now += d
-        best = max(best, now)
-    return best
 
 
 def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | None, detailed: bool) -> dict:
@@ -38,23 +26,20 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
            "request_rate": step.rate if step.rate else "inf", "burstiness": spec.burstiness,
            "max_concurrency": step.concurrency, "total_input_tokens": s["total_input_tokens"],
            "total_output_tokens": s["total_output_tokens"],
-           **vllm_keys([run.measured for run in sc.runs], s),  # duration, completed, failed, throughputs, std_*
-           "max_concurrent_requests": max((max_in_flight([r for r in run.measured if r.status == "ok"])
-                                           for run in sc.runs), default=0)}
+           # duration, completed, failed, throughputs, peaks and the latencies: vLLM's definitions
+           **vllm_keys([run.measured for run in sc.runs], s, sorted({*map(float, PERCENTILES), *spec.percentiles}))}
     for m in ("ttft", "tpot", "itl", "e2el"):
-        out[f"mean_{m}_ms"] = s[f"{m}_ms_mean"]
-        out[f"median_{m}_ms"] = s[f"{m}_ms_p50"]
-        for p in sorted({*map(float, PERCENTILES), *spec.percentiles}):  # the warehouse's and the asked ones
-            out[f"{pct_name(p)}_{m}_ms"] = s[f"{m}_ms_{pct_name(p)}"]
-        out[f"sample_std_{m}_ms"] = s[f"{m}_ms_std"]  # tradeoff's own: ddof 1 (std_* is vLLM's ddof 0)
+        out[f"sample_std_{m}_ms"] = s[f"{m}_ms_std"]  # tradeoff's own: ddof 1, over its output chunks
     # tradeoff's own variants of vLLM's figures, under their own names
     out["peak_output_tokens_per_s_sliding"] = s["peak_output_throughput"]
     out["output_throughput_repeat_mean"] = s["output_throughput"]
     if detailed:
         out.update({"input_lens": [r.prompt_tokens for r in measured],
                     "output_lens": [r.output_tokens or 0 for r in measured],
-                    "ttfts": [r.ttft_ms / 1000 if r.ttft_ms is not None else 0.0 for r in measured],
-                    "itls": [[g / 1000 for g in r.itl_ms] for r in measured],
+                    # vLLM's per-request times: from the chunks with choices (tasks.perf.vllm_compat)
+                    "ttfts": [r.choice_offsets_ms[0] / 1000 if r.choice_offsets_ms else 0.0 for r in measured],
+                    "itls": [[(b - a) / 1000 for a, b in zip(r.choice_offsets_ms, r.choice_offsets_ms[1:])]
+                             for r in measured],
                     "start_times": [r.start_ms / 1000 for r in measured],
                     "generated_texts": [r.text for r in measured], "errors": [error_excerpt(r.error) or "" for r in measured]})
     own = ("scenario", "load_kind", "repeats", "num_requests", "num_ok", "num_errors", "num_incomplete", "num_warmup",

@@ -17,10 +17,12 @@ from tasks.perf.vllm_compat import max_output_tokens_per_s, vllm_keys
 from tests.stubs.stub_server import start_stub
 
 
-def ok(i, start, ttft, e2el, chunks, out=None, end=None):
+def ok(i, start, ttft, e2el, chunks, out=None, end=None, finish=None):
+    """An ok request; `finish`: a last chunk with choices but no text that many ms after the last text chunk."""
     return RequestRecord(index=i, status="ok", start_ms=start, ttft_ms=ttft, e2el_ms=e2el, prompt_tokens=10,
                          output_tokens=out or len(chunks), chunk_offsets_ms=chunks, vllm_success=True,
-                         end_ms=end if end is not None else start + e2el)
+                         end_ms=end if end is not None else start + e2el,
+                         choice_offsets_ms=chunks + ([chunks[-1] + finish] if finish is not None else []))
 
 
 def keys(runs):
@@ -33,6 +35,37 @@ def test_std_is_numpys_default_ddof_0_and_the_sample_std_keeps_its_own_name():
     assert k["std_ttft_ms"] == pytest.approx(50.0)  # vLLM: np.std([100, 200]) -> 50
     assert summarize(runs[0])["ttft_ms_std"] == pytest.approx(np.std([100, 200], ddof=1))  # 70.7, tradeoff's own
     assert k["std_itl_ms"] == pytest.approx(0.0) and k["std_e2el_ms"] == pytest.approx(50.0)
+
+
+def test_latencies_time_every_chunk_with_choices_as_vllm_and_tradeoffs_own_only_output_chunks():
+    """llama.cpp and vLLM end a stream with a chunk whose text is empty and finish_reason set: vLLM's ITL
+    counts its gap (its request function stamps every chunk with choices) and its latency ends there."""
+    r = ok(0, 0.0, 100.0, 300.0, [100.0, 200.0, 300.0], finish=1.0)
+    k = vllm_keys([[r]], summarize([r]), [50.0, 99.0])
+    assert k["mean_itl_ms"] == pytest.approx(201 / 3) and k["median_itl_ms"] == pytest.approx(100.0)
+    assert k["p50_itl_ms"] == pytest.approx(100.0) and k["std_itl_ms"] == pytest.approx(np.std([100, 100, 1]))
+    assert k["mean_e2el_ms"] == pytest.approx(301.0) and k["mean_ttft_ms"] == pytest.approx(100.0)
+    assert k["mean_tpot_ms"] == pytest.approx(201 / 2)  # (latency - ttft) / (3 tokens - 1)
+    s = summarize([r])
+    assert s["itl_ms_mean"] == pytest.approx(100.0) and s["e2el_ms_mean"] == pytest.approx(300.0)
+
+
+def test_max_concurrent_requests_counts_1s_buckets_as_vllm():
+    """Back to back at concurrency 1: the first ends in second 0, the second starts there: vLLM says 2."""
+    a = ok(0, 0.0, 100.0, 900.0, [100.0, 900.0])
+    b = ok(1, 950.0, 100.0, 600.0, [100.0, 600.0])
+    c = ok(2, 2100.0, 100.0, 300.0, [100.0, 300.0])
+    assert keys([[a, b, c]])["max_concurrent_requests"] == 2
+    assert keys([[c]])["max_concurrent_requests"] == 1 and keys([[]])["max_concurrent_requests"] == 0
+
+
+def test_goodput_uses_vllms_times_and_limits():
+    fast, slow = ok(0, 0.0, 100.0, 300.0, [100.0, 300.0]), ok(1, 400.0, 600.0, 900.0, [600.0, 900.0])
+    s = summarize([fast, slow], slo={"ttft_ms": 500.0})
+    s.update(goodput_slo="ttft_ms<=500", slo_ttft_ms=500.0)
+    k = vllm_keys([[fast, slow]], s)
+    assert k["request_goodput"] == pytest.approx(1 / s["duration_s"])
+    assert vllm_keys([[fast, slow]], summarize([fast, slow]))["request_goodput"] is None  # no SLO: none
 
 
 def test_max_output_tokens_per_s_is_vllms_fixed_1s_buckets_of_chunks():

@@ -182,3 +182,30 @@ def test_answer_ttft_through_the_sweep_and_tradeoff_perf(paced, tmp_path):
     assert (row["total_reasoning_tokens"], row["total_answer_tokens"], row["total_output_tokens"]) == (4, 8, 12)
     plain = asyncio.run(run_load(paced, "ttft=20,itl=5,jitter=0", [Prompt("sweep b", 3)], 4))
     assert plain[0].ttft_answer_ms == plain[0].ttft_ms and plain[0].reasoning_tokens == 0
+
+
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+def test_vllm_keys_time_the_empty_finish_chunk_as_vllm_bench_serve(paced, tmp_path, kind):
+    """6 tokens 10 ms apart, then the finish chunk (empty text) 30 ms later, as llama.cpp ends a stream.
+    vLLM's keys count its gap (each request's ITLs: 10 x 5 and 30) and end the latency there; tradeoff's
+    own figures keep only the output chunks (their gaps: all 10 ms, so a sample std of ~0). Chat also
+    counts the role chunk the server sends just before the first token (a gap of ~0), as vLLM does."""
+    from flows.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["perf", "--endpoint", paced, "--model", "ttft=20,itl=10,jitter=0,finish=30,usage=1",
+                 "--endpoint-type", "chat" if kind == "chat" else "completions", "--concurrency", "1",
+                 "--num-prompts", "4", "--warmup", "0", "--output-len", "6", "--output", str(out), "--no-progress",
+                 "--detailed"]) == 0
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["completed"] == row["num_ok"] == 4
+    gaps = [0.0] * (kind == "chat") + [10.0] * 5 + [30.0]
+    last_gaps = [itls[-1] * 1000 for itls in row["itls"]]
+    assert [len(itls) for itls in row["itls"]] == [len(gaps)] * 4
+    assert np.median(last_gaps) == pytest.approx(30.0, abs=2.0)
+    assert row["median_itl_ms"] == pytest.approx(10.0, abs=1.0)
+    assert row["mean_itl_ms"] == pytest.approx(np.mean(gaps), abs=1.0)
+    assert row["std_itl_ms"] == pytest.approx(np.std(gaps), abs=1.0)  # 7.45 (completions)
+    assert row["sample_std_itl_ms"] < 2.0  # tradeoff's own: the output chunks' gaps only
+    assert row["median_e2el_ms"] - row["median_ttft_ms"] == pytest.approx(80.0, abs=3.0)
+    assert row["mean_tpot_ms"] == pytest.approx(80 / 5, abs=0.6)  # (latency - TTFT) / (6 tokens - 1)

@@ -16,12 +16,16 @@ comma-separated key=value pairs (defaults in PACE):
     usage=1                      a final usage chunk (completion_tokens, and reasoning_tokens in
                                  completion_tokens_details)
     done=100                     ms between the last chunk and `data: [DONE]`
+    finish=30                    as llama.cpp and vLLM end a stream: the last token's chunk has no
+                                 finish_reason, a chunk with empty text and finish_reason follows
+                                 30 ms later (its write time is the truth's `finish_ns`)
     heavy=2,pad=150000           chunk 2 carries a JSON array of 150,000 zeros: parsing it takes
                                  ~20 ms, so a client that stamped chunks after parsing shows it
 
 GET /truth returns what was sent, per prompt (completions: `prompt`; chat: the last message's
 content): {"recv_ns", "writes_ns": [...] (each chunk's write began), "written_ns": [...] (it
-ended: the last byte was with the kernel), "kinds": ["reasoning" | "answer", ...], "done_ns"},
+ended: the last byte was with the kernel), "kinds": ["reasoning" | "answer", ...], "finish_ns" (null
+without `finish`), "done_ns"},
 all from time.perf_counter_ns(), which on Linux is CLOCK_MONOTONIC, one clock for every
 process of the host: the client's own stamps can be compared with it directly.
 GET /v1/models lists the model `paced`.
@@ -37,7 +41,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PACE = {"ttft": 60.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content", "usage": 0,
-        "done": 0.0, "heavy": -1, "pad": 150000}
+        "done": 0.0, "finish": -1.0, "heavy": -1, "pad": 150000}
 
 _TRUTH: dict[str, dict] = {}
 _LOCK = threading.Lock()
@@ -109,7 +113,7 @@ class Handler(BaseHTTPRequestHandler):
             if wait > 0:
                 time.sleep(wait)
             kind = "reasoning" if chat and i < p["reasoning"] else "answer"
-            fin = "length" if i == n - 1 else None
+            fin = "length" if i == n - 1 and p["finish"] < 0 else None
             text = f" {kind[0]}{i}"
             if chat:
                 if i == 0:
@@ -126,6 +130,11 @@ class Handler(BaseHTTPRequestHandler):
             writes.append(start)
             written.append(end)
             kinds.append(kind)
+        finish = None
+        if p["finish"] >= 0:
+            time.sleep(p["finish"] / 1000)
+            end = {"delta": {}} if chat else {"text": ""}
+            finish, _ = self._event({"choices": [{"index": 0, **end, "finish_reason": "length"}]})
         if p["usage"]:
             n_reasoning = kinds.count("reasoning")
             self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5,
@@ -136,7 +145,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         with _LOCK:
             _TRUTH[key] = {"recv_ns": recv, "writes_ns": writes, "written_ns": written, "kinds": kinds,
-                           "done_ns": done}
+                           "finish_ns": finish, "done_ns": done}
 
 
 def main() -> None:
