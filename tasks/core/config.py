@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.errors import ConfigError
@@ -172,6 +172,14 @@ class SloSpec(_Strict):
 MAX_REQUESTS_PER_VARIANT = 1_000_000  # steps x repeats x num_prompts (+ warm-up) of one variant's sweep
 
 
+
+def _preset_name(v: Any) -> Any:
+    return {"preset": v} if isinstance(v, str) else v
+
+
+# An SLO field: a preset name (`slo: mlperf-llama2-70b-server`) or a mapping of limits
+Slo = Annotated[SloSpec | None, BeforeValidator(_preset_name)]
+
 class PerfSpec(_Strict):
     """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
 
@@ -219,7 +227,7 @@ class PerfSpec(_Strict):
     peak_window_s: float = Field(default=1.0, gt=0, le=3_600, description="window for peak output tokens/s (seconds)")
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
-    slo: SloSpec | None = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
+    slo: Slo = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
                                 description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
     bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval")
@@ -229,11 +237,6 @@ class PerfSpec(_Strict):
                                   "variant is failed with the counts (tasks.orchestration.failures)")
     idle_baseline_s: float = Field(default=5.0, ge=0, le=3_600, description="idle power measured this long before the "
                                    "sweep, server up and idle (s); 0: off")
-
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _preset_name(cls, v: Any) -> Any:
-        return {"preset": v} if isinstance(v, str) else v
 
     @field_validator("concurrency")
     @classmethod
@@ -378,7 +381,7 @@ class DecisionSpec(_Strict):
     quality metric at MLPerf's 99 % retention class; the recommendation maximises the sustainable request rate.
     """
 
-    slo: SloSpec | None = Field(default=None, description="latency limits at `percentile`: a preset name or "
+    slo: Slo = Field(default=None, description="latency limits at `percentile`: a preset name or "
                                                           "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
     percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
                                                                       "meet each limit (MLPerf: 99)")
@@ -394,11 +397,6 @@ class DecisionSpec(_Strict):
     tie_tolerance_pct: float = Field(default=5.0, ge=0, le=100, description="objective values this close to the best are "
                                                                     "a tie (%), broken on quality")
     search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
-
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _preset_name(cls, v: Any) -> Any:
-        return {"preset": v} if isinstance(v, str) else v
 
     @field_validator("slo")
     @classmethod
