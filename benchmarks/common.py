@@ -25,26 +25,48 @@ def demo_config():
     return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
 
 
-@contextmanager
-def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
-    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
-    verbose: the server also prints llama.cpp's own timings of every request into its log
-    (`server_timings` reads them)."""
+def demo_build():
+    """The demo's reference variant built as the nightly builds it: (engine, variant, model spec, artifact)."""
     import tasks.loader  # noqa: F401  (registers the built-in engines, as every entry point does)
     from tasks.engines.base import engine_for
-    from tasks.engines.launcher import free_port, serving
 
     cfg = demo_config()
     v = cfg.reference
     engine = engine_for(v.engine)
     art = engine.build(v, cfg.models[v.model], Path(os.environ.get("TRADEOFF_CACHE_DIR", Path.home() / ".cache/tradeoff/builds")))
+    return engine, v, cfg.models[v.model], art
+
+
+@contextmanager
+def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
+    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
+    verbose: the server also prints llama.cpp's own timings of every request into its log
+    (`server_timings` reads them)."""
+    from tasks.engines.launcher import free_port, serving
+
+    engine, v, model, art = demo_build()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = engine.server_command(art, v, cfg.models[v.model], "127.0.0.1", port)
+    cmd = engine.server_command(art, v, model, "127.0.0.1", port)
     if verbose:
         cmd[cmd.index("--verbose") + 1] = "true"
     with serving(cmd, url, log_dir / "llama_cpp.server.log", 120) as _:
         yield url, engine.served_model_name(v), art.path
+
+
+@contextmanager
+def paced_server(pacing: str) -> Iterator[tuple[str, str, Path]]:
+    """The paced SSE server of the tests (tests/stubs/paced_server.py), its own process: (url, pacing, the demo's
+    GGUF for the tokenizer). Its timing is known and the same for every client: a server without noise."""
+    *_, art = demo_build()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(proc.stdout.readline().split()[-1])
+        yield f"http://127.0.0.1:{port}", pacing, art.path
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 _EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")

@@ -29,7 +29,7 @@ from tasks.perf.sweep import run_load
 from tasks.perf.workload import Prompt
 from tests.helpers import ROOT
 
-PACE = "ttft=60,itl=15,jitter=4,done=80"
+PACE = "ttft=60,ttft_jitter=10,itl=15,jitter=4,done=80"
 N_TOKENS = 12
 
 
@@ -106,9 +106,9 @@ def test_ttft_itl_tpot_within_a_few_ms_of_the_truth(paced, kind, concurrency):
     assert np.median(np.abs(e["itl"])) < 1.0 and abs(e["itl"].mean()) < 1.0, e["itl"]
     assert np.median(np.abs(e["tpot"])) < 0.5, e["tpot"]
     assert np.median(np.abs(e["e2el"])) < 2.0, e["e2el"]
-    # TTFT itself is the paced 60 ms (+ the request's trip to the server), far from E2EL's ~300 ms
+    # TTFT itself is the paced 60 +- 10 ms (+ the request's trip to the server), far from E2EL's ~300 ms
     ttft = np.median([r.ttft_ms for r, _ in pairs])
-    assert 60.0 <= ttft < 100.0
+    assert 50.0 <= ttft < 100.0
     # the jitter the server put into the gaps (uniform +-4 ms on 15 ms) is the jitter measured
     true_cv = cv_pct([g for _, t in pairs for g in true_gaps(t)])
     measured_cv = cv_pct([g for r, _ in pairs for g in r.itl_ms])

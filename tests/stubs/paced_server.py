@@ -10,6 +10,7 @@ the time it was actually written is recorded. The request's `model` sets the pac
 comma-separated key=value pairs (defaults in PACE):
 
     ttft=60,itl=15,jitter=4      milliseconds
+    ttft_jitter=20               the first chunk's delay varies by up to +-20 ms, seeded by the prompt
     reasoning=3                  chat: the first 3 chunks are reasoning deltas, the rest answer
     field=reasoning_content      the delta key reasoning comes in (vLLM's old name; `reasoning`:
                                  its new one; `both`: the same text under both keys)
@@ -40,8 +41,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-PACE = {"ttft": 60.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content", "usage": 0,
-        "done": 0.0, "finish": -1.0, "heavy": -1, "pad": 150000}
+PACE = {"ttft": 60.0, "ttft_jitter": 0.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content",
+        "usage": 0, "done": 0.0, "finish": -1.0, "heavy": -1, "pad": 150000}
 
 _TRUTH: dict[str, dict] = {}
 _LOCK = threading.Lock()
@@ -62,6 +63,11 @@ def gaps_ms(p: dict, n: int, key: str) -> list[float]:
     """The n - 1 gaps after the first chunk: itl +- jitter, seeded by the prompt."""
     rng = random.Random(f"{key}")
     return [p["itl"] + rng.uniform(-p["jitter"], p["jitter"]) for _ in range(n - 1)]
+
+
+def ttft_ms(p: dict, key: str) -> float:
+    """The first chunk's delay: ttft +- ttft_jitter, seeded by the prompt (a stream of its own)."""
+    return p["ttft"] + random.Random(f"ttft {key}").uniform(-p["ttft_jitter"], p["ttft_jitter"])
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -104,7 +110,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        targets = [recv + p["ttft"] * 1e6]
+        targets = [recv + ttft_ms(p, key) * 1e6]
         for g in gaps_ms(p, n, key):
             targets.append(targets[-1] + g * 1e6)
         writes, written, kinds = [], [], []
