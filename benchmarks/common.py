@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,55 +17,64 @@ sys.path.insert(0, str(ROOT))
 
 def demo_config():
     """configs/demo.yaml as a RunConfig (only the models and variants are used here)."""
+    return config("demo.yaml")
+
+
+def config(name: str):
+    """configs/<name> as a RunConfig."""
     import yaml
 
     from tasks.core.config import RunConfig
 
-    return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
+    return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / name).read_text()))
 
 
-def demo_build():
-    """The demo's reference variant built as the nightly builds it: (engine, variant, model spec, artifact)."""
+def variant_build(config_name: str = "demo.yaml", variant: str | None = None):
+    """A variant of configs/<config_name> (default: its reference) built as the nightly builds it, into the
+    nightly's build cache: (engine, variant, model spec, artifact)."""
     import tasks.loader  # noqa: F401  (registers the built-in engines, as every entry point does)
+    from tasks.core.runinfo import build_cache_dir
     from tasks.engines.base import engine_for
 
-    cfg = demo_config()
-    v = cfg.reference
+    cfg = config(config_name)
+    v = cfg.reference if variant is None else next(x for x in cfg.variants if x.name == variant)
     engine = engine_for(v.engine)
-    art = engine.build(v, cfg.models[v.model], Path(os.environ.get("TRADEOFF_CACHE_DIR", Path.home() / ".cache/tradeoff/builds")))
-    return engine, v, cfg.models[v.model], art
+    return engine, v, cfg.models[v.model], engine.build(v, cfg.models[v.model], build_cache_dir())
 
 
 @contextmanager
-def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
-    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf).
-    verbose: the server also prints llama.cpp's own timings of every request into its log
-    (`server_timings` reads them)."""
+def variant_server(log: Path, config_name: str = "demo.yaml", variant: str | None = None,
+                   verbose: bool = False, timeout_s: float = 120) -> Iterator[tuple]:
+    """A variant served exactly as the nightly serves it, its log at `log`: (url, served model name, artifact).
+    verbose (llama.cpp): the server also prints its own timings of every request (`server_timings` reads them)."""
     from tasks.engines.launcher import free_port, serving
 
-    engine, v, model, art = demo_build()
+    engine, v, model, art = variant_build(config_name, variant)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = engine.server_command(art, v, model, "127.0.0.1", port)
     if verbose:
         cmd[cmd.index("--verbose") + 1] = "true"
-    with serving(cmd, url, log_dir / "llama_cpp.server.log", 120) as _:
-        yield url, engine.served_model_name(v), art.path
+    with serving(cmd, url, log, timeout_s) as _:
+        yield url, engine.served_model_name(v), art
+
+
+@contextmanager
+def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
+    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf)."""
+    with variant_server(log_dir / "llama_cpp.server.log", verbose=verbose) as (url, model, art):
+        yield url, model, art.path
 
 
 @contextmanager
 def paced_server(pacing: str) -> Iterator[tuple[str, str, Path]]:
     """The paced SSE server of the tests (tests/stubs/paced_server.py), its own process: (url, pacing, the demo's
     GGUF for the tokenizer). Its timing is known and the same for every client: a server without noise."""
-    *_, art = demo_build()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        port = int(proc.stdout.readline().split()[-1])
-        yield f"http://127.0.0.1:{port}", pacing, art.path
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    from tests.stubs import paced_server as stub
+
+    *_, art = variant_build()
+    with stub.running() as url:
+        yield url, pacing, art.path
 
 
 _EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 from agreement import write_prompts
-from common import ROOT, hf_tokenizer_dir, tradeoff_perf, vllm_bench_serve
+from common import hf_tokenizer_dir, tradeoff_perf, variant_server, vllm_bench_serve
 
 HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "e2el": "vllm:e2e_request_latency_seconds"}
 
@@ -59,27 +58,6 @@ def window_means(before: dict, after: dict) -> dict[str, tuple[float | None, int
     return out
 
 
-def vllm_server(work: Path):
-    """configs/vllm-cpu.yaml's vllm-q4_1 served as the nightly serves it: (context manager, url, model, gguf)."""
-    import yaml
-
-    import tasks.loader  # noqa: F401  (registers the built-in engines)
-    from tasks.core.config import RunConfig
-    from tasks.engines.base import engine_for
-    from tasks.engines.launcher import free_port, serving
-
-    cfg = RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / "vllm-cpu.yaml").read_text()))
-    v = next(x for x in cfg.variants if x.name == "vllm-q4_1")
-    engine = engine_for(v.engine)
-    cache = Path(os.environ.get("TRADEOFF_CACHE_DIR", Path.home() / ".cache/tradeoff/builds"))
-    art = engine.build(v, cfg.models[v.model], cache)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = engine.server_command(art, v, cfg.models[v.model], "127.0.0.1", port)
-    return serving(cmd, url, work / "vllm.server.log", 600), url, engine.served_model_name(v), \
-        Path(art.meta["tokenizer_gguf"])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=4, help="runs per tool, in ABBA order")
@@ -90,10 +68,11 @@ def main() -> None:
     ap.add_argument("--cooldown-s", type=float, default=10.0)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-metrics-"))
-    ctx, url, model, gguf = vllm_server(work)
     n, c, out_len = str(args.num_prompts), str(args.concurrency), str(args.output_len)
     rows: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
-    with ctx:
+    serve = variant_server(work / "vllm.server.log", "vllm-cpu.yaml", "vllm-q4_1", timeout_s=600)
+    with serve as (url, model, art):
+        gguf = Path(art.meta["tokenizer_gguf"])  # the GGUF the checkpoint was dequantized from: its tokenizer
         prompts = work / "prompts.sharegpt.json"
         write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
@@ -115,8 +94,8 @@ def main() -> None:
                     r = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
                                           str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
                                           "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", c,
-                                          "--temperature", "0", "--seed", "0",
-                                          "--percentile-metrics", "ttft,tpot,itl,e2el", "--ready-check-timeout-sec", "0",
+                                          "--temperature", "0", "--seed", "0", "--percentile-metrics",
+                                          "ttft,tpot,itl,e2el", "--ready-check-timeout-sec", "0",
                                           "--extra-body", json.dumps({"min_tokens": args.output_len})],
                                          work / f"vllm-{run}.json")
                     name = "vllm bench serve"
@@ -145,8 +124,8 @@ def report(rows: dict[str, list[dict]], args: argparse.Namespace) -> None:
         for r in rs:
             dt, de = pct(r["ttft"], r["server_ttft"]), pct(r["e2el"], r["server_e2el"])
             worst.setdefault(name, []).append((dt, de))
-            print(f"{name:<18} {r['run']:>3} {r['ttft']:>10.1f} {r['server_ttft']:>8.1f} {dt:>6.2f}% {r['e2el']:>10.1f} "
-                  f"{r['server_e2el']:>8.1f} {de:>6.2f}% {r['server_requests']:>4}/{r['completed']}")
+            print(f"{name:<18} {r['run']:>3} {r['ttft']:>10.1f} {r['server_ttft']:>8.1f} {dt:>6.2f}% "
+                  f"{r['e2el']:>10.1f} {r['server_e2el']:>8.1f} {de:>6.2f}% {r['server_requests']:>4}/{r['completed']}")
     for name, d in worst.items():
         print(f"{name}: TTFT vs server median {statistics.median(t for t, _ in d):+.2f} % (range "
               f"{min(t for t, _ in d):+.2f} to {max(t for t, _ in d):+.2f}), E2EL median "

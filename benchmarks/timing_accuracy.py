@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 
 import aiohttp
+import common  # noqa: F401  (puts the repository on sys.path)
 import httpx
 import numpy as np
-from common import ROOT
 
 from tasks.client import _payload, endpoint_url, stream_request
 from tasks.perf.metrics import cv_pct
 from tasks.perf.workload import Prompt
+from tests.stubs import paced_server
 
 
 async def _measure(url: str, model: str, kind: str, prompts: list[Prompt], concurrency: int, tokens: int):
@@ -43,10 +42,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--pace", default="ttft=60,itl=15,jitter=4")
     args = ap.parse_args()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        url = f"http://127.0.0.1:{int(proc.stdout.readline().split()[-1])}"
+    with paced_server.running() as url:
         print(f"paced server {args.pace}, {args.requests} requests x {args.tokens} chunks; error = client - truth (ms)")
         print(f"{'endpoint':<12} {'conc':>4} {'figure':<6} {'median':>8} {'p90':>8} {'p99':>8} {'max':>8}")
         for kind in ("completions", "chat"):
@@ -70,9 +66,6 @@ def main() -> None:
                     print(f"{kind:<12} {conc:>4} {name:<6} {np.median(a):>8.3f} {np.percentile(a, 90):>8.3f} "
                           f"{np.percentile(a, 99):>8.3f} {a.max():>8.3f}")
                 print(f"{kind:<12} {conc:>4} ITL CV: client {cv_pct(gaps):.2f} %, truth {cv_pct(true_gaps):.2f} %")
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import aiohttp
 import httpx
@@ -27,7 +25,7 @@ from tasks.client import _payload, endpoint_url, stream_request
 from tasks.perf.metrics import RequestRecord, cv_pct, summarize
 from tasks.perf.sweep import run_load
 from tasks.perf.workload import Prompt
-from tests.helpers import ROOT
+from tests.stubs import paced_server
 
 PACE = "ttft=60,ttft_jitter=10,itl=15,jitter=4,done=80"
 N_TOKENS = 12
@@ -35,14 +33,8 @@ N_TOKENS = 12
 
 @pytest.fixture(scope="module")
 def paced():
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        port = int(proc.stdout.readline().split()[-1])
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with paced_server.running() as url:
+        yield url
 
 
 def measure(url: str, model: str, kind: str, tag: str, n: int = 8, concurrency: int = 1,

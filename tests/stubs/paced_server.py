@@ -37,9 +37,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
 
 PACE = {"ttft": 60.0, "ttft_jitter": 0.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content",
         "usage": 0, "done": 0.0, "finish": -1.0, "heavy": -1, "pad": 150000}
@@ -152,6 +157,19 @@ class Handler(BaseHTTPRequestHandler):
         with _LOCK:
             _TRUTH[key] = {"recv_ns": recv, "writes_ns": writes, "written_ns": written, "kinds": kinds,
                            "finish_ns": finish, "done_ns": done}
+
+
+@contextmanager
+def running() -> Iterator[str]:
+    """The paced server in its own process (its clock then never waits on the client's): its base URL."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=root, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[-1])}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def main() -> None:
