@@ -140,10 +140,15 @@ def peak_tokens_per_s(events: list[tuple[float, float]], start_ms: float, end_ms
     return best / window_s
 
 
+def within_slo(values: dict[str, float | None], slo: dict[str, float]) -> bool:
+    """Whether `values` ({'ttft_ms': .., 'tpot_ms': .., 'e2el_ms': ..}) meet every limit of `slo` (None: not met)."""
+    return all(values.get(k) is not None and values[k] <= limit for k, limit in slo.items())
+
+
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
-    """Whether an ok request met every limit of `slo` ({'ttft_ms': .., 'tpot_ms': .., 'e2el_ms': ..})."""
-    values = {"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms}
-    return r.status == "ok" and all(values[k] is not None and values[k] <= limit for k, limit in slo.items())
+    """Whether an ok request met every limit of `slo` (TPOT 0 for a one-token answer, as vLLM)."""
+    return r.status == "ok" and within_slo({"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms},
+                                           slo)
 
 
 def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: Iterable[float] = (),

@@ -32,10 +32,11 @@ durations add up, latencies pool, the peaks are the best repeat's.
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import numpy as np
 
-from tasks.perf.metrics import RequestRecord, pct_name
+from tasks.perf.metrics import RequestRecord, pct_name, within_slo
 
 
 def _completed(records: list[RequestRecord]) -> list[RequestRecord]:
@@ -61,12 +62,6 @@ def buckets_1s(records: list[RequestRecord]) -> tuple[float, float] | None:
         last = int((r.start_ms + r.choice_offsets_ms[-1]) / 1000.0 - t0_s)
         active[first:last + 1] += 1
     return float(tokens.max()), float(active.max())
-
-
-def max_output_tokens_per_s(records: list[RequestRecord]) -> float | None:
-    """vLLM's peak: most chunk arrivals in any fixed 1 s bucket from the first successful send (one repeat)."""
-    peaks = buckets_1s(records)
-    return peaks[0] if peaks else None
 
 
 def latencies(records: list[RequestRecord]) -> dict[str, list[float]]:
@@ -95,7 +90,7 @@ def _stats(values: list[float], m: str, percentiles: list[float]) -> dict[str, f
     return out
 
 
-def vllm_keys(runs: list[list[RequestRecord]], summary: dict, percentiles: list[float] = (99.0,)) -> dict:
+def vllm_keys(runs: list[list[RequestRecord]], summary: dict, percentiles: Iterable[float] = (99.0,)) -> dict:
     """The vLLM-defined keys of one scenario from its repeats' measured requests and its tradeoff summary."""
     measured = [r for run in runs for r in run if not r.is_warmup]
     completed = sum(bool(r.vllm_success) for r in measured)
@@ -103,11 +98,11 @@ def vllm_keys(runs: list[list[RequestRecord]], summary: dict, percentiles: list[
     per_s = (lambda x: x / duration if duration and x is not None else None)  # noqa: E731
     peaks = [p for p in (buckets_1s(run) for run in runs) if p is not None]
     lat = latencies(measured)
-    slo = {m: summary.get(f"slo_{m}_ms") for m in ("ttft", "tpot", "e2el")}
+    limits = {k: summary[f"slo_{k}"] for k in ("ttft_ms", "tpot_ms", "e2el_ms") if summary.get(f"slo_{k}") is not None}
     good = None
-    if summary.get("goodput_slo") is not None and any(v is not None for v in slo.values()):
-        rows = zip(lat["ttft"], lat["all_tpot"], lat["e2el"])
-        good = sum(all(slo[m] is None or v <= slo[m] for m, v in zip(("ttft", "tpot", "e2el"), row)) for row in rows)
+    if summary.get("goodput_slo") is not None and limits:
+        good = sum(within_slo({"ttft_ms": t, "tpot_ms": p, "e2el_ms": e}, limits)
+                   for t, p, e in zip(lat["ttft"], lat["all_tpot"], lat["e2el"]))
     out = {"duration": duration, "completed": completed, "failed": len(measured) - completed,
            "request_throughput": per_s(completed), "output_throughput": per_s(summary["total_output_tokens"]),
            "total_token_throughput": per_s(summary["total_input_tokens"] + summary["total_output_tokens"]),

@@ -27,7 +27,7 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
            "max_concurrency": step.concurrency, "total_input_tokens": s["total_input_tokens"],
            "total_output_tokens": s["total_output_tokens"],
            # duration, completed, failed, throughputs, peaks and the latencies: vLLM's definitions
-           **vllm_keys([run.measured for run in sc.runs], s, sorted({*map(float, PERCENTILES), *spec.percentiles}))}
+           **vllm_keys([run.measured for run in sc.runs], s, [*PERCENTILES, *spec.percentiles])}
     for m in ("ttft", "tpot", "itl", "e2el"):
         out[f"sample_std_{m}_ms"] = s[f"{m}_ms_std"]  # tradeoff's own: ddof 1, over its output chunks
     # tradeoff's own variants of vLLM's figures, under their own names

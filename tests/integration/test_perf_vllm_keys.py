@@ -13,7 +13,7 @@ import pytest
 
 from flows.cli import main
 from tasks.perf.metrics import RequestRecord, summarize, summarize_repeats
-from tasks.perf.vllm_compat import max_output_tokens_per_s, vllm_keys
+from tasks.perf.vllm_compat import buckets_1s, vllm_keys
 from tests.stubs.stub_server import start_stub
 
 
@@ -71,11 +71,11 @@ def test_goodput_uses_vllms_times_and_limits():
 def test_max_output_tokens_per_s_is_vllms_fixed_1s_buckets_of_chunks():
     """6 chunks straddling the 1 s bucket edge: vLLM's buckets hold 3 and 3, a sliding 1 s window up to 6."""
     r = ok(0, 0.0, 700.0, 1300.0, [700.0, 800.0, 900.0, 1100.0, 1200.0, 1300.0], out=12)
-    assert max_output_tokens_per_s([r]) == 3.0  # chunks, one token each, as vLLM counts them
+    assert buckets_1s([r])[0] == 3.0  # chunks, one token each, as vLLM counts them
     # tradeoff's sliding window, inside the 1.3 s interval: [300, 1300) ms holds 5 chunks of 2 tokens
     assert summarize([r], window_s=1.0)["peak_output_throughput"] == pytest.approx(10.0)
     long = ok(1, 0.0, 700.0, 2500.0, [700.0, 800.0, 900.0, 1100.0, 1200.0, 1300.0, 2500.0])
-    assert max_output_tokens_per_s([long]) == 3.0 and summarize([long])["peak_output_throughput"] == 6.0
+    assert buckets_1s([long])[0] == 3.0 and summarize([long])["peak_output_throughput"] == 6.0
 
 
 def test_duration_is_the_wall_clock_and_failures_at_the_tail_do_not_inflate_throughput():
