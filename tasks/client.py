@@ -11,7 +11,8 @@
 Timestamps of the streaming client are taken with `perf_counter_ns`: send, every chunk (when
 the bytes carrying it are read, before parsing; chunks that arrive in one read share its time),
 end. tradeoff's own times use the chunks that carry output (text or reasoning); the keys it shares
-with `vllm bench serve` use every chunk with a non-empty `choices` list, as vLLM times them. Output tokens come from the server's `usage` when it sends one; otherwise, when the stream
+with `vllm bench serve` use every chunk with a non-empty `choices` list, as vLLM times them.
+Output tokens come from the server's `usage` when it sends one; otherwise, when the stream
 finished for `length`, they are the requested max_tokens; otherwise they are counted with the
 model's tokenizer; with none, the text chunks are counted and labelled `approx_chunks`. Prompt
 tokens likewise: usage, tokenizer, or `approx_words`. Each request records which.

@@ -172,13 +172,13 @@ class SloSpec(_Strict):
 MAX_REQUESTS_PER_VARIANT = 1_000_000  # steps x repeats x num_prompts (+ warm-up) of one variant's sweep
 
 
-
 def _preset_name(v: Any) -> Any:
     return {"preset": v} if isinstance(v, str) else v
 
 
 # An SLO field: a preset name (`slo: mlperf-llama2-70b-server`) or a mapping of limits
 Slo = Annotated[SloSpec | None, BeforeValidator(_preset_name)]
+
 
 class PerfSpec(_Strict):
     """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
@@ -228,7 +228,7 @@ class PerfSpec(_Strict):
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
     slo: Slo = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
-                                description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
+                     description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
     bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval")
     power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
@@ -382,7 +382,7 @@ class DecisionSpec(_Strict):
     """
 
     slo: Slo = Field(default=None, description="latency limits at `percentile`: a preset name or "
-                                                          "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
+                                               "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
     percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
                                                                       "meet each limit (MLPerf: 99)")
     gate_metrics: list[str] | None = Field(default=None, max_length=64, description="'suite.metric' list that gates quality; "
