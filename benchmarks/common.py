@@ -44,9 +44,12 @@ def variant_build(config_name: str = "demo.yaml", variant: str | None = None):
 
 @contextmanager
 def variant_server(log: Path, config_name: str = "demo.yaml", variant: str | None = None,
-                   verbose: bool = False, timeout_s: float = 120) -> Iterator[tuple]:
+                   verbose: bool = False, timeout_s: float = 120, n_threads: int | None = None,
+                   stock_llama_server: bool = False) -> Iterator[tuple]:
     """A variant served exactly as the nightly serves it, its log at `log`: (url, served model name, artifact).
-    verbose (llama.cpp): the server also prints its own timings of every request (`server_timings` reads them)."""
+    verbose (llama.cpp): the server also prints its own timings of every request (`server_timings` reads them);
+    n_threads (llama.cpp): its decode threads instead of the nightly's choice; stock_llama_server: llama-cpp-python's
+    own `python -m llama_cpp.server` instead of the nightly's (tasks/engines/llama_cpp_server.py)."""
     from tasks.engines.launcher import free_port, serving
 
     engine, v, model, art = variant_build(config_name, variant)
@@ -55,6 +58,12 @@ def variant_server(log: Path, config_name: str = "demo.yaml", variant: str | Non
     cmd = engine.server_command(art, v, model, "127.0.0.1", port)
     if verbose:
         cmd[cmd.index("--verbose") + 1] = "true"
+    if n_threads is not None:
+        cmd[cmd.index("--n_threads") + 1] = str(n_threads)
+    if stock_llama_server:
+        from tasks.engines.llama_cpp import SERVER_MODULE
+
+        cmd[cmd.index(SERVER_MODULE)] = "llama_cpp.server"
     with serving(cmd, url, log, timeout_s) as _:
         yield url, engine.served_model_name(v), art
 

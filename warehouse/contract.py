@@ -183,6 +183,8 @@ TABLES_DECLARED: tuple[Table, ...] = (
         col("usd_per_1m_input_tok", F64, "USD", "config cost: hosted price per 1M input tokens"),
         col("usd_per_1m_output_tok", F64, "USD", "config cost: hosted price per 1M output tokens"),
         col("engine_version", S, None, "e.g. vllm 0.32.0+cpu; NULL when unknown (a hosted API)"),
+        col("cpu_threads", S, "JSON", "the engine's CPU threads on this host: {decode, prompt, host_cores} (llama.cpp "
+            "n_threads, n_threads_batch); NULL where not known (GPU engines, hosted APIs)"),
     ), checks=(Check("sum_between", {"column": "is_reference", "min": 1, "max": 1}),)),
     Table("perf_requests", "request, warm-up included (flagged) so counts can be checked", (
         RUN_ID, VARIANT,

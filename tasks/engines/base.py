@@ -168,6 +168,11 @@ class Engine:
         """GPUs the variant's server runs on (its tensor-parallel ranks; 0: the CPU only); None: unknown."""
         return None
 
+    def cpu_threads(self, variant: "Variant", model: "ModelSpec") -> dict[str, int] | None:
+        """The CPU threads the variant's server computes with on this host ({"decode": n, "prompt": m, "host_cores":
+        c}), what a reader needs to know how much of the host the load generator shared; None: not known here."""
+        return None
+
     def tokenizer(self, artifact: Artifact, model: "ModelSpec | None" = None) -> TokenizerRef | None:
         """The tokenizer this engine's server tokenizes `artifact` with, for the quality suites (None: none known)."""
         return tokenizer_for(artifact, model)

@@ -54,10 +54,17 @@ def quantize_gguf(src: Path, dst: Path, ftype: int, nthread: int = 0) -> None:
     tmp.replace(dst)
 
 
+SERVER_MODULE = "tasks.engines.llama_cpp_server"
+
+
+def host_cores() -> int:
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def decode_threads() -> int:
     """Cores this process may run on, less one for the load generator and the HTTP server (at least 1)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores - 1)
+    return max(1, host_cores() - 1)
 
 
 class LlamaCpp(Engine):
@@ -105,6 +112,18 @@ class LlamaCpp(Engine):
         return Artifact(variant.name, dst, sha256_file(dst), dst.stat().st_size, cached,
                         time.perf_counter() - t0, {**meta, "built": True, "build_key": key})
 
+    def cpu_threads(self, variant: "Variant", model: "ModelSpec") -> dict[str, int] | None:
+        """Decode threads (n_threads: all cores but one unless engine_args say otherwise), prompt threads
+        (n_threads_batch: llama-cpp-python's default is every core the OS reports) and this host's cores."""
+        every = os.cpu_count() or 1  # llama-cpp-python's -1 and default: multiprocessing.cpu_count()
+
+        def given(key: str) -> int | None:
+            v = variant.engine_args.get(key)
+            return None if v is None else every if int(v) == -1 else int(v)
+
+        return {"decode": given("n_threads") or decode_threads(), "prompt": given("n_threads_batch") or every,
+                "host_cores": host_cores()}
+
     def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:
         """One GPU when layers are offloaded (n_gpu_layers), else the CPU only."""
         return 1 if int(variant.engine_args.get("n_gpu_layers") or 0) != 0 else 0
@@ -114,18 +133,20 @@ class LlamaCpp(Engine):
         # draft model: llama-cpp-python then keeps every position's logits but sizes that buffer by
         # logits_all at load (n_batch rows when off), so any prompt longer than n_batch (512) failed
         # with HTTP 500 "could not broadcast input array" (seen in the demo's long-context suite).
-        # Decode threads: all cores but one. The load generator and the server's own Python thread
-        # run on this host too; with every core decoding they preempt the decode threads, and on
-        # 2 cores the server's own timer (llama_perf, verbose) showed decode switching between
-        # 8.2 and ~13 ms per token for stretches of requests, depending on how the client's wake-ups
-        # fell; one decode thread gave a steady 13.1-13.9 ms. Prompts are still evaluated on every
-        # core (n_threads_batch, llama-cpp-python's default). engine_args.n_threads overrides.
+        # Decode threads: all cores but one, for the load generator and the server's own HTTP thread. (The
+        # bimodal decode once seen with every core decoding, 8.2 or ~13 ms per token "depending on how the
+        # client's wake-ups fell", was the stock server's second OpenMP team: tasks/engines/llama_cpp_server.py.
+        # Served through that module, 2 threads on 2 cores decoded at 14.0 ms per token under every client
+        # and 1 thread at 19.1 ms: docs/timing.md.) Prompts are still evaluated on every core
+        # (n_threads_batch, llama-cpp-python's default). engine_args.n_threads overrides.
         args = {"n_ctx": model.max_context, "n_threads": decode_threads(),
                 "logits_all": variant.speculative is not None, "verbose": False, **variant.engine_args}
         for k in ("type_k", "type_v"):
             if k in args:
                 args[k] = KV_TYPES[str(args[k]).lower()]
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(artifact.path),
+        # llama-cpp-python's server with every llama.cpp call on one thread (tasks/engines/llama_cpp_server.py:
+        # the stock one's decode speed depends on the clients' timing once n_threads > 1).
+        cmd = [sys.executable, "-m", SERVER_MODULE, "--model", str(artifact.path),
                "--model_alias", self.served_model_name(variant), "--host", host, "--port", str(port),
                # One request at a time; without this a new request cuts the running one short.
                "--interrupt_requests", "false"]

@@ -41,7 +41,8 @@ def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifa
                  results_dir: Path) -> dict:
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
     search = partial(search_load, cfg) if cfg.decision.search is not None else None
-    return measure_into(cfg.perf, variant_target(variant, artifact, base_url, cfg.models[variant.model]), run_id, variant.name, results_dir, search)
+    target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
+    return measure_into(cfg.perf, target, run_id, variant.name, results_dir, search, warn=get_run_logger().warning)
 
 
 @task(name="quality-suites", cache_policy=NONE)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.config import RunConfig, Variant
-from tasks.engines.base import Artifact
+from tasks.engines.base import Artifact, engine_for
 from tasks.loader import load_config, parse_config
 
 
@@ -44,7 +44,14 @@ def variant_row(run_id: str, cfg: RunConfig, v: Variant, art: Artifact | None, o
             "usd_per_hour": v.cost.usd_per_hour if v.cost else None,
             "usd_per_1m_input_tok": v.cost.usd_per_1m_input_tokens if v.cost else None,
             "usd_per_1m_output_tok": v.cost.usd_per_1m_output_tokens if v.cost else None,
-            "engine_version": art.meta.get("engine_version") if ok_art else None}
+            "engine_version": art.meta.get("engine_version") if ok_art else None,
+            "cpu_threads": cpu_threads_json(cfg, v)}
+
+
+def cpu_threads_json(cfg: RunConfig, v: Variant) -> str | None:
+    """The engine's CPU threads on this host, as JSON (what the load generator shared the host with)."""
+    threads = engine_for(v.engine).cpu_threads(v, cfg.models[v.model])
+    return json.dumps(threads, sort_keys=True) if threads else None
 
 
 def summary_markdown(row: dict, outcome: dict | None, host: str, took_s: float) -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
 from tasks.client import api_root, check_endpoint
 from tasks.core.config import ModelSpec, PerfSpec, Variant
@@ -18,6 +20,7 @@ from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.failures import request_counts
+from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
@@ -144,6 +147,7 @@ class Target:
     model_bytes_method: str | None = None  # how model_bytes was counted
     bandwidth: Bandwidth | None = None  # the engine's memory bandwidth; None: this host's, measured when needed
     scope: EnergyScope | None = None  # the devices metered; None: every device of this host (or off, not on it)
+    cpu_threads: dict | None = None  # the server's CPU threads on this host (tasks.perf.host_share); None: unknown
 
 
 def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: ModelSpec | None = None) -> Target:
@@ -154,15 +158,24 @@ def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: M
     model_bytes, bytes_method, bandwidth = roofline_inputs(engine, variant, artifact)
     return Target(base_url, engine.served_model_name(variant), open_tokenizer(tok_ref) if tok_ref else None,
                   engine.forces_output_len, model_bytes, engine.runs_on_host, bytes_method, bandwidth,
-                  scope_for(engine, variant, artifact))
+                  scope_for(engine, variant, artifact), engine.cpu_threads(variant, model) if model else None)
+
+
+def warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
-            on_scenario: Callable[[list[Scenario]], None] | None = None, search: Search | None = None) -> list[Scenario]:
+            on_scenario: Callable[[list[Scenario]], None] | None = None, search: Search | None = None,
+            warn: Callable[[str], None] = warn_stderr) -> list[Scenario]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
     far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
-    sweep (the decision's sustainable-load search)."""
+    sweep (the decision's sustainable-load search). What the load generator shares the host with is
+    `warn`ed about before the first request (tasks.perf.host_share)."""
+    if target.on_host:
+        for note in sharing_notes(target.cpu_threads):
+            warn(note)
     tok = target.tokenizer
     count = tok.count if tok else None
     force = output_force(spec, target.forces_output_len)
@@ -193,7 +206,7 @@ def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
 
 
 def measure_into(spec: PerfSpec, target: Target, run_id: str, variant: str, results_dir: Path,
-                 search: Search | None = None) -> dict:
+                 search: Search | None = None, warn: Callable[[str], None] = warn_stderr) -> dict:
     """`measure`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step, repeat);
     returns a short summary for the run's log and the request counts the variant's failure check reads."""
 
@@ -205,7 +218,7 @@ def measure_into(spec: PerfSpec, target: Target, run_id: str, variant: str, resu
                     [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)])
         write_table(results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios])
 
-    scenarios = measure(spec, target, on_scenario=write, search=search)
+    scenarios = measure(spec, target, on_scenario=write, search=search, warn=warn)
     summaries = [sc.summary for sc in scenarios]
     return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
             "output_throughput": [s["output_throughput"] for s in summaries],
@@ -229,7 +242,9 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     model_bytes = args.model_bytes or (Path(args.tokenizer).stat().st_size if args.tokenizer else None)
     how = ("--model-bytes" if args.model_bytes else "the --tokenizer GGUF's size") if model_bytes else None
     # An unknown server: `auto` asks for both min_tokens and ignore_eos.
-    target = Target(endpoint, model, tok, "both", model_bytes, is_local(endpoint), how)
+    local = is_local(endpoint)
+    target = Target(endpoint, model, tok, "both", model_bytes, local, how,
+                    cpu_threads=local_server_threads(urlparse(endpoint).port or 80) if local else None)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -7,6 +7,7 @@ tests all print the same text.
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import duckdb
@@ -155,6 +156,21 @@ def _energy_footnotes(df: pd.DataFrame) -> list[str]:
     return [f"energy NULL for {', '.join(g['variant'])}: {note}" for note, g in groups]
 
 
+def _threads_footnotes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """What the load generator shared the host with: the engines' CPU threads per group of variants."""
+    if "cpu_threads" not in {c for (c,) in con.execute(
+            "select column_name from information_schema.columns where table_name = 'variants'").fetchall()}:
+        return []
+    rows = con.execute("select cpu_threads, string_agg(variant, ', ' order by variant) from variants "
+                       "where run_id = ? and cpu_threads is not null group by cpu_threads", [run_id]).fetchall()
+    out = []
+    for threads, variants in rows:
+        t = json.loads(threads)
+        out.append(f"CPU threads of {variants}: decode {t.get('decode')}, prompt {t.get('prompt')}, on a host of "
+                   f"{t.get('host_cores')} cores (the load generator ran on the same host)")
+    return out
+
+
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
     path = _warehouse_path(con)
@@ -174,6 +190,6 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
     started = _value(df["started_at"].iloc[0]) if len(df) else None
     lines = [f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""), "",
-             _table(df, metric or "quality"), *_energy_footnotes(df), ""]
+             _table(df, metric or "quality"), *_energy_footnotes(df), *_threads_footnotes(con, run_id), ""]
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from tasks.engines.launcher import free_port
+from tasks.engines.llama_cpp import SERVER_MODULE
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -254,7 +255,7 @@ def test_killed_worker_crashes_its_run_and_a_rerun_completes_it(cluster, fanned_
         while victim is None and time.monotonic() < deadline and nightly.poll() is None:
             for w in WORKERS:  # a worker serving a non-reference variant (the second wave) is mid-variant
                 busy = cluster.logs(w, "kill1") - {"q4_1"}
-                engines = [p for p in descendants(cluster.workers[w].pid) if b"llama_cpp.server" in _cmdline(p)]
+                engines = [p for p in descendants(cluster.workers[w].pid) if SERVER_MODULE.encode() in _cmdline(p)]
                 if busy and engines:
                     victim, variant = w, busy.pop()
                     break

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.engines.llama_cpp import SERVER_MODULE
 from tests.helpers import q, run_nightly, smollm2
 
 pytestmark = pytest.mark.e2e
@@ -108,7 +109,7 @@ def test_servers_are_stopped(nightly_run):
             cmd = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"llama_cpp.server" in cmd:
+        if ppid == os.getpid() and SERVER_MODULE.encode() in cmd:
             children.append(stat.parent.name)
     assert not children
 

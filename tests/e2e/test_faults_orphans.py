@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks.engines.llama_cpp import SERVER_MODULE
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -77,7 +78,7 @@ def reach(phase: str, runs: Path, marker: bytes, proc: subprocess.Popen, log: Pa
     """Return once the run is in `phase`: startup (the engine server is loading), perf (the sweep's requests are
     being answered), quality (the sweep is written and the suite's requests are being answered)."""
     if phase == "startup":
-        wait_for(lambda: any("llama_cpp.server" in c for c in processes_of(marker).values()),
+        wait_for(lambda: any(SERVER_MODULE in c for c in processes_of(marker).values()),
                  "engine server process", proc, log)
     elif phase == "perf":
         wait_for(lambda: server_log_posts(runs) > 0, "perf request", proc, log)
