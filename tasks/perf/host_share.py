@@ -24,7 +24,7 @@ STOCK_LLAMA_SERVER = "llama_cpp.server"
 PINNED_LLAMA_SERVER = "tasks.engines.llama_cpp_server"
 
 # Measured with benchmarks/client_intrusion.py on a 2-core host (docs/timing.md, "The client and the server").
-STOCK_FIGURE = "13.6 vs 30 ms per token on 2 cores"
+STOCK_FIGURE = "measured on 2 cores: 29.6 ms per token under tradeoff perf, 23.4 under vllm bench serve, 13.9 under curl"
 NO_CORE_FIGURE = ("on 2 cores, served as the nightly serves it, tradeoff perf, vllm bench serve and curl measured "
                   "alike within 1 %, but any other busy process on the host slows every decode step")
 
