@@ -114,14 +114,15 @@ class LlamaCpp(Engine):
 
     def cpu_threads(self, variant: "Variant", model: "ModelSpec") -> dict[str, int] | None:
         """Decode threads (n_threads: all cores but one unless engine_args say otherwise), prompt threads
-        (n_threads_batch: llama-cpp-python's default is every core the OS reports) and this host's cores."""
+        (n_threads_batch: llama-cpp-python's default is every core the OS reports) and this host's cores; None
+        when engine_args give a value that is not a whole number (the server refuses it at start-up)."""
         every = os.cpu_count() or 1  # llama-cpp-python's -1 and default: multiprocessing.cpu_count()
-
-        def given(key: str) -> int | None:
-            v = variant.engine_args.get(key)
-            return None if v is None else every if int(v) == -1 else int(v)
-
-        return {"decode": given("n_threads") or decode_threads(), "prompt": given("n_threads_batch") or every,
+        try:
+            given = {k: int(variant.engine_args[k]) for k in ("n_threads", "n_threads_batch") if k in variant.engine_args}
+        except (TypeError, ValueError):
+            return None
+        given = {k: every if n == -1 else n for k, n in given.items()}
+        return {"decode": given.get("n_threads") or decode_threads(), "prompt": given.get("n_threads_batch") or every,
                 "host_cores": host_cores()}
 
     def gpu_count(self, variant: "Variant", artifact: Artifact) -> int | None:

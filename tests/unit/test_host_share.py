@@ -70,3 +70,16 @@ def test_every_llama_call_runs_on_one_thread_however_calls_overlap():
     executor.shutdown()
     assert first == [0, None, 2, 3, 4] and second == [0, None, 2] and total == 5
     assert len(seen) == 8 and set(seen) == {ident} and ident != threading.get_ident()
+
+
+def test_the_engines_threads_of_a_variant_whose_value_the_server_will_refuse():
+    from tasks.core.config import ModelSpec, Variant
+    from tasks.engines.llama_cpp import LlamaCpp
+    from tests.helpers import smollm2
+
+    model = ModelSpec.model_validate(smollm2())
+    bad = Variant(name="broken", model="m", engine="llama.cpp", quantization="q4_1", engine_args={"n_threads": "many"})
+    assert LlamaCpp().cpu_threads(bad, model) is None  # unknown, not raised: the variant fails at start-up
+    two = Variant(name="two", model="m", engine="llama.cpp", quantization="q4_1",
+                  engine_args={"n_threads": 2, "n_threads_batch": 3})
+    assert {k: v for k, v in LlamaCpp().cpu_threads(two, model).items() if k != "host_cores"} == {"decode": 2, "prompt": 3}
