@@ -31,10 +31,14 @@ $(BIN)/tradeoff: pyproject.toml $(LLAMA_STAMP)
 
 setup: $(BIN)/tradeoff $(HELM_VENV)/.installed
 
+# The demo ends with the answer the tool exists for (`tradeoff recommend`) and how long it took.
 demo: setup
+	@date +%s > .demo-started
 	$(BIN)/tradeoff doctor
 	$(BIN)/tradeoff run configs/demo.yaml
 	$(BIN)/tradeoff report
+	$(BIN)/tradeoff recommend
+	@echo "demo: doctor, nightly, report and recommendation in $$(( ($$(date +%s) - $$(cat .demo-started)) / 60 )) min $$(( ($$(date +%s) - $$(cat .demo-started)) % 60 )) s"; rm -f .demo-started
 
 test: setup
 	$(BIN)/python -m pytest -q
