@@ -1,0 +1,102 @@
+"""Detection rate and false alarms of v_change_points over synthetic nightly histories (issue 25).
+
+    python benchmarks/history_detection.py [--histories 100] [--nights 40] [--noise 0.03] [--seed 0]
+
+Each history is tests/stubs/synthetic_history.py's plan with its own seed: 40 nights of one config, the
+reference q4_1 unchanged, q3_k_m's TPOT stepping up 10 % at night 30, q2_k losing 12 of 100 arithmetic items
+from night 20, 3 % Gaussian noise on every perf figure, accuracy from per-item 0/1 scores with a few
+items flipping at random. Every night goes through the real loader's path as `tradeoff warehouse rebuild`
+takes it (Parquet parts -> warehouse.ingest.insert_run -> warehouse.history.update_history, so Otava runs after
+each night as in the nightly), then v_change_points is read. Printed per rule (otava, band):
+- detection: histories whose planted step was found at its night, and within one night of it;
+- false alarms: change points anywhere else (other nights, other metrics, other variants), per history,
+  and the share of histories with at least one on the unchanged reference;
+- how many nights after the step Otava first reported it (first_seen_run_id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.stubs.synthetic_history import Plan, nights  # noqa: E402
+from warehouse.db import open_warehouse  # noqa: E402
+from warehouse.history import METHOD, update_history  # noqa: E402
+from warehouse.ingest import insert_run, read_run_parts  # noqa: E402
+
+PLANTED = {("q3_k_m", "tpot_ms_mean"): "tpot_step_night", ("q2_k", "arithmetic.accuracy"): "drop_night"}
+
+
+def one_history(plan: Plan, tmp: Path) -> list[tuple]:
+    """Load the plan's nights one by one as a rebuild does; v_change_points' rows with the night number."""
+    con = open_warehouse(tmp / "wh.duckdb")
+    try:
+        for folder in nights(tmp / "runs", plan):
+            parts = read_run_parts(folder / "results")
+            insert_run(con, parts)
+            update_history(con, [parts.run_id])
+        return con.execute("""
+            select c.variant, c.metric, c.rule, c.direction, cast(right(c.run_id, 2) as integer) as night,
+                   cast(right(c.first_seen_run_id, 2) as integer) as seen_night
+            from v_change_points as c""").fetchall()
+    finally:
+        con.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--histories", type=int, default=100)
+    ap.add_argument("--nights", type=int, default=40)
+    ap.add_argument("--noise", type=float, default=0.03)
+    ap.add_argument("--seed", type=int, default=0, help="first history's seed; history i uses seed + i")
+    args = ap.parse_args()
+    exact, near, false_alarms, ref_alarmed, delay = Counter(), Counter(), Counter(), Counter(), {}
+    t0 = time.perf_counter()
+    for i in range(args.histories):
+        plan = Plan(nights=args.nights, noise=args.noise, seed=args.seed + i)
+        with tempfile.TemporaryDirectory() as tmp:
+            found = one_history(plan, Path(tmp))
+        ref_hit = set()
+        for variant, metric, rule, direction, night, seen in found:
+            planted = PLANTED.get((variant, metric))
+            at = getattr(plan, planted) if planted else None
+            if at is not None and abs(night - at) <= 1 and direction == "regression":
+                near[(variant, metric, rule)] += 1
+                exact[(variant, metric, rule)] += night == at
+                if rule == "otava" and night == at:
+                    delay.setdefault((variant, metric), []).append(seen - at)
+                continue
+            false_alarms[rule] += 1
+            if variant == "q4_1":
+                ref_hit.add(rule)
+        for rule in ref_hit:
+            ref_alarmed[rule] += 1
+        if (i + 1) % 10 == 0:
+            print(f"  {i + 1} histories, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    n = args.histories
+    print(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; "
+          f"{time.perf_counter() - t0:.0f} s ({(time.perf_counter() - t0) / n:.1f} s per history, host shared)")
+    for (variant, metric), field in PLANTED.items():
+        for rule in ("otava", "band"):
+            key = (variant, metric, rule)
+            print(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
+                  f"{exact[key]}/{n} ({exact[key] / n:.0%}), within one night in {near[key]}/{n} ({near[key] / n:.0%})")
+        lags = sorted(delay.get((variant, metric), []))
+        if lags:
+            print(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
+                  f"min {lags[0]}, max {lags[-1]})")
+    for rule in ("otava", "band"):
+        print(f"  false alarms, {rule}: {false_alarms[rule]} in {n} histories ({false_alarms[rule] / n:.2f} per history "
+              f"over all its series); histories with one on the unchanged reference: {ref_alarmed[rule]}/{n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
