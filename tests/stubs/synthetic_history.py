@@ -112,7 +112,8 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
                         "energy_note": "no energy meter (synthetic)", "slo_ttft_ms": 2000.0, "slo_tpot_ms": 200.0})
         requests += [{"run_id": run_id, "variant": v, "scenario": "c1", "concurrency": 1, "request_index": i,
                       "repeat": 0, "is_warmup": False, "status": "ok", "ttft_ms": ttft, "tpot_ms": tpot,
-                      "e2el_ms": ttft + 31 * tpot, "output_tokens": 32, "prompt_tokens": 64} for i in range(8)]
+                      "e2el_ms": ttft + 31 * tpot, "output_tokens": 32, "prompt_tokens": 64,
+                      "chunk_offsets_ms": [ttft + k * tpot for k in range(32)]} for i in range(8)]
         samples += [{"run_id": run_id, "variant": v, "suite": "arithmetic", "sample_id": f"{i:03d}",
                      "prompt": f"What is {i} + {i * 7 % 13}?", "target": str(i + i * 7 % 13),
                      "response": str(i + i * 7 % 13) if s else str(i + i * 7 % 13 + 1), "score": float(s),
