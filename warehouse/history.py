@@ -192,9 +192,14 @@ def key_rows(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple]:
 
 # ------------------------------------------------------------------ the load-time step
 
-def _recompute(con: duckdb.DuckDBPyConnection, series: set[str], seen_by: str) -> int:
+def _stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _recompute(con: duckdb.DuckDBPyConnection, series: set[str], seen_by: str, warn) -> int:
     """Recompute the change points of these series (every metric); a change point found before keeps its
-    first_seen_run_id, a new one gets `seen_by`. Returns the number of change points now in these series."""
+    first_seen_run_id, a new one gets `seen_by`. Returns the number of change points now in these series.
+    Without Otava (and a series long enough to need it) the table is left as it was and `warn` hears why."""
     if not series:
         return 0
     keys = sorted(series)
@@ -208,6 +213,10 @@ def _recompute(con: duckdb.DuckDBPyConnection, series: set[str], seen_by: str) -
     histories: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
     for s, m, run_id, value in points:
         histories[(s, m)].append((run_id, value))
+    problem = otava_available() if any(len(h) >= MIN_NIGHTS for h in histories.values()) else None
+    if problem:
+        warn(f"change points not computed: {problem}")
+        return 0
     rows = []
     for (s, m), nights in histories.items():
         for c in change_points([value for _, value in nights]):
@@ -225,6 +234,7 @@ def update_history(con: duckdb.DuckDBPyConnection, run_ids: list[str], warn=None
     change points of every series they touch, old keys included; returns the change points in those series.
 
     `warn(message)` hears why change points were not computed (Otava missing); the keys are written anyway.
+    Otava is imported only once some series has MIN_NIGHTS nights.
     """
     backfill = [r for (r,) in con.execute(
         "select run_id from runs anti join series_keys using (run_id) order by started_at, run_id").fetchall()]
@@ -237,8 +247,4 @@ def update_history(con: duckdb.DuckDBPyConnection, run_ids: list[str], warn=None
     con.execute("delete from series_keys where list_contains(?::varchar[], run_id)", [todo])
     if rows:
         con.executemany("insert into series_keys values (?, ?, ?, ?, ?, ?)", rows)
-    problem = otava_available()
-    if problem:
-        (warn or (lambda m: print(f"warning: {m}", file=sys.stderr)))(f"change points not computed: {problem}")
-        return 0
-    return _recompute(con, old | {r[3] for r in rows}, seen_by=run_ids[-1] if run_ids else todo[-1])
+    return _recompute(con, old | {r[3] for r in rows}, run_ids[-1] if run_ids else todo[-1], warn or _stderr)

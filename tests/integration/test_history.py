@@ -132,3 +132,19 @@ def test_documented_flips_query_on_two_nights(tmp_path: Path) -> None:
     # q4_1 answers items 0-67 right every night, q2_k 12-49 plus some of its flaky 50-57: 58-67 are lost both nights
     assert {f"{i:03d}" for i in range(58, 68)} <= lost_both
     assert all(r[names.index("prompt")].startswith("What is") for r in rows)
+
+
+def test_without_otava_the_load_keeps_the_keys_and_the_band_rule(tmp_path: Path, monkeypatch, capsys) -> None:
+    import warehouse.history
+
+    monkeypatch.setattr(warehouse.history, "otava_available", lambda: "apache-otava 0.8.0 not importable (test)")
+    db = tmp_path / "wh.duckdb"
+    for folder in nights(tmp_path / "runs", replace(PLAN, nights=8, drop_night=7)):
+        load_run(folder, db)
+    assert "warning: change points not computed: apache-otava 0.8.0 not importable (test)" in capsys.readouterr().err
+    con = open_warehouse(db, read_only=True)
+    assert con.execute("select count(*) from change_points").fetchall() == [(0,)]
+    assert con.execute("select count(distinct run_id) from series_keys").fetchall() == [(8,)]
+    assert con.execute("select variant, metric, rule, run_id from v_change_points").fetchall() == [
+        ("q2_k", "arithmetic.accuracy", "band", con.execute(
+            "select run_id from runs order by started_at limit 1 offset 6").fetchall()[0][0])]
