@@ -50,6 +50,28 @@ def one_history(plan: Plan, tmp: Path) -> list[tuple]:
         con.close()
 
 
+def report(args, n: int, exact: Counter, near: Counter, false_alarms: Counter, ref_alarmed: Counter, delay: dict,
+           seconds: float, out=sys.stdout) -> None:
+    """The numbers over the first `n` histories."""
+    def say(text: str) -> None:
+        print(text, file=out, flush=True)
+
+    say(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; "
+        f"{seconds:.0f} s ({seconds / n:.1f} s per history, host shared)")
+    for (variant, metric), field in PLANTED.items():
+        for rule in ("otava", "band"):
+            key = (variant, metric, rule)
+            say(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
+                f"{exact[key]}/{n} ({exact[key] / n:.0%}), within one night in {near[key]}/{n} ({near[key] / n:.0%})")
+        lags = sorted(delay.get((variant, metric), []))
+        if lags:
+            say(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
+                f"min {lags[0]}, max {lags[-1]})")
+    for rule in ("otava", "band"):
+        say(f"  false alarms, {rule}: {false_alarms[rule]} in {n} histories ({false_alarms[rule] / n:.2f} per history "
+            f"over all its series); histories with one on the unchanged reference: {ref_alarmed[rule]}/{n}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=100)
@@ -78,23 +100,9 @@ def main() -> int:
                 ref_hit.add(rule)
         for rule in ref_hit:
             ref_alarmed[rule] += 1
-        if (i + 1) % 10 == 0:
-            print(f"  {i + 1} histories, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    n = args.histories
-    print(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; "
-          f"{time.perf_counter() - t0:.0f} s ({(time.perf_counter() - t0) / n:.1f} s per history, host shared)")
-    for (variant, metric), field in PLANTED.items():
-        for rule in ("otava", "band"):
-            key = (variant, metric, rule)
-            print(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
-                  f"{exact[key]}/{n} ({exact[key] / n:.0%}), within one night in {near[key]}/{n} ({near[key] / n:.0%})")
-        lags = sorted(delay.get((variant, metric), []))
-        if lags:
-            print(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
-                  f"min {lags[0]}, max {lags[-1]})")
-    for rule in ("otava", "band"):
-        print(f"  false alarms, {rule}: {false_alarms[rule]} in {n} histories ({false_alarms[rule] / n:.2f} per history "
-              f"over all its series); histories with one on the unchanged reference: {ref_alarmed[rule]}/{n}")
+        if (i + 1) % 10 == 0 and i + 1 < args.histories:  # interim numbers, in case the run is cut short
+            report(args, i + 1, exact, near, false_alarms, ref_alarmed, delay, time.perf_counter() - t0, sys.stderr)
+    report(args, args.histories, exact, near, false_alarms, ref_alarmed, delay, time.perf_counter() - t0)
     return 0
 
 
