@@ -148,3 +148,20 @@ def test_without_otava_the_load_keeps_the_keys_and_the_band_rule(tmp_path: Path,
     assert con.execute("select variant, metric, rule, run_id from v_change_points").fetchall() == [
         ("q2_k", "arithmetic.accuracy", "band", con.execute(
             "select run_id from runs order by started_at limit 1 offset 6").fetchall()[0][0])]
+
+
+def test_notification_and_text_report_name_the_change_point(forty_nights: Path) -> None:
+    from tasks.report.notify import regressions, run_message
+    from tasks.report.text import format_report
+
+    con = open_warehouse(forty_nights, read_only=True)
+    seen = con.execute("select first_seen_run_id from v_change_points where metric = 'tpot_ms_mean'").fetchall()[0][0]
+    lines = regressions(forty_nights, seen)  # the night whose load found the TPOT step, a few nights after it
+    assert len(lines) == 1 and re.match(r"q3_k_m tpot_ms_mean: otava regression at run \S+-n30 \(2026-01-30\): .*"
+                                        r"Otava p=\S+, 29 nights before / \d+ after\)$", lines[0])
+    subject, body = run_message(seen, "ok", [], {}, lines)
+    assert subject.endswith("1 regression") and "Regressions (v_change_points):\n- q3_k_m tpot_ms_mean" in body
+    drop = con.execute("select run_id from runs order by started_at limit 1 offset ?", [PLAN.drop_night - 1]).fetchall()
+    assert [ln.split(":")[0] for ln in regressions(forty_nights, drop[0][0])] == ["q2_k arithmetic.accuracy"] * 2
+    text = format_report(con)
+    assert re.search(r"^q2_k lost \d+ item\(s\) q4_1 got right \(.*\b12 regression\b", text, re.M)
