@@ -3,8 +3,10 @@ external resources) with the trade-off table, takeaways and the plots an inferen
 
 First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes).
 Plots: tokens/s vs quality with the Pareto frontier, TTFT and ITL CDFs per variant, jitter bars,
-throughput and latency vs concurrency, energy per token, the long-context length x depth grid,
-and history across nights. A plot with no data says why instead of drawing nothing.
+throughput and latency vs concurrency, energy per token, the long-context length x depth grid.
+Then nights as a history: the headline series across nights with their change points marked (v_change_points),
+the pick of each night (v_recommendation_history), and per variant the items it lost against the reference
+(v_quality_flips, in <details>). A plot with no data says why instead of drawing nothing.
 """
 
 from __future__ import annotations
