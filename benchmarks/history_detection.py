@@ -17,6 +17,7 @@ each night as in the nightly), then v_change_points is read. Printed per rule (o
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -50,26 +51,68 @@ def one_history(plan: Plan, tmp: Path) -> list[tuple]:
         con.close()
 
 
-def report(args, n: int, exact: Counter, near: Counter, false_alarms: Counter, ref_alarmed: Counter, delay: dict,
-           seconds: float, out=sys.stdout) -> None:
-    """The numbers over the first `n` histories."""
-    def say(text: str) -> None:
-        print(text, file=out, flush=True)
+def history(args_seed: tuple[int, int, float]) -> list[tuple]:
+    """One history's v_change_points rows (variant, metric, rule, direction, night, night first seen)."""
+    nights_, seed, noise = args_seed
+    with tempfile.TemporaryDirectory() as tmp:
+        return one_history(Plan(nights=nights_, noise=noise, seed=seed), Path(tmp))
 
-    say(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; "
-        f"{seconds:.0f} s ({seconds / n:.1f} s per history, host shared)")
-    for (variant, metric), field in PLANTED.items():
+
+class Tally:
+    """Per history: was each planted step found at its night, or within one night; everything else by series."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.exact, self.near, self.repeats, self.false, self.ref_alarmed = (Counter() for _ in range(5))
+        self.false_by_series: Counter = Counter()
+        self.delay: dict[tuple[str, str], list[int]] = {}
+
+    def add(self, found: list[tuple]) -> None:
+        self.n += 1
+        plan, hits, ref_hit = Plan(), Counter(), set()
+        for variant, metric, rule, direction, night, seen in found:
+            planted = PLANTED.get((variant, metric))
+            at = getattr(plan, planted) if planted else None
+            if at is not None and abs(night - at) <= 1 and direction == "regression":
+                hits[(variant, metric, rule)] += 1
+                self.exact[(variant, metric, rule)] += night == at
+                if rule == "otava" and night == at:
+                    self.delay.setdefault((variant, metric), []).append(seen - at)
+                continue
+            self.false[rule] += 1
+            self.false_by_series[(variant, metric, rule)] += 1
+            if variant == "q4_1":
+                ref_hit.add(rule)
+        for key, k in hits.items():
+            self.near[key] += 1
+            self.repeats[key[2]] += k - 1  # the same step flagged again within a night (the band on the next night)
+        for rule in ref_hit:
+            self.ref_alarmed[rule] += 1
+
+    def report(self, args, seconds: float, out=sys.stdout) -> None:
+        n = self.n
+
+        def say(text: str) -> None:
+            print(text, file=out, flush=True)
+
+        say(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; {seconds:.0f} s wall on "
+            f"{args.jobs} processes (host shared)")
+        for (variant, metric), field in PLANTED.items():
+            for rule in ("otava", "band"):
+                key = (variant, metric, rule)
+                say(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
+                    f"{self.exact[key]}/{n} ({self.exact[key] / n:.0%}), within one night in {self.near[key]}/{n} "
+                    f"({self.near[key] / n:.0%})")
+            lags = sorted(self.delay.get((variant, metric), []))
+            if lags:
+                say(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
+                    f"min {lags[0]}, max {lags[-1]})")
         for rule in ("otava", "band"):
-            key = (variant, metric, rule)
-            say(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
-                f"{exact[key]}/{n} ({exact[key] / n:.0%}), within one night in {near[key]}/{n} ({near[key] / n:.0%})")
-        lags = sorted(delay.get((variant, metric), []))
-        if lags:
-            say(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
-                f"min {lags[0]}, max {lags[-1]})")
-    for rule in ("otava", "band"):
-        say(f"  false alarms, {rule}: {false_alarms[rule]} in {n} histories ({false_alarms[rule] / n:.2f} per history "
-            f"over all its series); histories with one on the unchanged reference: {ref_alarmed[rule]}/{n}")
+            where = ", ".join(f"{v} {m} {k}" for (v, m, r), k in self.false_by_series.most_common() if r == rule)
+            say(f"  false alarms, {rule}: {self.false[rule]} in {n} histories ({self.false[rule] / n:.2f} per history, "
+                f"over all its series{': ' + where if where else ''}); histories with one on the unchanged "
+                f"reference: {self.ref_alarmed[rule]}/{n}; the same step flagged again a night later: "
+                f"{self.repeats[rule]}")
 
 
 def main() -> int:
@@ -78,31 +121,16 @@ def main() -> int:
     ap.add_argument("--nights", type=int, default=40)
     ap.add_argument("--noise", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=0, help="first history's seed; history i uses seed + i")
+    ap.add_argument("--jobs", type=int, default=2, help="histories loaded at once (processes)")
     args = ap.parse_args()
-    exact, near, false_alarms, ref_alarmed, delay = Counter(), Counter(), Counter(), Counter(), {}
-    t0 = time.perf_counter()
-    for i in range(args.histories):
-        plan = Plan(nights=args.nights, noise=args.noise, seed=args.seed + i)
-        with tempfile.TemporaryDirectory() as tmp:
-            found = one_history(plan, Path(tmp))
-        ref_hit = set()
-        for variant, metric, rule, direction, night, seen in found:
-            planted = PLANTED.get((variant, metric))
-            at = getattr(plan, planted) if planted else None
-            if at is not None and abs(night - at) <= 1 and direction == "regression":
-                near[(variant, metric, rule)] += 1
-                exact[(variant, metric, rule)] += night == at
-                if rule == "otava" and night == at:
-                    delay.setdefault((variant, metric), []).append(seen - at)
-                continue
-            false_alarms[rule] += 1
-            if variant == "q4_1":
-                ref_hit.add(rule)
-        for rule in ref_hit:
-            ref_alarmed[rule] += 1
-        if (i + 1) % 10 == 0 and i + 1 < args.histories:  # interim numbers, in case the run is cut short
-            report(args, i + 1, exact, near, false_alarms, ref_alarmed, delay, time.perf_counter() - t0, sys.stderr)
-    report(args, args.histories, exact, near, false_alarms, ref_alarmed, delay, time.perf_counter() - t0)
+    tally, t0 = Tally(), time.perf_counter()
+    work = [(args.nights, args.seed + i, args.noise) for i in range(args.histories)]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for found in pool.imap(history, work):
+            tally.add(found)
+            if tally.n % 10 == 0 and tally.n < args.histories:  # interim numbers, in case the run is cut short
+                tally.report(args, time.perf_counter() - t0, sys.stderr)
+    tally.report(args, time.perf_counter() - t0)
     return 0
 
 
