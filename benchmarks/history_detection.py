@@ -38,6 +38,7 @@ PLANTED = {("q3_k_m", "tpot_ms_mean"): "tpot_step_night", ("q2_k", "arithmetic.a
 def one_history(plan: Plan, tmp: Path) -> list[tuple]:
     """Load the plan's nights one by one as a rebuild does; v_change_points' rows with the night number."""
     con = open_warehouse(tmp / "wh.duckdb")
+    con.execute("set enable_progress_bar = false")
     try:
         for folder in nights(tmp / "runs", plan):
             parts = read_run_parts(folder / "results")
