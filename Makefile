@@ -29,7 +29,21 @@ $(BIN)/tradeoff: pyproject.toml $(LLAMA_STAMP)
 	$(BIN)/pip install -e ".[test]"
 	touch $@
 
-setup: $(BIN)/tradeoff $(HELM_VENV)/.installed
+# Apache Otava (change points of the nightly histories, warehouse/history.py). Its wheel pins numpy 2.2 and
+# scipy 1.16 and pulls BigQuery, Slack and Postgres clients; its analysis (otava.series, otava.analysis)
+# imports numpy and scipy only. So it goes in with --no-deps into a folder of the venv outside site-packages
+# (warehouse.history.OTAVA_DIR adds it to sys.path when imported): the project's numpy and scipy stay as they
+# are, none of those clients comes in, and `pip check` stays clean (pip does not list what it cannot see;
+# its declared pins would be reported as broken otherwise). The check imports its analysis modules.
+OTAVA := apache-otava==0.8.0
+OTAVA_DIR := $(VENV)/otava
+$(OTAVA_DIR)/.installed: | $(BIN)/tradeoff
+	rm -rf $(OTAVA_DIR)
+	$(BIN)/pip install --no-deps --target $(OTAVA_DIR) "$(OTAVA)"
+	$(BIN)/python -c "from warehouse.history import otava_available; p = otava_available(); assert p is None, p"
+	touch $@
+
+setup: $(BIN)/tradeoff $(OTAVA_DIR)/.installed $(HELM_VENV)/.installed
 
 # The demo ends with the answer the tool exists for (`tradeoff recommend`) and how long it took.
 demo: setup

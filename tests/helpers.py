@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import duckdb
@@ -40,3 +42,23 @@ def q(db: Path, sql: str) -> list[tuple]:
     """Rows of SQL on the warehouse file DB, opened read-only."""
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(sql).fetchall()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def render_in_chromium(page: Path, tmp: Path) -> Path:
+    """Render an HTML page in headless Chromium (skipped without it): no console message, a real screenshot."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    shot = tmp / f"{page.stem}.png"
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp / 'chromium'}", "--enable-logging=stderr", "--v=0",
+         f"--screenshot={shot}", "--window-size=1300,3000", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
+    assert not console, console
+    assert shot.exists() and shot.stat().st_size > 20_000
+    return shot

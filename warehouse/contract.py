@@ -382,6 +382,35 @@ TABLES_DECLARED: tuple[Table, ...] = (
     )),
 )
 
+# Tables the loader derives from the result tables in Python after each load (warehouse/history.py); not written as
+# Parquet parts, so neither gated nor read from a run folder. Migration 012 creates them.
+DERIVED_TABLES: tuple[Table, ...] = (
+    Table("series_keys", "(run, variant, scope): the series the run's values belong to, keyed on what was measured", (
+        RUN_ID, VARIANT,
+        col("scope", S, None, "'perf', or the quality suite key whose metrics the key covers"),
+        col("series_key", S, None, "sha256[:16] of variant_key, hardware_id and workload_key"),
+        col("variant_key", S, None, "sha256[:16] of what served: artifact hash (hosted: the model), engine, "
+                                    "quantization, speculative decoding, engine options; not the engine version"),
+        col("workload_key", S, None, "sha256[:16] of what was run: the perf sweep's defining fields, or the suite's "
+                                     "name, version, limit, seed and parameters"),
+    )),
+    Table("change_points", "(series, metric, run where it changed): Apache Otava's e-divisive change points", (
+        col("series_key", S, None, "series_keys.series_key"),
+        col("metric", S, None, "as in v_history"),
+        col("run_id", S, None, "the first run after the change"),
+        col("method", S, None, "otava e-divisive and its settings (max p-value, min magnitude)"),
+        col("mean_before", F64, "unit", "mean of the segment before the change (the metric's unit)"),
+        col("mean_after", F64, "unit", "mean of the segment after it, up to the next change point"),
+        col("std_before", F64, "unit", "population std of the segment before"),
+        col("std_after", F64, "unit", "population std of the segment after"),
+        col("n_before", I32, "count", "nights in the segment before"),
+        col("n_after", I32, "count", "nights in the segment after"),
+        col("change_pct", F64, "%", "(mean_after / mean_before - 1) * 100"),
+        col("p_value", F64, None, "Otava's two-sided t-test between the two segments"),
+        col("first_seen_run_id", S, None, "the run whose load first reported the change point"),
+    )),
+)
+
 CONTRACT: dict[str, Table] = {t.name: t for t in TABLES_DECLARED}
 SCHEMAS: dict[str, pa.Schema] = {t.name: t.schema() for t in TABLES_DECLARED}
 TABLES = tuple(CONTRACT)
@@ -469,8 +498,9 @@ def schema_markdown() -> str:
     out = ["# Warehouse schema", "",
            "Generated from `warehouse/contract.py` (`python -m warehouse.contract > docs/schema.md`); the SQL",
            "migrations create the same columns. Views are documented in their own `.sql` headers.", ""]
-    for t in TABLES_DECLARED:
-        out += [f"## `{t.name}`", "", f"One row per {t.grain}."]
+    for t in TABLES_DECLARED + DERIVED_TABLES:
+        derived = " Derived at load time by `warehouse/history.py` (not a Parquet part)." if t in DERIVED_TABLES else ""
+        out += [f"## `{t.name}`", "", f"One row per {t.grain}.{derived}"]
         table_checks = []
         for c in t.checks:
             if c.kind == "rows":

@@ -15,17 +15,20 @@ from pathlib import Path
 import duckdb
 
 from warehouse.errors import WarehouseError, damaged, is_damaged
+from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
 from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
 # Creation order: a view comes after the views it selects from. staging/ (stg_*) owns the shared
-# definitions (the headline scenario, the primary quality metric); marts/ (v_*) are what users query.
+# definitions (the headline scenario, the primary quality metric, the band rule over v_history); marts/ (v_*) are
+# what users query.
 VIEWS = ("stg_headline_scenario", "stg_primary_quality", "stg_primary_delta",
-         "v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "v_regressions", "v_energy", "v_cost",
+         "v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "stg_band", "v_change_points",
+         "v_regressions", "v_quality_flips", "v_energy", "v_cost",
          "v_quality_deltas", "v_longctx_grid", "v_engine_metrics", "v_greedy_agreement",
-         "v_decision", "v_slo_steps", "v_quality_gate", "v_recommendation")
+         "v_decision", "v_slo_steps", "v_quality_gate", "v_recommendation", "v_recommendation_history")
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
 METRIC_COLUMNS = "/* metric_columns */"
 
@@ -195,6 +198,7 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
                 con = open_warehouse(copy)
                 try:
                     counts = insert_run(con, parts, only, atomic=False)  # the swap makes it all-or-nothing
+                    update_history(con, [parts.run_id])
                     refresh_views(con)
                     con.execute("checkpoint")
                 finally:

@@ -347,12 +347,12 @@ class ScaleOutSpec(_Strict):
 
 
 class NotifySpec(_Strict):
-    """Who hears about a failed or partial nightly and about flagged regressions (v_regressions)."""
+    """Who hears about a failed or partial nightly and about regressions found (v_change_points)."""
 
     block: str = Field(description="Prefect notification block as 'block-type-slug/name', "
                                    "e.g. custom-webhook/tradeoff-alerts")
     on_partial: bool = Field(default=True, description="also when some variants failed")
-    on_regression: bool = Field(default=True, description="also when v_regressions flags this run")
+    on_regression: bool = Field(default=True, description="also when this run's load finds a regression (v_change_points)")
     on_recommendation_change: bool = Field(default=True, description="also when v_recommendation's pick differs "
                                                                      "from the previous run of the config")
 

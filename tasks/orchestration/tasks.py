@@ -101,7 +101,7 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
 
 @task(name="notify-outcome", cache_policy=NONE)
 def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, rows: list[dict]) -> str | None:
-    """Tell the notify block about a failed or partial run, regressions flagged in v_regressions and a changed
+    """Tell the notify block about a failed or partial run, regressions found with this run (v_change_points) and a changed
     recommendation (v_recommendation)."""
     if cfg.notify is None:
         return None

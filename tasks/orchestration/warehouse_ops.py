@@ -27,6 +27,7 @@ from tasks.orchestration.run_gate import gate_run
 from tasks.orchestration.runlock import RunLocked, run_lock
 from warehouse.db import load_run, open_warehouse, refresh_views
 from warehouse.errors import WarehouseError
+from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
 from warehouse.swap import check_free_space, discard, replace_keeping_previous, target_file, temp_path, writer_lock
 
@@ -93,10 +94,12 @@ def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summ
                 raise WarehouseError(f"validation could not run ({type(err).__name__}: {err})") from err
             if gate.report.success:
                 counts = insert_run(con, parts)
+                update_history(con, [parts.run_id], warn=out)
                 summary.loaded.append(parts.run_id)
                 out(f"{name}: loaded {sum(counts.values()):,} rows" + (f" ({gate.note})" if gate.note else ""))
                 return
             insert_run(con, parts, only=[t for t in ("runs", "variants") if t not in gate.bad_tables()])
+            update_history(con, [parts.run_id], warn=out)
             summary.failed_validation.append(parts.run_id)
             out(f"{name}: fails validation ({'; '.join(gate.report.failures()[:2])}); only its runs and variants "
                 f"rows loaded, as the nightly does")

@@ -3,8 +3,10 @@ external resources) with the trade-off table, takeaways and the plots an inferen
 
 First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes).
 Plots: tokens/s vs quality with the Pareto frontier, TTFT and ITL CDFs per variant, jitter bars,
-throughput and latency vs concurrency, energy per token, the long-context length x depth grid,
-and history across nights. A plot with no data says why instead of drawing nothing.
+throughput and latency vs concurrency, energy per token, the long-context length x depth grid.
+Then nights as a history: the headline series across nights with their change points marked (v_change_points),
+the pick of each night (v_recommendation_history), and per variant the items it lost against the reference
+(v_quality_flips, in <details>). A plot with no data says why instead of drawing nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
 from tasks.report.text import quality_unit, takeaways, tradeoff_frame
 
@@ -27,7 +30,8 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}.note{color:#666;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}.fig{border:1px solid #eee;padding:8px}
-.fig h3{font-size:14px;margin:0 0 4px}.bad{color:#b00}.good{color:#070}
+.fig h3{font-size:14px;margin:0 0 4px}.bad{color:#b00}.good{color:#070}h3{font-size:15px}
+summary{cursor:pointer;margin:6px 0}
 """
 
 
@@ -182,20 +186,99 @@ def long_context_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return _svg(fig)
 
 
+def _run_series(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> pd.DataFrame:
+    """v_history of `metric` for the series of this run's variants (keyed on what was measured: a renamed config
+    keeps its nights), up to this run."""
+    return con.execute("""
+        with this as (select distinct series_key from v_history where run_id = ? and metric = ?)
+        select h.* from v_history as h join this using (series_key)
+        where h.metric = ? and h.started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
+        order by h.variant, h.started_at, h.run_id""", [run_id, metric, metric, run_id]).df()
+
+
 def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> str:
-    h = con.execute("""
-        select h.run_id, h.variant, h.started_at, h.value from v_history as h
-        join runs as r on r.run_id = ? and h.hardware_id = r.hardware_id and h.config_name = r.config_name
-        where h.metric = ? order by h.started_at""", [run_id, metric]).df()
+    """One headline series per variant across nights, its change points marked: Otava's as a dashed line at the
+    first night after the change with the means either side, the band rule's as a ring; engine version changes
+    as a grey tick."""
+    h = _run_series(con, run_id, metric)
     if h.run_id.nunique() < 2:
-        return _note(f"{metric}: fewer than two runs of this config on this hardware yet")
-    fig, ax = _axes()
-    for variant, g in h.groupby("variant"):
-        ax.plot(g.started_at, g.value, "o-", label=variant)
+        return _note(f"{metric}: fewer than two nights in this run's series yet")
+    cps = con.execute("""select * from v_change_points where metric = ? and list_contains(?::varchar[], series_key)
+                         and started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)""",
+                      [metric, sorted(h.series_key.unique()), run_id]).df()
+    fig, ax = _axes(6.4, 3.8)
+    for (variant, key), g in h.groupby(["variant", "series_key"]):
+        line, = ax.plot(g.started_at, g.value, "o-", ms=3, label=variant)
+        for _, c in cps[(cps.series_key == key) & (cps.rule == "otava")].iterrows():
+            ax.axvline(c.started_at, ls="--", color=line.get_color(), alpha=0.7)
+            before = g[g.started_at < c.started_at].tail(int(c.n_before))
+            after = g[g.started_at >= c.started_at].head(int(c.n_after))
+            ax.plot(before.started_at, [c.mean_before] * len(before), "-", color=line.get_color(), lw=2, alpha=0.4)
+            ax.plot(after.started_at, [c.mean_after] * len(after), "-", color=line.get_color(), lw=2, alpha=0.4)
+            ax.annotate(f"{c.change_pct:+.0f} % ({c.direction}, p={c.p_value:.0e})", (c.started_at, c.mean_after),
+                        textcoords="offset points", xytext=(4, 6), fontsize=7, color=line.get_color())
+        band = cps[(cps.series_key == key) & (cps.rule == "band")]
+        pts = g[g.run_id.isin(band.run_id)]
+        ax.scatter(pts.started_at, pts.value, s=80, facecolors="none", edgecolors=line.get_color(), zorder=4)
+        for _, p in g[g.known_cause.notna()].iterrows():
+            ax.axvline(p.started_at, color="#999", lw=0.8, alpha=0.6)
     ax.set_ylabel(metric)
     ax.tick_params(axis="x", rotation=20, labelsize=7)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None) -> str:
+    """The headline series across nights with their change points, the change points themselves, and the pick
+    of each night (v_recommendation_history)."""
+    metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
+    figs = "".join(_figure(f"History: {m} across nights (dashed: Otava change point; ring: band rule)",
+                           history_plot(con, run_id, m)) for m in metrics)
+    keys = con.execute("select distinct series_key from v_history where run_id = ?", [run_id]).df().series_key.tolist()
+    cps = con.execute("""
+        select variant, metric, run_id, started_at, rule, direction, mean_before, mean_after, change_pct, p_value,
+               known_cause, first_seen_run_id
+        from v_change_points where list_contains(?::varchar[], series_key)
+            and started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
+        order by started_at desc, variant, metric, rule""", [keys, run_id]).df()
+    cps["p_value"] = cps.p_value.map(_p_text)
+    picks = con.execute("""
+        with this as (select series_key from v_recommendation_history where run_id = ?)
+        select h.started_at, h.run_id, h.config_name, h.recommended_variant, h.load_req_s, h.retention,
+               h.retention_ci_low, h.retention_ci_high, h.pick_changed
+        from v_recommendation_history as h join this using (series_key)
+        where h.started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
+        order by h.started_at desc limit 30""", [run_id, run_id]).df()
+    cp_table = _table(cps, [("started_at", "night", 0), ("run_id", "run where it changed", 0), ("variant", "variant", 0),
+                            ("metric", "metric", 0), ("rule", "rule", 0), ("direction", "direction", 0),
+                            ("mean_before", "before", 3), ("mean_after", "after", 3), ("change_pct", "change %", 1),
+                            ("p_value", "p-value", 6), ("known_cause", "known cause", 0),
+                            ("first_seen_run_id", "first seen with run", 0)]) \
+        if not cps.empty else _note("no change point in this run's series (or fewer than two nights)")
+    pick_table = _table(picks, [("started_at", "night", 0), ("run_id", "run", 0), ("config_name", "config", 0),
+                                ("recommended_variant", "pick", 0), ("load_req_s", "load req/s", 3),
+                                ("retention", "retention", 4), ("retention_ci_low", "CI low", 4),
+                                ("retention_ci_high", "CI high", 4), ("pick_changed", "changed", 0)]) \
+        if not picks.empty else _note("no recommendation history")
+    return (f'<div class="grid">{figs}</div><h3>Change points of these series</h3><div class="scroll">{cp_table}</div>'
+            f'<h3>The pick of each night (latest 30)</h3><div class="scroll">{pick_table}</div>')
+
+
+def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """Per variant, the items it got wrong that the reference got right, with the text and the item's history."""
+    df = flips_frame(con, run_id)
+    if df.empty:
+        return _note("no item lost against the reference (or no per-sample scores)")
+    out = []
+    for variant, g in df.groupby("variant", sort=True):
+        kinds = ", ".join(f"{n} {k}" for k, n in g.item_history.value_counts().items())
+        table = _table(g, [("suite", "suite", 0), ("sample_id", "sample", 0), ("item_history", "across nights", 0),
+                           ("nights_lost", "nights lost", 0), ("nights", "nights", 0), ("prompt", "prompt", 0),
+                           ("target", "expected", 0), ("reference_response", g.reference_variant.iloc[0], 0),
+                           ("response", variant, 0)])
+        out.append(f"<details><summary>{html.escape(variant)}: {len(g)} item(s) lost ({html.escape(kinds)})"
+                   f"</summary><div class=\"scroll\">{table}</div></details>")
+    return "".join(out)
 
 
 def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
@@ -264,6 +347,11 @@ def _fmt(x, digits: int = 1) -> str:
     return html.escape(str(x))
 
 
+def _p_text(p) -> str | None:
+    """A p-value as text: small ones in scientific notation (the table's fixed decimals would show 0.000000)."""
+    return None if p is None or pd.isna(p) else f"{p:.1e}"
+
+
 def _table(df: pd.DataFrame, cols: list[tuple[str, str, int]]) -> str:
     """cols: (column, header, decimals); text columns are left-aligned."""
     head = "".join(f'<th class="{"l" if df[c].dtype == object else ""}">{html.escape(h)}</th>' for c, h, _ in cols)
@@ -289,8 +377,10 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
                    + [(c, c, 4) for c in quality_cols])
     ret = con.execute("""select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
                          from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""", [run_id]).df()
-    reg = con.execute("""select variant, metric, value, prior_mean, band_low, band_high, change_pct
+    reg = con.execute("""select variant, metric, rule, value, prior_mean, band_low, band_high, change_pct, otava_change_pct,
+                                otava_p_value, known_cause
                          from v_regressions where run_id = ? and is_regression order by variant, metric""", [run_id]).df()
+    reg["otava_p_value"] = reg.otava_p_value.map(_p_text)
     ttft_cdf, itl_cdf = cdf_plots(con, run_id)
     tput, lat = concurrency_plots(con, run_id)
     figs = [
@@ -302,8 +392,6 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         _figure("Latency vs concurrency", lat),
         _figure("Energy per output token", energy_plot(df)),
         _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
-        _figure("History: tokens/s across nights", history_plot(con, run_id, "best_output_tok_s")),
-        _figure(f"History: {metric} across nights", history_plot(con, run_id, metric) if metric else _note("no primary metric")),
     ]
     versions = json.loads(run.library_versions or "{}")
     meta = (f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
@@ -319,7 +407,9 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <h2>Takeaways (against the reference)</h2><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines)}</ul>
 <h2>Plots</h2><div class="grid">{''.join(figs)}</div>
 <h2>Quality retention (MLPerf classes)</h2>{_table(ret, [("variant", "variant", 0), ("metric", "metric", 0), ("reference_value", "reference", 4), ("value", "value", 4), ("retention", "retention", 4), ("retention_class", "class", 0)]) if not ret.empty else _note("no fraction-valued quality metric")}
-<h2>Regressions against previous nights</h2>{_table(reg, [("variant", "variant", 0), ("metric", "metric", 0), ("value", "value", 3), ("prior_mean", "prior mean", 3), ("band_low", "band low", 3), ("band_high", "band high", 3), ("change_pct", "change %", 1)]) if not reg.empty else _note("none flagged (or no previous night of this config on this hardware)")}
+<h2>Regressions against previous nights</h2>{_table(reg, [("variant", "variant", 0), ("metric", "metric", 0), ("rule", "rule", 0), ("value", "value", 3), ("prior_mean", "prior mean", 3), ("band_low", "band low", 3), ("band_high", "band high", 3), ("change_pct", "change %", 1), ("otava_change_pct", "Otava change %", 1), ("otava_p_value", "Otava p", 6), ("known_cause", "known cause", 0)]) if not reg.empty else _note("none flagged (or no previous night in this run's series)")}
+<h2>History: the series across nights, their change points and the pick of each night</h2>{history_section(con, run_id, metric)}
+<h2>Items lost against the reference</h2>{flips_section(con, run_id)}
 </body></html>
 """
 

@@ -1,4 +1,5 @@
-"""Notifications: a failed or partial nightly, regressions flagged by v_regressions, or a recommendation
+"""Notifications: a failed or partial nightly, regressions this night's load found (v_change_points: Otava's
+change points and the band rule), or a recommendation
 (v_recommendation) that differs from the previous night's go to a Prefect notification block (a webhook,
 Slack, e-mail, ...) named in the config's `notify.block`.
 
@@ -15,6 +16,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from tasks.core.errors import ConfigError
+from tasks.report.history import new_change_points
 from warehouse.db import open_warehouse
 
 
@@ -23,16 +25,14 @@ class NotifyError(ConfigError):
 
 
 def regressions(warehouse: Path, run_id: str) -> list[str]:
-    """One line per metric v_regressions flags as a regression in this run."""
+    """One line per regression this night's load found (v_change_points): the band rule's flags of this run and
+    Otava's change points first seen with it, each naming the run where the series changed, the means either
+    side, the change, the rule and its p-value, and a known cause (an engine version change) where there is one."""
     con = open_warehouse(warehouse, read_only=True)
     try:
-        rows = con.execute(
-            "select variant, metric, value, prior_mean, band_low, band_high, change_pct, prior_runs "
-            "from v_regressions where run_id = ? and is_regression order by variant, metric", [run_id]).fetchall()
+        return new_change_points(con, run_id)
     finally:
         con.close()
-    return [f"{v} {m}: {val:.4g} vs {mean:.4g} (band {lo:.4g}..{hi:.4g}, {chg:+.1f} %, {n} earlier runs)"
-            for v, m, val, mean, lo, hi, chg, n in rows]
 
 
 def recommendation_change(warehouse: Path, run_id: str) -> str | None:
@@ -71,7 +71,7 @@ def run_message(run_id: str, status: str, failed: list[str], errors: dict[str, s
         body += [f"- {v}: {errors.get(v, 'failed').strip().splitlines()[0][:300]}" for v in failed]
     if flagged and on_regression:
         parts.append(f"{len(flagged)} regression{'s' if len(flagged) != 1 else ''}")
-        body += ["Regressions (v_regressions):"] + [f"- {line}" for line in flagged]
+        body += ["Regressions (v_change_points):"] + [f"- {line}" for line in flagged]
     if recommendation:
         parts.append("recommendation changed")
         body.append(recommendation)

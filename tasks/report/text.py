@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 
 
@@ -192,4 +193,8 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     lines = [f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""), "",
              _table(df, metric or "quality"), *_energy_footnotes(df), *_threads_footnotes(con, run_id), ""]
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
+    flips = flip_lines(flips_frame(con, run_id))
+    if flips:
+        lines += ["", "Items lost against the reference (v_quality_flips; across nights: lost every night, "
+                      "regression = lost from one night on, unstable = flips back and forth):", *flips]
     return "\n".join(lines)

@@ -98,6 +98,23 @@ def test_loading_again_changes_nothing_and_report_prints(nightly_run, capsys):
     assert "x tokens/s" in out  # a takeaway sentence against the reference
 
 
+def test_series_are_keyed_on_what_was_measured(nightly_run):
+    """The real run's series keys: q4_1 and q4_1-spec serve the same file but differ in speculative decoding, so
+    they are two series; every ok variant has a perf series and one per suite; the failed one has none in v_history."""
+    _, tmp = nightly_run
+    db = tmp / "wh.duckdb"
+    keys = {(v, scope): (key, artifact) for v, scope, key, artifact in q(db, """
+        select k.variant, k.scope, k.series_key, v.artifact_sha256 from series_keys as k
+        join variants as v using (run_id, variant)""")}
+    assert {scope for v, scope in keys if v == "q4_1"} == {"perf", "arithmetic", "fidelity"}
+    assert keys[("q4_1", "perf")][1] == keys[("q4_1-spec", "perf")][1]  # the same artifact ...
+    assert keys[("q4_1", "perf")][0] != keys[("q4_1-spec", "perf")][0]  # ... another series
+    assert q(db, "select distinct variant from v_history order by 1") == [("q2_k",), ("q4_1",), ("q4_1-spec",)]
+    assert q(db, "select count(*) from v_history where known_cause is not null") == [(0,)]
+    paired = q(db, "select count(*), count(distinct variant) from v_quality_flips where suite = 'arithmetic'")
+    assert paired == [(12, 2)]  # 6 samples each of q2_k and q4_1-spec beside the reference's
+
+
 def test_servers_are_stopped(nightly_run):
     """No llama.cpp server started by this process is still running."""
     import os

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import render_in_chromium
 from tests.integration.test_warehouse import QUALITY, STARTED, rows, write_run
 from warehouse.db import load_run, open_warehouse
 
@@ -66,10 +65,6 @@ def test_energy_view(three_nights: Path) -> None:
     assert got[("q2_k", "single")]["energy_note"] == "no power counter"
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: Path) -> None:
     from tasks.report.html import write_html
 
@@ -79,16 +74,7 @@ def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: 
     # self-contained: no script, nothing loaded from elsewhere (XML namespaces are names, not loads)
     assert "<script" not in text and not re.search(r'(src|href)="(https?:)?//', text)
     assert text.count("<svg") >= 6  # pareto, jitter, two CDFs, two concurrency plots, history
-    shot = tmp_path / "report.png"
-    proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'chromium'}", "--enable-logging=stderr", "--v=0",
-         f"--screenshot={shot}", "--window-size=1300,3000", page.as_uri()],
-        capture_output=True, text=True, timeout=120)
-    console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
-    assert not console, console
-    assert shot.exists() and shot.stat().st_size > 20_000
+    render_in_chromium(page, tmp_path)
 
 
 def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:

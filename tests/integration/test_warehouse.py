@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import ROOT
-from warehouse.contract import SCHEMAS, TABLES, table_parts, write_table
+from warehouse.contract import DERIVED_TABLES, SCHEMAS, TABLES, table_parts, write_table
 from warehouse.db import WarehouseError, identifier, load_run, migrations, open_warehouse
 
 STARTED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -96,13 +96,13 @@ def test_migrations_applied_once(db: Path) -> None:
         applied = con.execute("select version, name from schema_version order by version").fetchall()
         assert applied == [(v, n) for v, n, _ in migrations()]
         tables = {t for (t,) in con.execute("select table_name from duckdb_tables()").fetchall()}
-    assert tables == set(TABLES) | {"schema_version"}
+    assert tables == set(TABLES) | {t.name for t in DERIVED_TABLES} | {"schema_version"}
 
 
 def test_tables_match_contract(db: Path) -> None:
     """Every column of tasks/tables.py, in order, with a compatible type."""
     with open_warehouse(db) as con:
-        for name, schema in SCHEMAS.items():
+        for name, schema in {**SCHEMAS, **{t.name: t.schema() for t in DERIVED_TABLES}}.items():
             got = con.sql(f"select * from {name}").to_arrow_table().schema
             assert got.names == schema.names
             for f in schema:
