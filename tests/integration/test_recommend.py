@@ -22,13 +22,33 @@ STARTED = datetime(2025, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
 SERVER_SLO = {"goodput_slo": "mlperf-llama2-70b-server", "slo_ttft_ms": 2000.0, "slo_tpot_ms": 200.0}
 
 
+# Requests per hand-made step: enough to show a p99 at 95 % with none over a limit (299).
+N = 300
+
+
 def step(scenario: str, concurrency: int, req_s: float, ttft_ms: list[float], *, tpot_ms: float = 20.0,
          errors: int = 0, rate: float | None = None, tps: float | None = None, j_per_token: float | None = None,
-         energy_note: str | None = "no NVML, no RAPL") -> dict:
-    """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures."""
+         energy_note: str | None = "no NVML, no RAPL", completion_rate: float | None = None, repeats: int = 1,
+         reasoning: dict | None = None, req_s_ci: tuple[float, float] | None = None) -> dict:
+    """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
+    requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
+    arrive, after their latency). `reasoning`: {request index: ttft_answer_ms} of requests that reasoned first."""
     return dict(scenario=scenario, concurrency=concurrency, req_s=req_s, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
                 errors=errors, rate=rate, tps=tps if tps is not None else req_s * 64,
-                j_per_token=j_per_token, energy_note=None if j_per_token is not None else energy_note)
+                j_per_token=j_per_token, energy_note=None if j_per_token is not None else energy_note,
+                completion_rate=completion_rate, repeats=repeats, reasoning=reasoning or {}, req_s_ci=req_s_ci)
+
+
+def request_times(s: dict, i: int, n: int) -> dict:
+    """start_s, end_s and repeat of request i of n in step `s` (a rate step's schedule; closed-loop steps: none)."""
+    if not s["rate"]:
+        return {}
+    per = -(-n // s["repeats"])
+    rep, k = divmod(i, per)
+    start = k / s["rate"]
+    latency = (s["ttft_ms"][i] if i < len(s["ttft_ms"]) else 0.0) / 1000 + 63 * s["tpot_ms"] / 1000
+    end = start + latency if s["completion_rate"] is None else max(start + latency, (k + 1) / s["completion_rate"])
+    return {"start_s": start, "end_s": end, "repeat": rep}
 
 
 def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5) -> dict:
@@ -61,19 +81,24 @@ def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decis
         summary, requests = [], []
         for s in v.get("steps", []):
             n_ok = len(s["ttft_ms"])
+            n_all = n_ok + s["errors"]
+            ci = dict(zip(("request_throughput_ci_low", "request_throughput_ci_high"), s["req_s_ci"] or ()))
             summary.append({"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
                             "load_kind": "rate" if s["rate"] else "concurrency", "request_rate": s["rate"],
-                            "num_requests": n_ok + s["errors"], "num_ok": n_ok, "num_errors": s["errors"],
+                            "num_requests": n_all, "num_ok": n_ok, "num_errors": s["errors"],
                             "duration_s": n_ok / s["req_s"], "request_throughput": s["req_s"],
                             "output_throughput": s["tps"], "energy_j_per_token": s["j_per_token"],
-                            "energy_note": s["energy_note"], **SERVER_SLO})
+                            "energy_note": s["energy_note"], "repeats": s["repeats"], **ci, **SERVER_SLO})
             requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
                           "request_index": i, "is_warmup": False, "status": "ok", "ttft_ms": t, "tpot_ms": s["tpot_ms"],
                           "e2el_ms": t + 63 * s["tpot_ms"], "output_tokens": 64,
-                          "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)]}
+                          "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)],
+                          **({"reasoning_tokens": 10, "ttft_answer_ms": s["reasoning"][i]} if i in s["reasoning"] else {}),
+                          **request_times(s, i, n_all)}
                          for i, t in enumerate(s["ttft_ms"])]
             requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
-                          "request_index": n_ok + i, "is_warmup": False, "status": "error", "error": "HTTP 503"}
+                          "request_index": n_ok + i, "is_warmup": False, "status": "error", "error": "HTTP 503",
+                          **request_times(s, n_ok + i, n_all)}
                          for i in range(s["errors"])]
             # a warm-up request far over any limit: excluded from every check
             requests.append({"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": 1,
@@ -121,10 +146,10 @@ REF, Q3 = pairs(80, 40, 3, 2)  # q3_k_m: 3 lost, 2 gained: delta -1/80, retentio
 def demo_like() -> dict[str, dict]:
     """q4_1 (reference), q4_1-spec (identical outputs, 2 % slower: a tie), q2_k (faster, far worse),
     q3_k_m (faster, CI straddles 99 %), q8_0 (failed)."""
-    steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(12, 300)), step("c2", 2, req_s, ttfts(12, 500))]  # noqa: E731
+    steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(N, 300)), step("c2", 2, req_s, ttfts(N, 500))]  # noqa: E731
     return {
-        "q4_1": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(12, 300), j_per_token=0.5),
-                                        step("c2", 2, 1.0, ttfts(12, 500), j_per_token=0.4)],
+        "q4_1": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
+                                        step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4)],
                  "accuracy": 0.5, "samples": REF, "cost": {"usd_per_hour": 3.6}},
         "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, (0.0, 0.0), p_value=1.0),
                       "samples": REF},
@@ -186,10 +211,10 @@ def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Pa
     assert got["q4_1-spec"]["verdict"] == "passes" and got["q4_1-spec"]["rank"] == 2
     assert "tied with q4_1-spec" in got["q4_1"]["verdict_reason"]
     # Two non-reference variants within 5 %: the faster one keeps less (lower retention bound), so the other wins.
-    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(12, 300))], "accuracy": 0.5},
-                "a": {"steps": [step("c1", 1, 1.00, ttfts(12, 300))], "accuracy": 0.5,
+    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
+                "a": {"steps": [step("c1", 1, 1.00, ttfts(N, 300))], "accuracy": 0.5,
                       "delta": delta(0.5, 0.5, (-0.002, 0.002))},
-                "b": {"steps": [step("c1", 1, 1.04, ttfts(12, 300))], "accuracy": 0.499,
+                "b": {"steps": [step("c1", 1, 1.04, ttfts(N, 300))], "accuracy": 0.499,
                       "delta": delta(0.5, 0.499, (-0.004, 0.002))}}
     db = tmp_path / "tie.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
@@ -233,8 +258,8 @@ def test_an_slo_no_variant_meets(tmp_path: Path) -> None:
 def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path: Path) -> None:
     # c4 is fast but 1 of 13 requests failed: its p99 falls on the miss. c2 passes; c8 misses on TTFT.
     variants = {"ref": {"ref": True, "accuracy": 0.5, "steps": [
-        step("c1", 1, 0.5, ttfts(12, 300)), step("c2", 2, 0.9, ttfts(12, 900)),
-        step("c4", 4, 1.2, ttfts(12, 400), errors=1), step("c8", 8, 1.4, ttfts(12, 2500))]}}
+        step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 900)),
+        step("c4", 4, 1.2, ttfts(N, 400), errors=1), step("c8", 8, 1.4, ttfts(N, 2500))]}}
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
@@ -247,27 +272,131 @@ def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path:
     assert rec["sustainable_is_lower_bound"] is False and rec["verdict"] == "recommended"
 
 
-@pytest.mark.parametrize("n_ok, misses, percentile", [(12, 0, 99), (12, 1, 99), (199, 1, 99), (99, 1, 99),
-                                                      (20, 3, 90), (5, 0, 100), (0, 3, 99)])
-def test_python_and_sql_judge_a_step_the_same(tmp_path: Path, n_ok: int, misses: int, percentile: float) -> None:
-    from tasks.perf.load_search import check_step
+def records_of(con, variant: str, scenario: str) -> list[list]:
+    """The stored measured requests of a step as the live search sees them: RequestRecords, one list per repeat."""
     from tasks.perf.metrics import RequestRecord
 
-    ttft = [100.0 + 37 * ((i * 7) % 13) for i in range(n_ok)]
+    runs: dict[int, list] = {}
+    for r in rows(con, f"select * from perf_requests where variant = '{variant}' and scenario = '{scenario}' "
+                       f"and not is_warmup order by request_index"):
+        runs.setdefault(r["repeat"] or 0, []).append(RequestRecord(
+            r["request_index"], r["status"], (r["start_s"] or 0.0) * 1000, ttft_ms=r["ttft_ms"], e2el_ms=r["e2el_ms"],
+            output_tokens=r["output_tokens"], repeat=r["repeat"] or 0, ttft_answer_ms=r["ttft_answer_ms"],
+            reasoning_tokens=r["reasoning_tokens"], end_ms=r["end_s"] * 1000 if r["end_s"] is not None else None))
+    return [runs[k] for k in sorted(runs)]
+
+
+def assert_same_judgement(sql: dict, py, limits: dict[str, float]) -> None:
+    assert (sql["slo_status"], sql["slo_fail_reason"]) == (py.status, py.reason)
+    assert sql["slo_met"] == py.met and sql["num_measured"] == py.n and sql["num_misses"] == py.failed
+    assert sql["max_over_allowed"] == py.allowed
+    assert sql["n_needed"] == (py.n_needed if py.status == "not_enough_requests" else None)
+    for k in limits:
+        assert sql[k.replace("_ms", "_over")] == py.over[k]
+        b = py.bounds_ms[k]
+        assert sql[f"{k}_bound"] == (pytest.approx(b) if b is not None and math.isfinite(b) else None)
+        p = py.percentiles_ms[k]
+        assert sql[f"{k}_pctl"] == (pytest.approx(p) if p is not None and math.isfinite(p) else None)
+    if py.offered_req_s is not None:
+        assert sql["offered_req_s"] == pytest.approx(py.offered_req_s)
+        assert sql["achieved_req_s"] == pytest.approx(py.achieved_req_s)
+
+
+# (requests within, over the limit, failed, percentile, confidence): around each count that changes the verdict
+JUDGED = [(12, 0, 0, 99, 0.95), (298, 0, 0, 99, 0.95), (299, 0, 0, 99, 0.95), (471, 1, 0, 99, 0.95),
+          (472, 1, 0, 99, 0.95), (294, 6, 0, 99, 0.95), (293, 7, 0, 99, 0.95), (293, 0, 7, 99, 0.95),
+          (29, 0, 0, 90, 0.95), (28, 0, 0, 90, 0.95), (95, 5, 0, 90, 0.99), (0, 0, 3, 99, 0.95), (17, 3, 0, 75, 0.95),
+          (11, 1, 1, 50, 0.9), (400, 2, 1, 99.5, 0.975)]
+
+
+@pytest.mark.parametrize("n_ok, over, misses, percentile, confidence", JUDGED)
+def test_python_and_sql_judge_a_step_the_same(tmp_path: Path, n_ok: int, over: int, misses: int, percentile: float,
+                                              confidence: float) -> None:
+    from tasks.perf.slo import check_step
+
+    ttft = [100.0 + (i * 7) % 13 for i in range(n_ok - over)] + [500.0 + i for i in range(over)]
     variants = {"ref": {"ref": True, "steps": [step("c1", 1, 1.0, ttft, errors=misses)]}}
     db = tmp_path / "wh.duckdb"
-    limit = 400.0
-    load_run(write_decision_run(tmp_path / "runs", "p1", variants,
-                                decision={"slo": {"ttft_ms": limit}, "percentile": percentile}), db)
+    limits = {"ttft_ms": 400.0, "e2el_ms": 1900.0}
+    load_run(write_decision_run(tmp_path / "runs", "p1", variants, decision={
+        "slo": limits, "percentile": percentile, "confidence": confidence}), db)
     with open_warehouse(db, read_only=True) as con:
         (sql,) = rows(con, "select * from v_slo_steps")
-    records = [RequestRecord(i, "ok", 0.0, ttft_ms=t, e2el_ms=t + 63 * 20.0, output_tokens=64) for i, t in enumerate(ttft)]
-    records += [RequestRecord(n_ok + i, "error", 0.0) for i in range(misses)]
-    py = check_step(records, {"ttft_ms": limit}, percentile)
-    assert sql["slo_met"] == py.met
-    p = py.percentiles_ms["ttft_ms"]
-    assert sql["ttft_ms_pctl"] == (pytest.approx(p) if p is not None and math.isfinite(p) else None)
-    assert sql["slo_fail_reason"] == py.reason
+        py = check_step(records_of(con, "ref", "c1"), limits, percentile, confidence)
+    assert_same_judgement(sql, py, limits)
+
+
+def test_the_counts_that_decide_agree_with_scipy_at_every_boundary(tmp_path: Path) -> None:
+    """v_slo_steps sums binomial terms from lgamma; tasks.core.percentiles asks scipy. At each n, a step with exactly
+    the allowed count over the limit and one with one more: both sides give the same status and requests needed."""
+    from tasks.core.percentiles import allowed_over, missed_over, requests_needed
+
+    ns = [1, 2, 5, 11, 12, 28, 29, 58, 59, 100, 298, 299, 300, 472, 473, 1000]
+    settings = [(99, 0.95), (90, 0.95), (99, 0.99), (50, 0.9), (99.9, 0.95)]
+    db = tmp_path / "wh.duckdb"
+    for k, (pct, conf) in enumerate(settings):
+        steps = []
+        for n in ns:
+            for over in sorted({max(allowed_over(n, pct, conf), 0), allowed_over(n, pct, conf) + 1,
+                                min(missed_over(n, pct, conf), n)} - {n + 1}):
+                steps.append(step(f"n{n}o{over}", 1, 1.0, [100.0] * (n - over) + [900.0] * over))
+        load_run(write_decision_run(tmp_path / "runs", f"g{k}", {"ref": {"ref": True, "steps": steps}},
+                                    decision={"slo": {"ttft_ms": 400.0}, "percentile": pct, "confidence": conf}), db)
+    checked = 0
+    with open_warehouse(db, read_only=True) as con:
+        for r in rows(con, "select * from v_slo_steps"):
+            pct, conf = r["slo_percentile"], r["slo_confidence"]
+            n, over = r["num_measured"], r["ttft_over"]
+            allowed, above = allowed_over(n, pct, conf), missed_over(n, pct, conf)
+            assert r["max_over_allowed"] == allowed, (r["run_id"], r["scenario"])
+            status = "met" if over <= allowed else "missed" if over >= above else "not_enough_requests"
+            assert r["slo_status"] == status, (r["run_id"], r["scenario"])
+            assert r["n_needed"] == (requests_needed(over, pct, conf) if status == "not_enough_requests" else None)
+            checked += 1
+    assert checked >= 5 * 2 * len(ns)
+
+
+@pytest.mark.parametrize("completion_rate, repeats, status", [(None, 1, "met"), (None, 3, "met"), (8.0, 1, "not_sustained"),
+                                                              (9.7, 2, "met"), (9.0, 1, "not_sustained")])
+def test_a_rate_step_is_sustained_when_completions_keep_pace(tmp_path: Path, completion_rate: float | None,
+                                                             repeats: int, status: str) -> None:
+    """Requests arrive at 10 req/s; the server returns them at `completion_rate` (a queue that grows when it is below
+    the rate): achieved / offered must be >= 0.95, in Python and in SQL alike."""
+    from tasks.perf.slo import check_step
+
+    s = step("r10", 4, 10.0, ttfts(N, 100), rate=10.0, completion_rate=completion_rate, repeats=repeats)
+    db = tmp_path / "wh.duckdb"
+    limits = {"ttft_ms": 2000.0}
+    load_run(write_decision_run(tmp_path / "runs", "s1", {"ref": {"ref": True, "steps": [s]}},
+                                decision={"slo": limits}), db)
+    with open_warehouse(db, read_only=True) as con:
+        (sql,) = rows(con, "select * from v_slo_steps")
+        py = check_step(records_of(con, "ref", "r10"), limits, 99, 0.95, rate_step=True)
+    assert_same_judgement(sql, py, limits)
+    assert sql["slo_status"] == status and sql["is_rate_step"] is True
+    assert sql["offered_req_s"] == pytest.approx(10.0 * repeats)
+    expected = min(completion_rate or 10.0, 10.0) / 10.0
+    assert sql["achieved_ratio"] == pytest.approx(expected, rel=0.05)
+    assert (sql["achieved_ratio"] >= 0.95) == (status == "met")
+    if status == "not_sustained":
+        assert sql["slo_fail_reason"] == f"not sustained: achieved {sql['achieved_ratio'] * 100:.0f} % of the offered rate"
+
+
+def test_reasoning_requests_are_judged_on_their_first_answer_token(tmp_path: Path) -> None:
+    """Ten requests reasoned first: their first token came fast (300 ms) but the first answer token late (2,500 ms,
+    over the 2,000 ms limit): ten over, the p99 shown above the limit. Without them it would meet."""
+    from tasks.perf.slo import check_step
+
+    s = step("c1", 1, 1.0, ttfts(N, 300), reasoning={i: 2500.0 for i in range(10)})
+    db = tmp_path / "wh.duckdb"
+    limits = {"ttft_ms": 2000.0}
+    load_run(write_decision_run(tmp_path / "runs", "a1", {"ref": {"ref": True, "steps": [s]}},
+                                decision={"slo": limits}), db)
+    with open_warehouse(db, read_only=True) as con:
+        (sql,) = rows(con, "select * from v_slo_steps")
+        py = check_step(records_of(con, "ref", "c1"), limits, 99, 0.95)
+    assert_same_judgement(sql, py, limits)
+    assert sql["slo_status"] == "missed" and sql["ttft_over"] == 10
 
 
 def test_command_line_overrides_shadow_the_runs_settings(demo_db: Path) -> None:
@@ -503,8 +632,8 @@ def test_a_warehouse_written_before_the_views_existed_is_one_line(demo_db: Path)
 
 
 def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
-    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(12, 300))], "accuracy": 0.5},
-                "bad": {"steps": [step("c1", 1, 1.0, ttfts(12, 300))], "accuracy": 0.05,
+    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
+                "bad": {"steps": [step("c1", 1, 1.0, ttfts(N, 300))], "accuracy": 0.05,
                         "delta": delta(0.5, 0.05, (-0.7, -0.3))}}
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision={}), db)

@@ -78,7 +78,7 @@ def test_cluster_bootstrap_widens_with_run_to_run_noise():
 def test_summarize_repeats_adds_counts_and_intervals():
     runs = [[rec(i, 100.0 + 10 * i + r, 600.0 + 10 * i, start=600.0 * i, repeat=r) for i in range(5)]
             + [rec(9, 0, 0, status="error", repeat=r)] for r in range(3)]
-    s = summarize_repeats(runs, slo={"ttft_ms": 125.0}, resamples=200)
+    s = summarize_repeats(runs, slo={"ttft_ms": 125.0})
     assert (s["repeats"], s["num_requests"], s["num_ok"], s["num_errors"]) == (3, 18, 15, 3)
     per = [summarize(r)["output_throughput"] for r in runs]
     assert s["output_throughput"] == pytest.approx(np.mean(per))
@@ -86,7 +86,7 @@ def test_summarize_repeats_adds_counts_and_intervals():
     for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct"):
         assert s[f"{m}_ci_low"] <= s[f"{m}_ci_high"], m
     assert s["ttft_ms_mean_ci_low"] <= s["ttft_ms_mean"] <= s["ttft_ms_mean_ci_high"]
-    one = summarize_repeats(runs[:1], resamples=200)
+    one = summarize_repeats(runs[:1])
     assert one["output_throughput_ci_low"] is None and "1 repeat" in one["ci_method"]
     # issue 15: one repeat holds no run-to-run variation, so no interval (was: a bootstrap over requests)
     assert one["ttft_ms_mean_ci_low"] is None and "n too small" in one["ci_method"]
@@ -133,7 +133,7 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
     """Three repeats whose TTFTs sit at 100, 120 and 140 ms: the interval is over those three figures only."""
     runs = [[rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
             for r, base in enumerate((100.0, 120.0, 140.0))]
-    s = summarize_repeats(runs, resamples=200)
+    s = summarize_repeats(runs)
     per = [summarize(run) for run in runs]
     for name in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput"):
         x = np.array([p[name] for p in per])
@@ -145,7 +145,7 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
 
 
 def test_one_repeat_gives_null_intervals_with_the_reason():
-    s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]], resamples=200)
+    s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]])
     assert all(s[f"{m}_ci_{e}"] is None for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput")
                for e in ("low", "high"))
     assert "n too small" in s["ci_method"]
