@@ -52,12 +52,18 @@ def bracket(scenarios: list[Scenario], cfg: RunConfig) -> tuple[float | None, fl
         rates = [summarize(run.measured)["request_throughput"] for sc in closed[:1] for run in sc.runs]
         rates = [r for r in rates if r]
         return None, None, (sum(rates) / len(rates) if rates else None)
+    return (*chain([(sc.step.rate, judge(sc, cfg).met) for sc in rated]), None)
+
+
+def chain(judged: list[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """(the highest rate that passed with every lower one passing, the first rate that did not pass); None where
+    there is none. v_recommendation's sustainable load is the first (with the second as its bracket)."""
     lo = None
-    for sc in rated:
-        if not judge(sc, cfg).met:
-            return lo, sc.step.rate, None
-        lo = sc.step.rate
-    return lo, None, None
+    for rate, met in sorted(judged):
+        if not met:
+            return lo, rate
+        lo = rate
+    return lo, None
 
 
 def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measure: Callable[[float], bool],

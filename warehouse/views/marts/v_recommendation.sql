@@ -346,17 +346,18 @@ best_interval as (
     from signed
 ),
 
--- a tie with the best: the two objective intervals overlap; where either has none, within tie_tolerance_pct
+-- a tie with the best: the two objective intervals overlap (more than touch: a rate bracket ends at a rate that
+-- failed); where either has none, the objectives are within tie_tolerance_pct
 tied as (
     select
         *,
         score_low is not null and score_high is not null and best_low is not null and best_high is not null
             as tie_on_intervals,
-        eligible and objective is not null and case
+        eligible and objective is not null and (score = best_score or case
             when score_low is not null and score_high is not null and best_low is not null and best_high is not null
-                then score_high >= best_low and score_low <= best_high
+                then score_high > best_low and score_low < best_high
             else abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score)
-        end as in_tie
+        end) as in_tie
     from best_interval
 ),
 
