@@ -17,10 +17,12 @@ tasks.perf.sweep.arrival_offsets_s), printing:
 3. Sustained load: a one-slot server of fixed service time under Poisson arrivals (an M/D/1 queue, simulated
    request by request with the sweep's own arrival times), 200 measured requests after a 10 % warm-up: the
    share of steps judged not sustained (achieved < 95 % of offered) at utilisation 0.5 ... 1.25.
-4. The search by simulation: that server (50 ms, p90 TTFT <= 300 ms: true highest rate 15.99 req/s by Erlang's
-   formula, capacity 20), a sweep at 10 and 24 req/s then search_rates' bracket-and-bisect (4 steps at most,
-   12 % tolerance), 200 measured requests a step at p90, as the nightly test runs it: the distribution of the sustainable rate it reports (the highest step met with
-   every lower one met) against the true rate and the capacity. No host stalls here: the measured nightly
+4. The search by simulation: the nightly test's case (tests/stubs/slo_stub.py SEARCH_CASE: 40 ms, p90 TTFT <= 240
+   ms: true highest rate 19.99 req/s by Erlang's formula, capacity 25), a sweep at 12 and 30 req/s then
+   search_rates' bracket-and-bisect (4 steps at most, 12 % tolerance), 300 measured requests a step, as the test
+   runs it: the distribution of the
+   sustainable rate it reports (the offered rate of the highest step met with every lower one met) against the
+   true rate and the capacity. No host stalls here: the measured nightly
    (tests/integration/test_recommend.py) adds them.
 
 Monte-Carlo error: a share near 5 % from S simulations is +- 1.96 sqrt(0.05 * 0.95 / S) (+- 1.0 % at 2000).
@@ -47,7 +49,7 @@ from tasks.perf.load_search import chain, search_rates  # noqa: E402
 from tasks.perf.metrics import RequestRecord  # noqa: E402
 from tasks.perf.slo import check_step, linear_percentile  # noqa: E402
 from tasks.perf.sweep import arrival_offsets_s  # noqa: E402
-from tests.stubs.slo_stub import md1_highest_rate  # noqa: E402
+from tests.stubs.slo_stub import SEARCH_CASE, md1_highest_rate  # noqa: E402
 
 SIGMA = 0.5  # lognormal latency spread
 NS = (12, 32, 100, 300, 1000, 3000)
@@ -123,8 +125,7 @@ def p99_intervals(sims: int, seed: int) -> None:
             print(f"   {requests:>15} {run_cv:>11.0%} | {cov / sims:>30.1%} {none / sims:>5.0%} | {cov_old / sims:>21.1%}")
 
 
-def md1_step(rate: float, measured: int, service_ms: float, seed: int, warmup_share: float = 0.1,
-             limit_ms: float = 300.0) -> list[RequestRecord]:
+def md1_step(rate: float, measured: int, service_ms: float, seed: int, warmup_share: float = 0.1) -> list[RequestRecord]:
     """One simulated rate step of a one-slot server (first come, first served): the sweep's own Poisson send
     times, each request served `service_ms` after the previous one left; TTFT = wait + service."""
     head = math.ceil(warmup_share * measured - 1e-9)
@@ -149,26 +150,28 @@ def sustained(sims: int, seed: int) -> None:
 
 
 def search(searches: int, seed: int) -> None:
-    service, limit, pct = 50.0, 300.0, 90.0
+    c = SEARCH_CASE
+    service, limit, pct, n = c["service_ms"], c["limit_ms"], c["percentile"], c["requests"]
     true = md1_highest_rate(service / 1000, limit / 1000, pct)
     capacity = 1000 / service
-    spec = LoadSearchSpec(budget_s=86_400, max_steps=4, tolerance_pct=12)
+    spec = LoadSearchSpec(budget_s=86_400, max_steps=c["max_steps"], tolerance_pct=c["tolerance_pct"])
     found = []
     for k in range(searches):
-        j = [0]
+        tried: list[float] = []
 
         def met(rate: float) -> bool:
-            j[0] += 1
-            return check_step([md1_step(rate, 200, service, seed * 7_919 + k * 1_009 + j[0], limit_ms=limit)],
+            tried.append(rate)
+            return check_step([md1_step(rate, n, service, seed * 7_919 + k * 1_009 + len(tried))],
                               {"ttft_ms": limit}, pct, 0.95, rate_step=True).met
 
-        judged = [(r, met(r)) for r in (10.0, 24.0)]
+        judged = [(r, met(r)) for r in c["rates"]]
         lo, hi = chain(judged)
         judged += search_rates(lo, hi, spec, met, clock=lambda: 0.0)
-        found.append(chain(judged)[0] or 0.0)
+        found.append(chain(judged)[0] or 0.0)  # v_slo_steps.load_req_s: the rate the step offered
     f = np.array(found) / true
-    print(f"\n4. The search by simulation ({searches} searches): one slot, {service:g} ms, p{pct:g} TTFT <= {limit:g} ms; "
-          f"true highest rate {true:.2f} req/s (Erlang), capacity {capacity:g}")
+    print(f"\n4. The search by simulation ({searches} searches): one slot, {service:g} ms, p{pct:g} TTFT <= {limit:g} ms, "
+          f"rates {c['rates'][0]:g} and {c['rates'][1]:g}, {n} requests a step; true highest rate {true:.2f} req/s "
+          f"(Erlang), capacity {capacity:.1f}")
     print(f"   sustainable / true: min {f.min():.2f}, 5th pct {np.percentile(f, 5):.2f}, median {np.median(f):.2f}, "
           f"max {f.max():.2f}; >= 0.8: {np.mean(f >= 0.8):.1%}; above the true rate: {np.mean(f > 1):.1%}; "
           f"above capacity: {np.mean(np.array(found) > capacity):.1%}")

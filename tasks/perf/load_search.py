@@ -68,16 +68,19 @@ def chain(judged: list[tuple[float, bool]]) -> tuple[float | None, float | None]
 
 def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measure: Callable[[float], bool],
                  clock: Callable[[], float] = time.monotonic, start: float | None = None,
-                 expected_s: Callable[[float], float] | None = None) -> list[tuple[float, bool]]:
+                 expected_s: Callable[[float], float] | None = None,
+                 on_stop: Callable[[str], None] | None = None) -> list[tuple[float, bool]]:
     """Bracket, then bisect, the highest passing rate (requests/s): `measure(rate)` runs one step and says whether
     it passed. With no failing rate (hi None) it doubles lo, with no passing one (lo None) it halves hi, with
     neither it tries `start`. Stops at `max_steps`, when the gap is within `tolerance_pct` of hi, or when the
     next step would likely end past `budget_s` (it is assumed to take as long as the last one, or
-    `expected_s(rate)` when that is longer)."""
+    `expected_s(rate)` when that is longer). `on_stop` hears why it stopped, in words."""
     t0, last_s, done = clock(), 0.0, []
+    why = f"{spec.max_steps} steps (max_steps)"
     while len(done) < spec.max_steps:
         if lo is not None and hi is not None:
             if (hi - lo) / hi <= spec.tolerance_pct / 100.0:
+                why = f"{lo:.3g} and {hi:.3g} req/s are within {spec.tolerance_pct:g} %"
                 break
             rate = (lo + hi) / 2.0
         elif lo is not None:
@@ -87,14 +90,20 @@ def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measu
         elif start is not None:
             rate = start
         else:
+            why = "nothing to start from"
             break
-        if clock() - t0 + max(last_s, expected_s(rate) if expected_s else 0.0) > spec.budget_s:
+        need = max(last_s, expected_s(rate) if expected_s else 0.0)
+        if clock() - t0 + need > spec.budget_s:
+            why = (f"a step at {rate:.3g} req/s (~{need:.0f} s) would end past the {spec.budget_s:g} s budget after "
+                   f"{clock() - t0:.0f} s")
             break
         started = clock()
         met = measure(rate)
         last_s = clock() - started
         done.append((rate, met))
         lo, hi = (rate, hi) if met else (lo, rate)
+    if on_stop:
+        on_stop(why)
     return done
 
 
@@ -131,6 +140,6 @@ def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, f
               + ("meets the SLO, sustained" if check.met else f"does not pass ({check.status}: {check.reason})"))
         return check.met
 
-    search_rates(lo, hi, search, measure, start=start,
-                 expected_s=lambda rate: perf.repeats * perf.stream_requests() / rate)
+    search_rates(lo, hi, search, measure, start=start, expected_s=lambda rate: perf.repeats * perf.stream_requests() / rate,
+                 on_stop=lambda why: print(f"sustainable-load search: {len(added)} step(s) added; stopped: {why}"))
     return added

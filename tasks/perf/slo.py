@@ -20,9 +20,9 @@ warm-up share that is discarded (perf.rate_warmup_share); over the measured rest
 rate is the least-squares slope of the requests' arrival count against their send times, the achieved rate
 that of the ok requests' completion count against their return times. A queue that grows is a completion
 rate below the arrival rate (the backlog grows by their difference per second), so one measurement serves
-both conditions: the step is `not_sustained` when the repeats' achieved rates add up to less than
-`min_rate_ratio` (0.95) of their offered rates, whatever its latencies. Closed-loop steps (a fixed
-concurrency) cannot build a queue and are not checked.
+both conditions: the step is `not_sustained` when the repeats' mean achieved rate is below `min_rate_ratio`
+(0.95) of their mean offered rate, whatever its latencies. A sustained step's load is the rate it offered.
+Closed-loop steps (a fixed concurrency) cannot build a queue and are not checked.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ class SloCheck:
     percentiles_ms: dict[str, float | None] = field(default_factory=dict)  # numpy's linear percentile; inf: a failure
     bounds_ms: dict[str, float | None] = field(default_factory=dict)  # upper confidence bound; None: n too small
     n_needed: int | None = None  # requests needed for the claim (not_enough_requests)
-    offered_req_s: float | None = None  # rate steps: the measured arrival rate
-    achieved_req_s: float | None = None  # rate steps: the measured completion rate
+    offered_req_s: float | None = None  # rate steps: the measured arrival rate (mean over repeats)
+    achieved_req_s: float | None = None  # rate steps: the measured completion rate (mean over repeats)
 
     @property
     def met(self) -> bool:
@@ -118,9 +118,9 @@ def check_step(runs: list[list[RequestRecord]], limits: dict[str, float], percen
     needed = max((requests_needed(over[k], percentile, confidence) or 0 for k in undecided), default=None) or None
     offered = achieved = None
     if rate_step:
-        rates = [repeat_rates(run) for run in measured_runs]
-        offered = sum(o for o, _ in rates if o is not None) or None
-        achieved = sum(a for o, a in rates if o is not None) if offered else None
+        rates = [(o, a) for o, a in map(repeat_rates, measured_runs) if o is not None]
+        offered = sum(o for o, _ in rates) / len(rates) if rates else None
+        achieved = sum(a for _, a in rates) / len(rates) if rates else None
     sustained = not rate_step or (offered is not None and achieved >= min_rate_ratio * offered)
     parts = [f"{failed} of {n} requests failed or did not complete"] if failed else []
     for k in missed:

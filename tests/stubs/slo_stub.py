@@ -18,6 +18,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+# The sustainable-load case the nightly test runs and benchmarks/slo_check.py simulates: 40 ms a request
+# (capacity 25 req/s), p90 TTFT <= 240 ms at 95 %, rate steps at 12 and 30 req/s, 300 measured requests a step,
+# a search of 4 steps at most to within 12 %.
+SEARCH_CASE = {"service_ms": 40.0, "limit_ms": 240.0, "percentile": 90.0, "rates": (12.0, 30.0), "requests": 300,
+               "max_steps": 4, "tolerance_pct": 12.0}
+
+
 def md1_wait_cdf(t_s: float, rate: float, service_s: float) -> float:
     """P(W <= t) of an M/D/1 queue's waiting time (Erlang 1909; e.g. Iversen, Teletraffic Engineering, 10.4.2):
     (1 - ρ) Σ_{k=0}^{floor(t/D)} [λ(kD - t)]^k / k! e^{-λ(kD - t)}, ρ = λD < 1. The alternating sum is exact and

@@ -12,7 +12,8 @@
 --                                  every limit, and sustained) with every lower step meeting it too; NULL: none
 --   sustainable_concurrency        its concurrency (requests in flight; a rate step's cap, or its request count)
 --   sustainable_request_rate       requests/s it offered (rate steps; NULL for closed-loop steps)
---   sustainable_req_s              requests/s: the step's load (offered rate, else completed requests/s)
+--   sustainable_req_s              requests/s: the step's load (a rate step's offered rate; closed-loop steps:
+--                                  completed requests/s)
 --   sustainable_req_s_ci_low/_high the load's interval: a rate step's bracket [its rate, the next failing rate)
 --                                  (upper NULL: none failed), a closed-loop step's t-interval over repeats
 --   sustainable_goodput_req_s      requests/s that met every limit in that step
@@ -195,7 +196,7 @@ assembled as (
         b.request_rate as sustainable_request_rate,
         b.load_req_s as sustainable_req_s,
         case when b.is_rate_step then b.load_req_s else b.request_throughput_ci_low end as sustainable_req_s_ci_low,
-        case when b.is_rate_step then nf.load_req_s else b.request_throughput_ci_high end as sustainable_req_s_ci_high,
+        case when b.is_rate_step then nf.request_rate else b.request_throughput_ci_high end as sustainable_req_s_ci_high,
         b.goodput_req_s as sustainable_goodput_req_s,
         b.output_tok_s as sustainable_output_tok_s,
         b.output_tok_s_ci_low as sustainable_output_tok_s_ci_low,
@@ -210,7 +211,7 @@ assembled as (
         b.achieved_ratio as sustainable_achieved_ratio,
         case when b.scenario is not null then nf.scenario is null end as sustainable_is_lower_bound,
         nf.scenario as next_failing_scenario,
-        nf.load_req_s as next_failing_req_s,
+        case when nf.is_rate_step then nf.request_rate else nf.load_req_s end as next_failing_req_s,
         nf.slo_status as next_failing_status,
         case when b.scenario is null then l.slo_status end as slo_status,
         case when b.scenario is null then l.n_needed end as n_needed_slo,
@@ -281,7 +282,7 @@ assembled as (
         d.tie_tolerance_pct,
         -- the load's interval as a factor of it, for the objectives' intervals: a rate step's bracket (infinity:
         -- no failing rate above), a closed-loop step's interval of its output tokens/s
-        case when b.is_rate_step then coalesce(nf.load_req_s / b.load_req_s, 'infinity'::double)
+        case when b.is_rate_step then coalesce(nf.request_rate / b.load_req_s, 'infinity'::double)
              else b.output_tok_s_ci_high / nullif(b.output_tok_s, 0) end as load_ci_high_factor,
         case when b.is_rate_step then 1.0 else b.output_tok_s_ci_low / nullif(b.output_tok_s, 0) end as load_ci_low_factor,
         v.usd_per_1m_output_tok is not null as priced_per_token

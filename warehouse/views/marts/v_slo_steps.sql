@@ -15,13 +15,15 @@
 -- the first token; TPOT of a one-token answer is 0, as for goodput.
 -- A rate step is sustained when, over its repeats' measured requests, the achieved rate (least-squares slope of
 -- the ok requests' completion count on their return times) is at least min_rate_ratio of the offered rate
--- (slope of the arrival count on the send times): the backlog grows by their difference per second.
+-- (slope of the arrival count on the send times), means over the repeats: the backlog grows by their difference
+-- per second.
 -- Columns:
 --   run_id, variant, scenario, load_kind, concurrency
 --   is_rate_step                   an open-loop Poisson step (rates, sweep rates, search steps)
 --   request_rate                   requests/s offered by a rate step (NULL for closed-loop steps)
 --   request_throughput, _ci_low/_high   requests/s completed (ok requests over the step's duration), interval
---   load_req_s                     the step's load: request_rate for a rate step, else request_throughput
+--   load_req_s                     the step's load: a rate step's offered request_rate (valid only when sustained),
+--                                  else request_throughput
 --   output_tok_s                   output tokens/s over the step; output_tok_s_ci_low/_high its interval (>= 2 repeats)
 --   energy_j_per_token, energy_note  J per output token over the step; why it is NULL
 --   num_measured, num_misses       measured requests (n); those that errored or did not complete
@@ -34,7 +36,7 @@
 --   ttft_ms_bound, tpot_ms_bound,  ms, the one-sided upper confidence bound of the percentile (the order statistic
 --   e2el_ms_bound                  X_(n - max_over_allowed)); NULL when n is too small or it is a failed request
 --   slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the limits (NULL: none)
---   offered_req_s, achieved_req_s  rate steps: measured arrival and completion rates, summed over the repeats
+--   offered_req_s, achieved_req_s  rate steps: measured arrival and completion rates, mean over the repeats
 --   achieved_ratio                 achieved_req_s / offered_req_s
 --   sustained                      achieved_ratio >= min_rate_ratio; NULL for closed-loop steps
 --   slo_status                     met | missed | not_sustained | not_enough_requests | no_requests; NULL: no SLO
@@ -198,8 +200,8 @@ step_rates as (
         run_id,
         variant,
         scenario,
-        nullif(sum(offered), 0) as offered_req_s,
-        sum(achieved) filter (where offered is not null) as achieved_req_s
+        avg(offered) as offered_req_s,
+        avg(achieved) filter (where offered is not null) as achieved_req_s
     from repeat_rates
     group by run_id, variant, scenario
 ),
