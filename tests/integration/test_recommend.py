@@ -308,6 +308,40 @@ def test_rate_steps_rank_by_offered_rate_and_a_lucky_step_does_not_count(tmp_pat
     assert ref["verdict"] == "recommended"
 
 
+def test_each_perf_verdict_is_worded_with_what_it_rests_on(tmp_path: Path) -> None:
+    """One sentence per kind of SLO outcome, each naming the step and the requests its claim rests on: a bracketed
+    sustainable rate, a lower bound ("at least"), a next step that is not sustained, too few requests to tell, and
+    a lowest step that misses."""
+    from tasks.report.recommend import format_recommendation
+
+    same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
+    ok = lambda sc, rate, n=N: step(sc, 4, rate, ttfts(n, 300), rate=rate)  # noqa: E731
+    variants = {
+        "rated": {"ref": True, "accuracy": 0.5, "steps": [ok("r1", 1.0), step("r2", 4, 2.0, ttfts(N, 2100), rate=2.0)]},
+        "open": {**same, "steps": [ok("r1", 1.0), ok("r2", 2.0)]},
+        "queued": {**same, "steps": [ok("r1", 1.0), step("r2", 4, 2.0, ttfts(N, 300), rate=2.0, completion_rate=1.5)]},
+        "small": {**same, "steps": [ok("r1", 1.0, 12), ok("r2", 2.0, 12)]},
+        "slow": {**same, "steps": [step("r1", 4, 1.0, ttfts(N, 2100), rate=1.0)]}}
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision={}), db)
+    with open_warehouse(db, read_only=True) as con:
+        lines = format_recommendation(con, "w1").splitlines()
+    bounds = "300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 599 ms, TPOT 20.0 ms"
+    assert lines[2].startswith(f"Ship open: at least 2.00 req/s sustained (r2, 128.0 output tok/s; {bounds}): the "
+                               f"highest rate measured, 2.00x the sustainable rate of rated at p99 TTFT <= 2000 ms")
+    assert (f"rated meets the SLO and passes the gate (1.00 req/s sustained (r1, 64.0 output tok/s; {bounds}); the next "
+            f"rate, 2.00 req/s (r2), misses the SLO); rate 0.50x the recommended.") in lines
+    assert any(x.startswith("queued meets the SLO") and "the next rate, 2.00 req/s (r2), is not sustained" in x
+               for x in lines)
+    assert ("small cannot be judged on the SLO: the lowest step (r1) has too few requests to show the SLO: p99 TTFT "
+            "<= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); p99 TPOT <= 200 ms not shown at 95 % (0 of 12 "
+            "over, 0 allowed); 299 requests needed.") in lines
+    assert ("slow sustains no load under the SLO: the lowest step (r1) does not meet the SLO: p99 TTFT > 2000 ms "
+            "(300 of 300 over).") in lines
+    table = "\n".join(lines)
+    assert "| small   | not_enough_requests |" in table and "| needs 299 |" in table
+
+
 def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
     """Rate steps bracket each variant's sustainable rate: a [4, 5) and b [4.5, 6) overlap, so they tie although b's
     point is 12 % higher, and the tie goes to quality (a's retention lower bound is higher). Brackets that only touch,
