@@ -129,12 +129,7 @@ thresholds as (
 judged as (
     select
         s.*,
-        d.slo_percentile,
-        d.slo_confidence,
-        d.min_rate_ratio,
-        d.slo_ttft_ms,
-        d.slo_tpot_ms,
-        d.slo_e2el_ms,
+        d.* exclude (run_id),
         -- the 100th percentile: nothing shows it within a limit, one request over shows it above
         coalesce(t.allowed, -1) as allowed,
         coalesce(t.shown_above, 1) as shown_above,
@@ -241,12 +236,7 @@ checked as (
         s.duration_s,
         coalesce(j.n, 0) as n,
         coalesce(j.failed, 0) as failed,
-        d.slo_percentile,
-        d.slo_confidence,
-        d.min_rate_ratio,
-        d.slo_ttft_ms,
-        d.slo_tpot_ms,
-        d.slo_e2el_ms,
+        d.* exclude (run_id),
         coalesce(j.allowed, -1) as allowed,
         j.shown_above,
         j.ttft_over,
