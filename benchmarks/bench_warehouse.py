@@ -69,7 +69,7 @@ def synthetic_runs(db: Path, n_runs: int) -> None:
         from range(?) t(i), unnest(?::varchar[]) u(v)""", [n_runs, list(VARIANTS)])
     con.execute("""
         insert into perf_summary (run_id, variant, scenario, concurrency, num_requests, num_ok, output_throughput,
-                                  peak_output_throughput, ttft_ms_mean, ttft_ms_p99, ttft_cv_pct)
+                                  peak_output_throughput, ttft_ms_mean, ttft_ms_p99, ttft_cv_pct_median)
         select 'run' || i, v, 'c' || c, c, 10, 10, 40 + random() * 40, 90, 100 + random() * 50, 200, 10
         from range(?) t(i), unnest(?::varchar[]) u(v), (values (1), (2)) s(c)""", [n_runs, list(VARIANTS)])
     con.execute("""

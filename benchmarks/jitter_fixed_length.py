@@ -40,7 +40,7 @@ def main() -> None:
         lengths = "fixed" if r["scenario"] == "jitter" else f"+-{args.len_spread:.0%}"
         med = {m: f"{f(r[f'{m}_cv_pct_median'])} ({f(r[f'{m}_cv_pct_median_ci_low'])}..{f(r[f'{m}_cv_pct_median_ci_high'])})"
                for m in ("ttft", "itl")}
-        print(f"{r['scenario']:<9} {lengths:<12} {f(r['ttft_cv_pct']):>15} {med['ttft']:>26} {f(r['itl_cv_pct']):>14} "
+        print(f"{r['scenario']:<9} {lengths:<12} {f(r['ttft_cv_pct_pooled']):>15} {med['ttft']:>26} {f(r['itl_cv_pct_pooled']):>14} "
               f"{med['itl']:>26}")
     print(f"(raw results in {work})")
 

@@ -1,62 +1,59 @@
-"""The sustainable-load search against a server whose latency is known: does it find the right rate?
+"""The sustainable-load search against a live server whose capacity is known: does it find the right rate?
 
-A single-slot server (tests/stubs/slo_stub.py) takes SERVICE ms per request; requests arrive evenly (burstiness
-100). Above 1000 / SERVICE req/s request k waits k x (SERVICE - 1000 / rate) ms, so over N measured
-requests numpy's p99 TTFT is SERVICE + (N - 1) x 0.99 x (SERVICE - 1000 / rate) ms and the highest rate
-within a TTFT limit L is 1000 / (SERVICE - (L - SERVICE) / ((N - 1) x 0.99)). The sweep measures a low and
-a high rate; the search (tasks/perf/load_search.py) bisects between them. Prints, per service time, that rate,
-the search's best passing and first failing rate, its steps and seconds.
+A single-slot server (tests/stubs/slo_stub.py) takes SERVICE ms per request, first come first served; under
+Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its waiting time gives the highest rate whose
+p-th percentile of TTFT is within a limit (slo_stub.md1_highest_rate). The sweep measures two rates, then the
+search (tasks/perf/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
+(tasks/perf/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
+benchmarks/slo_check.py simulates the same search without a live server (no host stalls).
 
-    python benchmarks/load_search.py
+    python benchmarks/load_search.py [--runs 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from common import ROOT  # noqa: F401 - puts the repository on sys.path
 
 from tasks.core.config import RunConfig
-from tasks.perf.load_search import bracket, check_step, search_load
+from tasks.perf.load_search import chain, judge, search_load
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
-from tests.stubs.slo_stub import start_paced_stub
-
-N = 20
+from tests.stubs.slo_stub import SEARCH_CASE, md1_highest_rate, start_paced_stub
 
 
-def one(service_ms: float, limit_ms: float) -> None:
-    capacity = 1000.0 / service_ms
-    expected = 1000.0 / (service_ms - (limit_ms - service_ms) / ((N - 1) * 0.99))
-    srv, url = start_paced_stub(service_ms)
+def one(case: dict) -> None:
+    service, limit, pct = case["service_ms"], case["limit_ms"], case["percentile"]
+    true = md1_highest_rate(service / 1000, limit / 1000, pct)
+    srv, url = start_paced_stub(service)
     try:
         cfg = RunConfig.model_validate({
             "models": {"m": {"path": __file__}},
             "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
-            "perf": {"rates": [capacity / 5, capacity * 2], "burstiness": 100.0, "num_prompts": N, "warmup_requests": 1,
-                     "input_len": 8, "output_len": 4, "slo": {"ttft_ms": limit_ms}},
-            "decision": {"search": {"budget_s": 120, "max_steps": 6, "tolerance_pct": 4}}})
+            "perf": {"rates": list(case["rates"]), "num_prompts": 8, "warmup_requests": 1, "input_len": 8,
+                     "output_len": 4, "slo": {"ttft_ms": limit}},
+            "decision": {"percentile": pct, "min_requests": case["requests"],
+                         "search": {"budget_s": 600, "max_steps": case["max_steps"],
+                                    "tolerance_pct": case["tolerance_pct"]}}})
         workload = make_workload(cfg.perf, str.split, " ".join)
         t0 = time.monotonic()
         sweep = run_perf(cfg.perf, url, "paced", workload, None)
-        span = bracket(sweep, {"ttft_ms": limit_ms}, 99)
         added = search_load(cfg, url, "paced", workload, None, None, sweep)
         took = time.monotonic() - t0
     finally:
         srv.shutdown()
-    if span is None:
-        print(f"service {service_ms:5.0f} ms: the sweep left nothing to bracket (the low rate missed the SLO or the high "
-              f"one met it): a loaded host? {[sc.step.label for sc in sweep]}")
-        return
-    judged = [(sc.step.rate, check_step([r for run in sc.runs for r in run.measured], {"ttft_ms": limit_ms}, 99).met)
-              for sc in added]
-    best = max([r for r, met in judged if met] + [span[0]])
-    miss = min([r for r, met in judged if not met and r > best] + [span[1]])
-    print(f"service {service_ms:5.0f} ms, p99 TTFT <= {limit_ms:4.0f} ms: expected limit {expected:6.2f} req/s; "
-          f"search: meets at {best:6.2f}, misses at {miss:6.2f} req/s ({(best / expected - 1) * 100:+.1f} %, "
-          f"{len(added)} steps, {took:.1f} s with the sweep)")
+    judged = [(sc.step.rate, judge(sc, cfg)) for sc in sweep + added]
+    best = chain([(rate, c.met) for rate, c in judged])[0]
+    steps = "; ".join(f"{rate:.2f} {c.status} ({c.over['ttft_ms']}/{c.n} over)" for rate, c in sorted(judged))
+    found = f"{best:.2f} req/s ({best / true:.0%})" if best else "none"
+    print(f"service {service:g} ms, p{pct:g} TTFT <= {limit:g} ms: true {true:.2f} req/s, capacity "
+          f"{1000 / service:.1f}; {steps}; sustainable {found}; {took:.0f} s")
 
 
 if __name__ == "__main__":
-    for service_ms, limit_ms in ((20.0, 100.0), (50.0, 250.0), (100.0, 500.0)):
-        one(service_ms, limit_ms)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    for _ in range(ap.parse_args().runs):
+        one(SEARCH_CASE)

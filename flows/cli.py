@@ -26,7 +26,7 @@ from tasks.quality.run import run_standalone as run_quality_standalone
 from tasks.report.history import format_history
 from tasks.report.html import write_html
 from tasks.report.recommend import add_arguments as add_recommend_arguments
-from tasks.report.recommend import format_recommendation, overrides_from_args
+from tasks.report.recommend import format_recommendation, overrides_from_args, stability_from_args
 from tasks.report.text import format_report, latest_run_id
 from warehouse.db import open_warehouse
 from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
@@ -105,9 +105,10 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Which variant to ship under the run's SLO and quality gate (v_recommendation), in words first."""
     overrides = overrides_from_args(args)  # bad flags fail here, before the warehouse is opened
+    stability = stability_from_args(args)
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_recommendation(con, args.run, overrides))
+        print(format_recommendation(con, args.run, overrides, stability))
     finally:
         con.close()
     return 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.errors import ConfigError
@@ -199,6 +201,12 @@ class PerfSpec(_Strict):
     burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape of inter-arrival times; 1 = Poisson")
     max_concurrency: int | None = Field(default=None, ge=1, le=4096, description="cap on requests in flight in rate steps")
     num_prompts: int = Field(default=8, ge=1, le=100_000, description="measured requests per step and repeat (its maximum)")
+    rate_requests: int | None = Field(default=None, ge=1, le=100_000, description="measured requests per repeat of each "
+                                      "rate step (rates, the sweep's rates, the decision's search); default num_prompts; "
+                                      "a decision with an SLO raises it to what its percentile needs")
+    rate_warmup_share: float = Field(default=0.0, ge=0, lt=1, description="share of a rate step's Poisson stream sent "
+                                     "first and discarded so its queue settles: ceil(share x measured) more requests, "
+                                     "flagged warm-up; a decision with an SLO sets its warmup_share")
     max_duration_s: float | None = Field(default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)")
     warmup_requests: int = Field(default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded")
     warmup_s: float = Field(default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)")
@@ -253,12 +261,28 @@ class PerfSpec(_Strict):
 
     @model_validator(mode="after")
     def _bounded_total(self) -> "PerfSpec":
-        steps = len(self.concurrency or []) + len(self.rates) + (self.sweep + 2 if self.sweep is not None else 0)
-        total = steps * self.repeats * self.num_prompts + self.warmup_requests
+        closed = len(self.concurrency or []) + (2 if self.sweep is not None else 0)
+        rated = len(self.rates) + (self.sweep or 0)
+        total = self.repeats * (closed * self.num_prompts + rated * self.stream_requests()) + self.warmup_requests
         if total > MAX_REQUESTS_PER_VARIANT:
-            raise ValueError(f"{steps} steps x {self.repeats} repeats x {self.num_prompts} num_prompts is {total:,} requests "
-                             f"per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; lower one of them")
+            what = (f"{closed + rated} steps x {self.repeats} repeats x {self.num_prompts} num_prompts"
+                    + (f" ({self.stream_requests()} per rate step)" if rated and self.stream_requests() != self.num_prompts
+                       else ""))
+            raise ValueError(f"{what} is {total:,} requests per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; "
+                             f"lower one of them")
         return self
+
+    def rate_measured(self) -> int:
+        """Measured requests per repeat of a rate step."""
+        return self.rate_requests or self.num_prompts
+
+    def rate_warmup(self) -> int:
+        """Requests at the head of a rate step's stream, per repeat, discarded as warm-up."""
+        return math.ceil(self.rate_warmup_share * self.rate_measured() - 1e-9)
+
+    def stream_requests(self) -> int:
+        """Requests a rate step's Poisson stream sends per repeat: its warm-up share, then the measured ones."""
+        return self.rate_warmup() + self.rate_measured()
 
 
 class SuiteSpec(_Strict):
@@ -383,8 +407,20 @@ class DecisionSpec(_Strict):
 
     slo: Slo = Field(default=None, description="latency limits at `percentile`: a preset name or "
                                                "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
-    percentile: float = Field(default=99.0, gt=0, le=100, description="share of a step's requests (%) that must "
-                                                                      "meet each limit (MLPerf: 99)")
+    percentile: float = Field(default=99.0, gt=0, lt=100, description="share of a step's requests (%) that must "
+                                                                      "meet each limit (MLPerf: 99); below 100: no "
+                                                                      "sample bounds a maximum")
+    confidence: float = Field(default=0.95, ge=0.5, lt=1, description="confidence of each percentile claim (the "
+                                                                      "order-statistic bound; MLPerf's early stopping: 0.99)")
+    min_requests: int | None = Field(default=None, ge=1, le=1_000_000,
+                                     description="measured requests each rate step gets, repeats pooled; default the "
+                                                 "fewest that show the percentile with none over a limit (299 for p99 "
+                                                 "at 95 %); more gives power near the limit")
+    warmup_share: float = Field(default=0.1, ge=0, lt=1, description="share of each rate step's Poisson stream sent "
+                                                                     "first and discarded (perf.rate_warmup_share)")
+    min_rate_ratio: float = Field(default=0.95, gt=0, le=1, description="a rate step is sustained when it achieved "
+                                                                        "this share of its offered rate (its queue did "
+                                                                        "not grow)")
     gate_metrics: list[str] | None = Field(default=None, max_length=64, description="'suite.metric' list that gates quality; "
                                                                      "default: quality.primary")
     retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
@@ -409,6 +445,13 @@ class DecisionSpec(_Strict):
         slo = self.slo or perf.slo
         return slo.limits() if slo else None
 
+    def step_requests(self) -> int:
+        """Measured requests a rate step needs, repeats pooled: min_requests, else the fewest that show the
+        percentile at `confidence` with none over a limit (tasks.core.percentiles)."""
+        from tasks.core.percentiles import min_requests
+
+        return self.min_requests or min_requests(self.percentile, self.confidence)
+
 
 class RunConfig(_Strict):
     """A whole nightly run."""
@@ -426,6 +469,26 @@ class RunConfig(_Strict):
                                                                              "of `tradeoff recommend`")
 
     _safe_name = field_validator("name")(safe_name)
+
+    @model_validator(mode="after")
+    def _size_rate_steps(self) -> "RunConfig":
+        """Rate steps the decision judges get what its percentile needs: perf.rate_requests is raised so a step's
+        repeats pool at least decision.step_requests() measured requests, and its stream starts with the decision's
+        warm-up share (when perf sets none). Written into the config, so the run's recorded config carries them."""
+        perf, d = self.perf, self.decision
+        if not d.slo_limits(perf) or not (perf.rates or perf.sweep or d.search is not None):
+            return self
+        per_repeat = max(perf.rate_measured(), math.ceil(d.step_requests() / perf.repeats))
+        sized: dict[str, Any] = {"rate_requests": per_repeat} if per_repeat != perf.rate_measured() else {}
+        if not perf.rate_warmup_share:
+            sized["rate_warmup_share"] = d.warmup_share
+        try:
+            self.perf = PerfSpec.model_validate({**perf.model_dump(), **sized})
+        except ValidationError as err:
+            raise ValueError(f"perf: the decision's p{d.percentile:g} needs {d.step_requests()} requests per rate step "
+                             f"({per_repeat} per repeat): {err.errors()[0]['msg'].removeprefix('Value error, ')}; "
+                             f"ask a lower decision.percentile or fewer steps") from None
+        return self
 
     @property
     def reference(self) -> Variant:

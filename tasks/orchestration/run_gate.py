@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from tasks.core.config import PerfSpec, RunConfig
 from tasks.core.runinfo import RunPaths
 from tasks.perf.jitter import needs_jitter_step
-from tasks.perf.sweep import fixed_steps
+from tasks.perf.sweep import JITTER_STEP, SYNC_STEP, fixed_steps, max_step, step_prompts
 from warehouse.contract import read_table
 from warehouse.gate import ValidationReport, validate_results
 
@@ -25,8 +25,12 @@ from warehouse.gate import ValidationReport, validate_results
 def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
     known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`)."""
-    n_steps = len(fixed_steps(perf)) + (2 + perf.sweep if perf.sweep is not None else 0) + needs_jitter_step(perf)
-    requests = n_steps * perf.repeats * (perf.warmup_requests + perf.num_prompts)
+    steps = fixed_steps(perf) + ([JITTER_STEP] if needs_jitter_step(perf) else [])
+    sweep = [SYNC_STEP, max_step(perf)] if perf.sweep is not None else []
+    n_steps = len(steps) + len(sweep) + (perf.sweep or 0)
+    per_repeat = sum(step_prompts(perf, s) for s in steps + sweep) + (perf.sweep or 0) * (
+        perf.warmup_requests + perf.stream_requests())  # the sweep's rate steps
+    requests = perf.repeats * per_repeat
     return {"perf_requests": None if perf.max_duration_s or search else requests,
             "perf_summary": None if search else n_steps, "perf_power": None}
 

@@ -1,112 +1,109 @@
-"""The sustainable-load search: after the sweep, rate steps between the last step that meets the decision's
-SLO and the first one above it that misses it, halving the gap each time, within a time budget.
+"""The sustainable-load search: after the sweep, rate steps that bracket the highest sustainable request rate
+and bisect the bracket, within a time budget.
 
-A step meets the SLO when the SLO percentile (p99 by default) of its measured requests' TTFT, TPOT and
-E2EL is within each limit given; a request that errored or did not complete is a miss (an infinite
-latency). v_slo_steps applies the same rule to the stored requests, so a step the search measured is
-judged the same way later (tests/integration/test_recommend.py checks that they agree). The percentile is numpy's
-linear one, as everywhere else in tradeoff.
+A rate step passes when tasks.perf.slo judges it `met`: its requests show the decision's percentile within
+every limit (an order-statistic bound at decision.confidence; failed requests are misses) and its load was
+sustained (it achieved decision.min_rate_ratio of its offered rate: its queue did not grow). The sustainable
+rate is the highest passing rate step with every lower rate step passing too (a lucky step above a failing
+one does not count); v_slo_steps and v_recommendation apply the same rules to the stored requests.
+
+The bracket: the highest such rate (lo) and the first rate step above it that does not pass (hi). When the
+sweep has no passing rate step the search halves the lowest one until a step passes; when none fails it
+doubles the highest; with no rate step at all it starts at the completed requests/s of the lowest-concurrency
+closed-loop step. Then it bisects until `max_steps`, until the gap is within `tolerance_pct`, or until the
+next step would likely end past `budget_s`. Each step runs `perf.repeats` times with the rate steps' size
+(perf.rate_requests, raised by the config to what the percentile needs, after its warm-up share).
 
 The search needs the live endpoint, so it runs inside the variant's perf measurement
-(tasks.orchestration.tasks.measure_perf hands `search_load` to tasks.perf.run.measure, which calls it after the sweep); its steps are ordinary rate steps
-(`search1`, `search2`, ...) stored with the others, and v_recommendation takes the sustainable load
-from all of them.
+(tasks.orchestration.tasks.measure_perf hands `search_load` to tasks.perf.run.measure, which calls it after the
+sweep); its steps are ordinary rate steps (`search1`, `search2`, ...) stored with the others.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from tasks.core.config import LoadSearchSpec, RunConfig
-from tasks.perf.metrics import RequestRecord, summarize
-from tasks.perf.sweep import Scenario, Step, run_step
+from tasks.perf.metrics import summarize
+from tasks.perf.slo import SloCheck, check_step
+from tasks.perf.sweep import Scenario, Step, is_rate_step, run_step, step_prompts
 from tasks.perf.workload import Workload
 
-LATENCIES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 # Seeds of search steps start past any sweep step's index, so their prompts differ from the sweep's.
 _SEED_OFFSET = 10_000
 
 
-def percentile_with_misses(values: list[float], misses: int, p: float) -> float | None:
-    """numpy's linear percentile of `values` plus `misses` infinite values; inf when it falls on a miss."""
-    xs = sorted(values) + [math.inf] * misses
-    if not xs:
-        return None
-    h = (len(xs) - 1) * p / 100.0
-    i = math.floor(h)
-    f = h - i
-    if f == 0 or xs[i] == xs[i + 1]:
-        return xs[i]
-    return xs[i] + f * (xs[i + 1] - xs[i])
+def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
+    """One measured step judged as v_slo_steps judges it: the decision's SLO, percentile and confidence, and for a
+    rate step whether its load was sustained."""
+    d = cfg.decision
+    return check_step([run.measured for run in sc.runs], d.slo_limits(cfg.perf) or {}, d.percentile, d.confidence,
+                      is_rate_step(sc.step), d.min_rate_ratio)
 
 
-@dataclass(frozen=True)
-class SloCheck:
-    met: bool
-    reason: str | None  # why not, in words
-    percentiles_ms: dict[str, float | None]  # latency at the percentile; inf when it falls on a miss
+def bracket(scenarios: list[Scenario], cfg: RunConfig) -> tuple[float | None, float | None, float | None]:
+    """(lo, hi, start) in requests/s: the highest rate step that passes with every lower rate step passing, the
+    first rate step above it that does not pass (None: every one passes, or none does); `start`, with no rate
+    step at all, the completed requests/s of the lowest-concurrency closed-loop step (else None)."""
+    rated = sorted((sc for sc in scenarios if is_rate_step(sc.step)), key=lambda sc: (sc.step.rate, sc.step.label))
+    if not rated:
+        closed = sorted((sc for sc in scenarios if sc.runs), key=lambda sc: (sc.step.concurrency or 0, sc.step.label))
+        rates = [summarize(run.measured)["request_throughput"] for sc in closed[:1] for run in sc.runs]
+        rates = [r for r in rates if r]
+        return None, None, (sum(rates) / len(rates) if rates else None)
+    return (*chain([(sc.step.rate, judge(sc, cfg).met) for sc in rated]), None)
 
 
-def check_step(records: list[RequestRecord], limits: dict[str, float], percentile: float) -> SloCheck:
-    """Whether a step's measured (non-warm-up) requests meet every limit at `percentile` (misses count)."""
-    measured = [r for r in records if not r.is_warmup]
-    ok = [r for r in measured if r.status == "ok"]
-    misses = len(measured) - len(ok)
-    values = {"ttft_ms": [r.ttft_ms for r in ok if r.ttft_ms is not None],
-              "tpot_ms": [r.tpot_ms or 0.0 for r in ok],  # one-token answers: TPOT 0, as for goodput
-              "e2el_ms": [r.e2el_ms for r in ok if r.e2el_ms is not None]}
-    pct = {k: percentile_with_misses(values[k], misses, percentile) for k in limits}
-    missed = [k for k, limit in limits.items() if pct[k] is None or pct[k] > limit]
-    if not measured:
-        return SloCheck(False, "no measured request", pct)
-    if not missed:
-        return SloCheck(True, None, pct)
-    parts = [f"{misses} of {len(measured)} requests failed or did not complete"] if misses else []
-    parts += [f"p{percentile:g} {LATENCIES[k]} {pct[k]:.0f} ms > {limits[k]:g} ms" for k in missed
-              if pct[k] is not None and math.isfinite(pct[k])]
-    return SloCheck(False, "; ".join(parts), pct)
+def chain(judged: list[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """(the highest rate that passed with every lower one passing, the first rate that did not pass); None where
+    there is none. v_recommendation's sustainable load is the first (with the second as its bracket)."""
+    lo = None
+    for rate, met in sorted(judged):
+        if not met:
+            return lo, rate
+        lo = rate
+    return lo, None
 
 
-def step_load(sc: Scenario) -> float | None:
-    """A step's load in requests/s: the rate it offered, else the mean of its repeats' completed requests/s."""
-    if sc.step.rate is not None and math.isfinite(sc.step.rate):
-        return sc.step.rate
-    rates = [summarize(run.measured)["request_throughput"] for run in sc.runs]
-    rates = [r for r in rates if r]
-    return sum(rates) / len(rates) if rates else None
-
-
-def bracket(scenarios: list[Scenario], limits: dict[str, float], percentile: float) -> tuple[float, float] | None:
-    """(load of the highest step that meets the SLO, load of the lowest step above it that misses); None when
-    no step meets it or none above misses it (nothing to search)."""
-    judged = [(step_load(sc), check_step([r for run in sc.runs for r in run.measured], limits, percentile).met)
-              for sc in scenarios]
-    passing = [load for load, met in judged if met and load]
-    if not passing:
-        return None
-    lo = max(passing)
-    above = [load for load, met in judged if not met and load and load > lo]
-    return (lo, min(above)) if above else None
-
-
-def search_rates(lo: float, hi: float, spec: LoadSearchSpec, measure: Callable[[float], bool],
-                 clock: Callable[[], float] = time.monotonic) -> list[tuple[float, bool]]:
-    """Bisect between a passing load `lo` and a failing load `hi` (requests/s): `measure(rate)` runs one step
-    and says whether it met the SLO. Stops at `max_steps`, when the gap is within `tolerance_pct` of `hi`, or
-    when the next step would likely end past `budget_s` (it is assumed to take as long as the last one)."""
+def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measure: Callable[[float], bool],
+                 clock: Callable[[], float] = time.monotonic, start: float | None = None,
+                 expected_s: Callable[[float], float] | None = None,
+                 on_stop: Callable[[str], None] | None = None) -> list[tuple[float, bool]]:
+    """Bracket, then bisect, the highest passing rate (requests/s): `measure(rate)` runs one step and says whether
+    it passed. With no failing rate (hi None) it doubles lo, with no passing one (lo None) it halves hi, with
+    neither it tries `start`. Stops at `max_steps`, when the gap is within `tolerance_pct` of hi, or when the
+    next step would likely end past `budget_s` (it is assumed to take as long as the last one, or
+    `expected_s(rate)` when that is longer). `on_stop` hears why it stopped, in words."""
     t0, last_s, done = clock(), 0.0, []
-    while len(done) < spec.max_steps and (hi - lo) / hi > spec.tolerance_pct / 100.0:
-        if clock() - t0 + last_s > spec.budget_s:
+    why = f"{spec.max_steps} steps (max_steps)"
+    while len(done) < spec.max_steps:
+        if lo is not None and hi is not None:
+            if (hi - lo) / hi <= spec.tolerance_pct / 100.0:
+                why = f"{lo:.3g} and {hi:.3g} req/s are within {spec.tolerance_pct:g} %"
+                break
+            rate = (lo + hi) / 2.0
+        elif lo is not None:
+            rate = lo * 2.0
+        elif hi is not None:
+            rate = hi / 2.0
+        elif start is not None:
+            rate = start
+        else:
+            why = "nothing to start from"
             break
-        rate = (lo + hi) / 2.0
+        need = max(last_s, expected_s(rate) if expected_s else 0.0)
+        if clock() - t0 + need > spec.budget_s:
+            why = (f"a step at {rate:.3g} req/s (~{need:.0f} s) would end past the {spec.budget_s:g} s budget after "
+                   f"{clock() - t0:.0f} s")
+            break
         started = clock()
         met = measure(rate)
         last_s = clock() - started
         done.append((rate, met))
         lo, hi = (rate, hi) if met else (lo, rate)
+    if on_stop:
+        on_stop(why)
     return done
 
 
@@ -115,15 +112,14 @@ def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, f
                 on_scenario: Callable[[list[Scenario]], None] | None = None, energy_off_reason: str | None = None,
                 meter_opener: Callable | None = None) -> list[Scenario]:
     """The search's extra rate steps (each run `perf.repeats` times, as the sweep's, metered as the sweep's: the
-    engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or the sweep
-    leaves nothing to bracket."""
+    engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or there is nothing
+    to start from."""
     search, perf = cfg.decision.search, cfg.perf
-    limits = cfg.decision.slo_limits(perf)
-    if search is None or not limits:
+    if search is None or not cfg.decision.slo_limits(perf):
         return []
-    span = bracket(scenarios, limits, cfg.decision.percentile)
-    if span is None:
-        print("sustainable-load search: nothing to bracket (no step meets the SLO, or none above the best misses it)")
+    lo, hi, start = bracket(scenarios, cfg)
+    if lo is None and hi is None and start is None:
+        print("sustainable-load search: nothing to start from (no rate step and no closed-loop step completed)")
         return []
     added: list[Scenario] = []
 
@@ -132,17 +128,18 @@ def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, f
         sc = Scenario(Step(f"search{k}", "rate", perf.max_concurrency, rate), [])
         for repeat in range(perf.repeats):
             seed = perf.seed * 1_000_003 + (_SEED_OFFSET + k) * 1009 + repeat
-            prompts = workload(seed, perf.warmup_requests + perf.num_prompts)
+            prompts = workload(seed, step_prompts(perf, sc.step))
             first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
             sc.runs.append(run_step(perf, sc.step, repeat, prompts, base_url, model, force, count_tokens, first, seed,
                                     energy_off_reason=energy_off_reason, meter_opener=meter_opener))
         added.append(sc)
         if on_scenario:
             on_scenario(scenarios + added)
-        check = check_step([r for run in sc.runs for r in run.measured], limits, cfg.decision.percentile)
+        check = judge(sc, cfg)
         print(f"sustainable-load search: {sc.step.label} at {rate:.3g} req/s "
-              + ("meets the SLO" if check.met else f"misses it ({check.reason})"))
+              + ("meets the SLO, sustained" if check.met else f"does not pass ({check.status}: {check.reason})"))
         return check.met
 
-    search_rates(*span, search, measure)
+    search_rates(lo, hi, search, measure, start=start, expected_s=lambda rate: perf.repeats * perf.stream_requests() / rate,
+                 on_stop=lambda why: print(f"sustainable-load search: {len(added)} step(s) added; stopped: {why}"))
     return added

@@ -10,7 +10,10 @@ Definitions (times in ms, measured at the client):
 - duration: the measured wall interval, first send to the last request's return whatever
   its status (vLLM's benchmark duration); throughputs divide by it, so failures at the tail
   cannot inflate them.
-- jitter: coefficient of variation (sample std / mean) in %, of TTFT and of ITL; and p99/p50.
+- pooled CV (`ttft_cv_pct_pooled`, `itl_cv_pct_pooled`): sample std / mean in % over every measured
+  request of every repeat together: it mixes prompt-length spread and run-to-run drift with the engine's
+  jitter, so it is not the jitter figure (tasks.perf.jitter is: per repeat, on a fixed-length workload);
+  and p99/p50.
 - peak output tokens/s: the most output tokens that arrived in any window of `window_s`
   seconds (sliding, starting at a chunk arrival, fully inside the measured interval),
   divided by the window; a chunk's tokens are its request's output tokens spread evenly
@@ -18,13 +21,14 @@ Definitions (times in ms, measured at the client):
 - goodput (`request_goodput`): requests/s that met every SLO limit at once (TTFT, TPOT,
   E2EL, whichever are set), over the same duration as `request_throughput`; a request
   with one output token has TPOT 0 for this test, as in vLLM.
-- confidence intervals of TTFT mean, TTFT p99 and output throughput: Student's t interval
-  over the repeats' own figures (each repeat's mean, p99, throughput), so they hold
-  run-to-run variation only (~15 % on TTFT here; the requests' spread enters through each
-  repeat's figure); NULL with "n too small" in `ci_method` under two repeats. They bound
-  the long-run average of the per-repeat figure (docs/statistics.md gives their measured
-  coverage). The TTFT and ITL jitter intervals are still a percentile bootstrap: with two
-  or more repeats it resamples repeats, then requests within each; with one, requests only.
+- confidence intervals of TTFT mean, request and output throughput: Student's t interval
+  over the repeats' own figures (each repeat's mean, throughput), so they hold run-to-run
+  variation only (~15 % on TTFT here; the requests' spread enters through each repeat's
+  figure); NULL with "n too small" in `ci_method` under two repeats. They bound the
+  long-run average of the per-repeat figure (docs/statistics.md gives their measured
+  coverage). TTFT p99: a distribution-free order-statistic interval over the pooled
+  requests (tasks.core.percentiles.interval: it covers the p99 itself at the level or more);
+  NULL below the 368 requests a 95 % interval of a p99 needs.
 Only requests with status 'ok' enter any statistic; errors and incomplete ones are counted apart.
 """
 
@@ -36,6 +40,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from tasks.core.percentiles import interval as percentile_interval
 from tasks.core.stat_tests import t_interval
 from warehouse.contract import PERCENTILES
 
@@ -201,22 +206,13 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: 
     out["total_reasoning_tokens"] = sum(r.reasoning_tokens or 0 for r in ok)
     out["total_answer_tokens"] = sum(r.answer_tokens if r.answer_tokens is not None else (r.output_tokens or 0)
                                      for r in ok)
-    out["ttft_cv_pct"] = cv_pct(ttft)
-    out["itl_cv_pct"] = cv_pct(itl)
+    out["ttft_cv_pct_pooled"] = cv_pct(ttft)
+    out["itl_cv_pct_pooled"] = cv_pct(itl)
     p50, p99 = out["ttft_ms_p50"], out["ttft_ms_p99"]
     out["ttft_p99_p50_ratio"] = p99 / p50 if p50 else None
     p50, p99 = out["itl_ms_p50"], out["itl_ms_p99"]
     out["itl_p99_p50_ratio"] = p99 / p50 if p50 else None
     return out
-
-
-def _p99(a: np.ndarray) -> float:
-    return float(np.percentile(a, 99))
-
-
-def _cv(a: np.ndarray) -> float:
-    m = a.mean()
-    return float(a.std(ddof=1) / m * 100.0) if a.size > 1 and m else math.nan
 
 
 def bootstrap_ci(groups: Sequence[Sequence[Sequence[float]]], stat: Callable[[np.ndarray], float],
@@ -250,13 +246,11 @@ def _mean_over_repeats(values: list[float | None]) -> float | None:
 
 
 def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, percentiles: Iterable[float] = (),
-                      slo: dict[str, float] | None = None, level: float = 0.95, resamples: int = 1000,
-                      seed: int = 0) -> dict[str, float | int | str | None]:
-    """One scenario's summary over its repeats, with bootstrap intervals (see the module docstring).
+                      slo: dict[str, float] | None = None, level: float = 0.95) -> dict[str, float | int | str | None]:
+    """One scenario's summary over its repeats, with intervals (see the module docstring).
 
-    Latency statistics and jitter pool the measured requests of every repeat; counts and
-    durations add up; throughputs and goodput are the mean of the repeats'; the peak is
-    the highest repeat's.
+    Latency statistics pool the measured requests of every repeat; counts and durations add
+    up; throughputs and goodput are the mean of the repeats'; the peak is the highest repeat's.
     """
     per = [summarize(r, window_s, percentiles, slo) for r in runs]
     pooled = summarize([r for run in runs for r in run], window_s, percentiles, slo)
@@ -269,30 +263,29 @@ def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, pe
         pooled[k] = _mean_over_repeats([p[k] for p in per])
     peaks = [p["peak_output_throughput"] for p in per if p["peak_output_throughput"] is not None]
     pooled["peak_output_throughput"] = max(peaks) if peaks else None
-    ok = [[r for r in run if r.status == "ok" and not r.is_warmup] for run in runs]
-    ttft = [[[r.ttft_ms] for r in g] for g in ok]
-    itl = [[r.itl_ms for r in g] for g in ok]
-    ci = {"ttft_cv_pct": (ttft, _cv), "itl_cv_pct": (itl, _cv)}
-    for i, (name, (groups, stat)) in enumerate(ci.items(), start=2):
-        pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"] = bootstrap_ci(groups, stat, level, resamples, seed + i)
     small = None
-    for name in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput"):
+    for name in ("ttft_ms_mean", "request_throughput", "output_throughput"):
         pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"], why = t_interval([p[name] for p in per], level)
         small = small or why
+    ttft = [r.ttft_ms for run in runs for r in run if r.status == "ok" and not r.is_warmup]
+    pooled["ttft_ms_p99_ci_low"], pooled["ttft_ms_p99_ci_high"] = percentile_interval(ttft, 99.0, level)
     pooled["repeats"] = len(runs)
     pooled["ci_level"] = level
-    pooled["ci_method"] = repeat_ci_method(len(runs), small)
+    pooled["ci_method"] = repeat_ci_method(len(runs), small, len(ttft), level)
     return pooled
 
 
-def repeat_ci_method(repeats: int, small: str | None) -> str:
+def repeat_ci_method(repeats: int, small: str | None, n: int, level: float) -> str:
     """What perf_summary's intervals are, for `ci_method`."""
-    jitter = (f"jitter: cluster bootstrap over {repeats} repeats" if repeats > 1
-              else "jitter: bootstrap over requests (1 repeat)")
+    from tasks.core.percentiles import min_requests
+
+    need = min_requests(99.0, (1.0 + level) / 2.0)
+    p99 = (f"TTFT p99: order-statistic interval over the {n} pooled requests" if n >= need else
+           f"TTFT p99: NULL ({n} requests; a {level * 100:g} % interval of a p99 needs {need})")
     if small:
-        return f"TTFT mean/p99, output throughput: NULL ({small}); {jitter}"
-    return (f"TTFT mean/p99, output throughput: t-interval over the repeats' own figures ({repeats} repeats; "
-            f"run-to-run variation only); {jitter}")
+        return f"TTFT mean, request and output throughput: NULL ({small}); {p99}"
+    return (f"TTFT mean, request and output throughput: t-interval over the repeats' own figures ({repeats} repeats; "
+            f"run-to-run variation only); {p99}")
 
 
 def is_finite_positive(x: float | None) -> bool:

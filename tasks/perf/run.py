@@ -55,8 +55,7 @@ def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_by
     """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline; with the
     energy `scope`, also what was metered and the energy above its `idle` baseline (migration 008)."""
     slo = spec.slo.limits() if spec.slo else None
-    s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo,
-                          spec.confidence, spec.bootstrap_resamples, spec.seed)
+    s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo, spec.confidence)
     s.update(jitter_summary([run.measured for run in sc.runs], spec.confidence, spec.bootstrap_resamples, spec.seed))
     step = sc.step
     readings = [run.energy for run in sc.runs]

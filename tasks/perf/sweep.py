@@ -11,7 +11,10 @@ A step is one load pattern:
 
 Each (step, repeat) sends `warmup_requests` first, one by one, then the measured
 requests inside an energy window; requests sent in the first `warmup_s` seconds of the
-measured part are flagged as warm-up too. No new request is sent after `max_duration_s`.
+measured part are flagged as warm-up too. A rate step sends `rate_requests` (default
+`num_prompts`) measured requests, after `rate_warmup_share` of them more at the head of its
+Poisson stream, flagged warm-up (its queue settles first, as in MLPerf's server scenario).
+No new request is sent after `max_duration_s`.
 Prompts are seeded per (step, repeat), so a rerun sends the same requests. Repeats
 interleave (every step once, then again) so slow drift does not favour one step.
 """
@@ -68,6 +71,17 @@ class Scenario:
     @property
     def records(self) -> list[RequestRecord]:
         return [r for run in self.runs for r in run.warmup + run.measured]
+
+
+def is_rate_step(step: Step) -> bool:
+    """An open-loop step: requests sent on a Poisson schedule, whatever the server does (its load can be sustained
+    or not); the others hold a fixed number in flight (closed loop)."""
+    return step.rate is not None and math.isfinite(step.rate)
+
+
+def step_prompts(spec: PerfSpec, step: Step) -> int:
+    """Prompts one repeat of `step` sends: the one-by-one warm-up, then its stream (rate steps: warm-up share too)."""
+    return spec.warmup_requests + (spec.stream_requests() if is_rate_step(step) else spec.num_prompts)
 
 
 def fixed_steps(spec: PerfSpec) -> list[Step]:
@@ -161,8 +175,9 @@ def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], bas
         measured = asyncio.run(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
                                         offsets_s=offsets, max_duration_s=spec.max_duration_s,
                                         first_index=first_index + len(warm), on_record=on_record, **common))
+    head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share
     for r in measured:
-        r.is_warmup = r.start_ms < spec.warmup_s * 1000.0
+        r.is_warmup = r.start_ms < spec.warmup_s * 1000.0 or r.index < head
     return StepRun(step, repeat, warm, measured, window.reading, window.samples)
 
 
@@ -186,9 +201,9 @@ def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, forc
                 step = steps[i]
                 seed = spec.seed * 1_000_003 + i * 1009 + repeat
                 sc = scenarios.setdefault(step.label, Scenario(step, []))
-                n = spec.warmup_requests + spec.num_prompts
+                n = step_prompts(spec, step)
                 prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
-                tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", spec.num_prompts)
+                tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", n - spec.warmup_requests)
                 sc.runs.append(run_step(spec, step, repeat, prompts, base_url, model, force, count_tokens,
                                         sum(len(r.warmup) + len(r.measured) for r in sc.runs), seed, tracker,
                                         energy_off_reason, meter_opener))

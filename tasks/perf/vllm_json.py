@@ -43,9 +43,9 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
                     "start_times": [r.start_ms / 1000 for r in measured],
                     "generated_texts": [r.text for r in measured], "errors": [error_excerpt(r.error) or "" for r in measured]})
     own = ("scenario", "load_kind", "repeats", "num_requests", "num_ok", "num_errors", "num_incomplete", "num_warmup",
-           "ttft_cv_pct", "itl_cv_pct", "ttft_p99_p50_ratio", "itl_p99_p50_ratio", "num_good", "goodput_slo",
-           "slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms", "ci_level", "ci_method",
-           *(f"{m}_ci_{e}" for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct")
+           "ttft_cv_pct_pooled", "itl_cv_pct_pooled", "ttft_p99_p50_ratio", "itl_p99_p50_ratio", "num_good",
+           "goodput_slo", "slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms", "ci_level", "ci_method",
+           *(f"{m}_ci_{e}" for m in ("ttft_ms_mean", "ttft_ms_p99", "request_throughput", "output_throughput")
              for e in ("low", "high")),
            "peak_window_s", "energy_j", "energy_j_per_token", "tokens_per_j", "mean_power_w", "energy_source",
            "energy_note", "energy_by_device_j", "model_bytes", "mem_bandwidth_gb_s", "mem_bandwidth_method",
@@ -69,5 +69,5 @@ def one_line(r: dict) -> str:
     return (f"{r['scenario']:>8}: {r['num_ok']} ok, {r['num_errors']} errored, {r['num_incomplete']} incomplete; "
             f"{f(r['output_throughput'])} tok/s, "
             f"TTFT p50 {f(r['median_ttft_ms'])} ms, TPOT mean {f(r['mean_tpot_ms'], 2)} ms, "
-            f"TTFT CV {f(r['ttft_cv_pct'])} %, goodput {f(r['request_goodput'], 2)} req/s"
+            f"TTFT jitter {f(r['ttft_cv_pct_median'])} %, goodput {f(r['request_goodput'], 2)} req/s"
             + (f", MBU {f(r['mbu_pct'])} %" if r.get("mbu_pct") is not None else ""))

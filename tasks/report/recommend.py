@@ -35,6 +35,8 @@ LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 # How a variant that beats the recommended one on the objective is described.
 AHEAD = {"rate": "faster", "tps": "faster", "cost": "cheaper", "energy": "more frugal",
          "cost_per_correct": "cheaper per correct answer"}
+# Bootstrap replicates of the perf side behind "q4_1 is the pick in 97 % of resamples" (`--stability`).
+STABILITY_RESAMPLES = 200
 OBJECTIVE_UNIT = {"rate": "req/s", "tps": "output tok/s", "cost": "USD/1M output tok", "energy": "J/1M output tok",
                   "cost_per_correct": "USD per correct answer"}
 
@@ -71,6 +73,8 @@ def add_arguments(p) -> None:
     p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
     p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
     p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    p.add_argument("--stability", default=str(STABILITY_RESAMPLES), metavar="N",
+                   help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)")
 
 
 def _number(flag: str, text: str, example: str) -> float:
@@ -78,6 +82,15 @@ def _number(flag: str, text: str, example: str) -> float:
         return float(text)
     except ValueError:
         raise ConfigError(f"{flag}: '{text}' is not a number; write e.g. {flag} {example}") from None
+
+
+def stability_from_args(args) -> int:
+    """`--stability N`: bootstrap replicates of the perf side (0: off); one line naming the fix otherwise."""
+    n = _number("--stability", args.stability, "200")
+    if not n.is_integer() or not 0 <= n <= 10_000:
+        raise ConfigError(f"--stability: {args.stability} is not a whole number of replicates from 0 to 10000; "
+                          f"write e.g. --stability 200")
+    return int(n)
 
 
 def overrides_from_args(args) -> dict[str, Any]:
@@ -196,9 +209,39 @@ def _v(row: pd.Series, col: str) -> Any:
 
 
 def slo_text(row: pd.Series) -> str:
-    """'p99 TTFT <= 2000 ms, TPOT <= 200 ms'."""
+    """'p99 TTFT <= 2000 ms, TPOT <= 200 ms': the percentile the decision was asked (the words say which)."""
     limits = [f"{name} <= {_v(row, f'slo_{k}'):g} ms" for k, name in LIMIT_NAMES.items() if _v(row, f"slo_{k}") is not None]
     return f"p{_v(row, 'slo_percentile'):g} " + (", ".join(limits) if limits else "(no limits)")
+
+
+def evidence_text(row: pd.Series) -> str:
+    """What the sustainable step's claim rests on: '300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 480 ms,
+    TPOT 19.9 ms'."""
+    n, over, conf = _v(row, "sustainable_n"), _v(row, "sustainable_over"), _v(row, "slo_confidence")
+    bounds = [f"{name} {_v(row, f'sustainable_{k}_bound'):{'.1f' if k == 'tpot_ms' else '.0f'}} ms"
+              for k, name in LIMIT_NAMES.items()
+              if _v(row, f"slo_{k}") is not None and _v(row, f"sustainable_{k}_bound") is not None]
+    over_text = f"{over:.0f} over a limit" if over is not None else "no limit"
+    return (f"{n:.0f} requests, {over_text}; {conf * 100:g} % upper bounds: p{_v(row, 'slo_percentile'):g} "
+            + ", ".join(bounds))
+
+
+def load_text(row: pd.Series) -> str:
+    """The sustainable load and its evidence. Rate steps (open loop, Poisson arrivals): '4.50 req/s sustained (r4.5,
+    288 output tok/s; 300 requests, ...); the next step, 5.00 req/s (search3), missed: the limit lies between'.
+    Closed-loop steps: 'at concurrency 2, 0.80 req/s completed (c2, ...)' (no sustained-rate claim)."""
+    rate, tps, sc = _v(row, "sustainable_req_s"), _v(row, "sustainable_output_tok_s"), _v(row, "sustainable_scenario")
+    tok = f", {tps:.1f} output tok/s" if tps is not None else ""
+    inner = f"({sc}{tok}; {evidence_text(row)})"
+    nf, nf_rate, nf_status = (_v(row, c) for c in ("next_failing_scenario", "next_failing_req_s", "next_failing_status"))
+    if _v(row, "load_basis") != "rate":
+        top = ", the highest measured" if _v(row, "sustainable_is_lower_bound") else ""
+        return f"at concurrency {_v(row, 'sustainable_concurrency'):.0f}{top}, {num(rate)} req/s completed {inner}"
+    if _v(row, "sustainable_is_lower_bound"):
+        return f"at least {num(rate)} req/s sustained {inner}: the highest rate measured"
+    what = {"missed": "misses the SLO", "not_sustained": "is not sustained",
+            "not_enough_requests": "has too few requests to show the SLO"}.get(nf_status, "does not meet it")
+    return f"{num(rate)} req/s sustained {inner}; the next rate, {num(nf_rate)} req/s ({nf}), {what}"
 
 
 def _pct(x: float | None) -> str:
@@ -222,15 +265,6 @@ def retention_text(row: pd.Series) -> str:
 def num(x: float) -> str:
     """Three significant figures without an exponent: 0.981, 1.00, 23.7, 115."""
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3g}"
-
-
-def load_text(row: pd.Series) -> str:
-    """'0.710 req/s (c2, 44.2 output tok/s)' at the sustainable load; 'at least' when no step above it misses."""
-    rate, tps, sc = _v(row, "sustainable_req_s"), _v(row, "sustainable_output_tok_s"), _v(row, "sustainable_scenario")
-    tok = f", {tps:.1f} output tok/s" if tps is not None else ""
-    if _v(row, "sustainable_is_lower_bound"):
-        return f"at least {num(rate)} req/s ({sc}{tok}: the highest step measured)"
-    return f"{num(rate)} req/s ({sc}{tok})"
 
 
 def energy_text(row: pd.Series) -> str:
@@ -287,7 +321,9 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
     if verdict == "failed":
         return f"{v} failed: {_v(row, 'verdict_reason').removeprefix('failed: ')}."
     if verdict == "misses_slo":
-        return f"{v} misses the SLO at every measured step ({_v(row, 'slo_note')})."
+        return f"{v} sustains no load under the SLO: {_v(row, 'slo_note')}."
+    if verdict == "not_enough_requests":
+        return f"{v} cannot be judged on the SLO: {_v(row, 'slo_note')}."
     if verdict == "fails_gate":
         return (f"{v}{ahead or ''} {retention_text(row)}: fails the {_pct(_v(row, 'retention_target'))} gate"
                 + (f" ({_v(row, 'gate_reason')})" if _v(row, "retention") is None else "") + ".")
@@ -319,8 +355,9 @@ def _table(df: pd.DataFrame) -> str:
     from rich.table import Table
 
     table = Table(box=box.MARKDOWN, show_edge=True)
-    headers = ["variant", "verdict", "sustainable", "req/s", "tok/s", "TTFT pctl ms", "TPOT pctl ms", "gate",
-               "retention", "95 % CI", "n needed", "J/1M tok", "gCO2e/1M tok", "USD/1M tok", "tok/correct"]
+    headers = ["variant", "verdict", "sustainable", "req/s", "tok/s", "requests", "over", "TTFT bound ms",
+               "TPOT bound ms", "gate", "retention", "95 % CI", "n needed", "J/1M tok", "gCO2e/1M tok", "USD/1M tok",
+               "tok/correct"]
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 3 or h == "gate" else "right")
     for _, r in df.iterrows():
@@ -328,8 +365,11 @@ def _table(df: pd.DataFrame) -> str:
         table.add_row(
             r["variant"], r["verdict"], _value(r["sustainable_scenario"]) or "",
             "NULL" if _value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
-            _fmt(r["sustainable_output_tok_s"], ".1f"), _fmt(r["sustainable_ttft_ms_pctl"], ".0f"),
-            _fmt(r["sustainable_tpot_ms_pctl"], ".1f"), _value(r["gate"]) or "",
+            _fmt(r["sustainable_output_tok_s"], ".1f"),
+            _fmt(r["sustainable_n"], ".0f") if _value(r["n_needed_slo"]) is None else f"needs {r['n_needed_slo']:.0f}",
+            _fmt(r["sustainable_over"], ".0f") if _value(r["sustainable_scenario"]) else "",
+            _fmt(r["sustainable_ttft_ms_bound"], ".0f"), _fmt(r["sustainable_tpot_ms_bound"], ".1f"),
+            _value(r["gate"]) or "",
             _fmt(None if _value(r["retention"]) is None else r["retention"] * 100, ".1f"),
             f"{lo * 100:.1f}-{hi * 100:.1f}" if lo is not None and hi is not None else "",
             _fmt(r["n_needed"], ".0f") if _value(r["n_needed"]) is not None else "",
@@ -350,8 +390,9 @@ def _notes(df: pd.DataFrame) -> list[str]:
 
 
 def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = None,
-                          overrides: dict[str, Any] | None = None) -> str:
-    """`tradeoff recommend`: the decision in words first, then the table and the reasons figures are NULL."""
+                          overrides: dict[str, Any] | None = None, stability: int = 0) -> str:
+    """`tradeoff recommend`: the decision in words first (with `stability` resamples, how often the pick holds when
+    the perf side is measured again), then the table and the reasons figures are NULL."""
     run_id = resolve_run(con, run_id)
     overrides = overrides or {}
     spec = settings(con, run_id, overrides)
@@ -363,7 +404,10 @@ def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = N
         head += (f", retention >= {_pct(_v(first, 'retention_target'))} on "
                  f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
                  + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else ""))
-    return "\n".join([head, "", *summary_lines(df), "", _table(df), *_notes(df)])
+    lines = summary_lines(df)
+    if stability and len(df):
+        lines.insert(1, stability_text(pick_stability(con, run_id, stability), _v(df.iloc[0], "recommended_variant")))
+    return "\n".join([head, "", *lines, "", _table(df), *_notes(df)])
 
 
 def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
@@ -383,6 +427,69 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         lines.append(f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
                      f"{_value(r['gate']) or ''} | {ci} | {(_value(r['verdict_reason']) or '').replace('|', '/')} |")
     return "\n".join(lines)
+
+
+def pick_stability(con: duckdb.DuckDBPyConnection, run_id: str, resamples: int = STABILITY_RESAMPLES,
+                   seed: int = 0) -> dict[str | None, int]:
+    """How often each variant (None: none) is the pick when the perf side is measured again: `resamples` bootstrap
+    replicates of the run in which every step's measured requests are drawn anew with replacement within each
+    repeat (the quality side, the settings and everything else held as measured), each decided by v_recommendation
+    itself. The replicates are temp views that shadow this connection's tables (as the overrides shadow
+    v_decision): the run copied under the ids '<run>#<b>', perf_requests resampled; they are dropped after."""
+    db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
+    tables = [t for (t,) in con.execute(
+        "select distinct c.table_name from duckdb_columns() as c join duckdb_tables() as t "
+        "on c.database_name = t.database_name and c.schema_name = t.schema_name and c.table_name = t.table_name "
+        "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'").fetchall()]
+    run, b = _literal(run_id), int(resamples)
+    views = []
+    try:
+        for t in tables:
+            name = t.replace('"', '""')
+            if t == "perf_requests":
+                body = f"""
+                    with base as (
+                        select *, row_number() over (partition by variant, scenario, repeat, is_warmup
+                                                     order by request_index) as i_,
+                               count(*) over (partition by variant, scenario, repeat, is_warmup) as m_
+                        from "{db}".main.perf_requests where run_id = {run}),
+                    draws as (
+                        select r.b, k.variant, k.scenario, k.repeat, k.is_warmup, k.i_,
+                               case when k.is_warmup then k.i_
+                                    else hash({int(seed)}, r.b, k.variant, k.scenario, k.repeat, k.i_) % k.m_ + 1 end as src
+                        from base as k cross join range({b}) as r(b))
+                    select s.* exclude (i_, m_) replace (s.run_id || '#' || d.b as run_id)
+                    from draws as d join base as s
+                      on s.variant = d.variant and s.scenario = d.scenario and s.repeat is not distinct from d.repeat
+                     and s.is_warmup = d.is_warmup and s.i_ = d.src"""
+            else:
+                body = (f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
+                        f"cross join range({b}) as r(b) where t.run_id = {run}")
+            con.execute(f'create or replace temp view "{name}" as {body}')
+            views.append(name)
+        picks = con.execute("select run_id, any_value(recommended_variant) from v_recommendation "
+                            "where starts_with(run_id, ?) group by run_id", [run_id + "#"]).fetchall()
+    finally:
+        for name in views:
+            con.execute(f'drop view if exists temp.main."{name}"')
+    out: dict[str | None, int] = {}
+    for _, pick in picks:
+        out[pick] = out.get(pick, 0) + 1
+    return out
+
+
+def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:
+    """'Stability: q4_1 is the pick in 97 % of 200 resamples of the perf requests (q2_k 3 %).'"""
+    total = sum(counts.values())
+    if not total:
+        return "Stability: not measured (no replicate could be decided)."
+    share = lambda k: f"{counts.get(k, 0) / total * 100:.0f} %"  # noqa: E731
+    others = sorted((k for k in counts if k != chosen), key=lambda k: (-counts[k], str(k)))
+    rest = ", ".join(f"{k or 'none'} {share(k)}" for k in others)
+    head = (f"{chosen} is the pick in {share(chosen)}" if chosen is not None
+            else f"no variant is the pick in {share(None)}")
+    return (f"Stability: {head} of {total} resamples of the perf requests (each step's requests drawn again, the "
+            f"quality side as measured)" + (f"; otherwise {rest}" if rest else "") + ".")
 
 
 def recommended_variant(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:

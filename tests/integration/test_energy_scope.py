@@ -191,7 +191,8 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
                                                                 "reference": True}],
             "perf": {"rates": [5.0, 40.0], "burstiness": 100.0, "num_prompts": 12, "warmup_requests": 0,
                      "input_len": 8, "output_len": 4, "slo": {"ttft_ms": 500.0}, "idle_baseline_s": 0},
-            "decision": {"search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5}}})
+            "decision": {"percentile": 50, "min_requests": 12,
+                         "search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5}}})
         scope = EnergyScope(off_reason=HOSTED_NOTE)
         scenarios = measure(cfg.perf, Target(url, "paced", None, None, on_host=False, scope=scope),
                             search=lambda *a, **kw: search_load(cfg, *a, **kw))

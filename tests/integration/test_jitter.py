@@ -3,6 +3,7 @@ v_tradeoff's ttft_cv_pct / itl_cv_pct from it, and speculative variants' ITL jit
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -94,10 +95,10 @@ def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_p
         import pyarrow.parquet as pq
 
         rows = pq.read_table(res / "perf_summary" / f"{variant}.parquet").to_pylist()
-        s = summarize_repeats([DRIFT[0]], resamples=100)
+        s = summarize_repeats([DRIFT[0]])
         rows.append({**{k: s.get(k) for k in rows[0]}, "run_id": "r1", "variant": variant, "scenario": "jitter",
                      "concurrency": 1, "output_throughput": 999.0, "peak_output_throughput": 999.0,
-                     "ttft_ms_mean": 1.0, "ttft_cv_pct": 40.0, "ttft_cv_pct_median": ttft_cv,
+                     "ttft_ms_mean": 1.0, "ttft_cv_pct_pooled": 40.0, "ttft_cv_pct_median": ttft_cv,
                      "ttft_cv_pct_median_ci_low": ttft_cv - 1, "ttft_cv_pct_median_ci_high": ttft_cv + 1,
                      "itl_cv_pct_median": itl_cv, "itl_cv_pct_median_ci_low": itl_cv - 5,
                      "itl_cv_pct_median_ci_high": itl_cv + 5})
@@ -123,13 +124,19 @@ def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_p
 
 
 def test_without_a_jitter_scenario_the_headline_gives_the_figure(tmp_path):
-    """Runs loaded before 007 (no per-repeat medians) keep their pooled CV, from the headline scenario."""
+    """Without a `jitter` scenario the lowest-concurrency step's per-repeat figure is the jitter (its workload is
+    fixed-length); a row with only the CV pooled over repeats and prompt lengths (loaded before 007) gives none."""
     db = tmp_path / "wh.duckdb"
     load_run(write_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
         got = con.execute("select variant, ttft_cv_pct, jitter_pct, jitter_scenario from v_tradeoff "
                           "where status = 'ok' order by variant").fetchall()
     assert got == [("q2_k", 20.0, 20.0, "single"), ("q4_1", 10.0, 10.0, "single")]
+    with duckdb.connect(str(db)) as con:
+        con.execute("update perf_summary set ttft_cv_pct_pooled = ttft_cv_pct_median, ttft_cv_pct_median = null")
+    with open_warehouse(db, read_only=True) as con:
+        got = con.execute("select ttft_cv_pct, jitter_pct from v_tradeoff where status = 'ok'").fetchall()
+    assert got == [(None, None), (None, None)]
 
 
 def answer_before_first_output(t):

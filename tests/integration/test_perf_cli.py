@@ -15,7 +15,7 @@ VLLM_KEYS = ("date", "backend", "model_id", "num_prompts", "request_rate", "burs
              "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
              "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms",
              "p99_e2el_ms")
-OWN_KEYS = ("ttft_cv_pct", "itl_cv_pct", "ttft_ms_mean_ci_low", "ttft_ms_p99_ci_high", "energy_j_per_token",
+OWN_KEYS = ("ttft_cv_pct_pooled", "itl_cv_pct_pooled", "ttft_cv_pct_median", "request_throughput_ci_low", "ttft_ms_mean_ci_low", "ttft_ms_p99_ci_high", "energy_j_per_token",
             "energy_note", "mbu_pct", "output_tokens_sources")
 
 

@@ -26,7 +26,7 @@ def ok(i, start, ttft, e2el, chunks, out=None, end=None, finish=None):
 
 
 def keys(runs):
-    return vllm_keys(runs, summarize_repeats(runs, resamples=100))
+    return vllm_keys(runs, summarize_repeats(runs))
 
 
 def test_std_is_numpys_default_ddof_0_and_the_sample_std_keeps_its_own_name():
@@ -111,7 +111,7 @@ def test_repeats_add_up_as_runs_back_to_back():
     b = [ok(0, 0.0, 100.0, 3000.0, [100.0, 3000.0], out=10)]
     k = keys([a, b])
     assert k["duration"] == pytest.approx(4.0) and k["output_throughput"] == pytest.approx(20 / 4.0)
-    s = summarize_repeats([a, b], resamples=100)
+    s = summarize_repeats([a, b])
     assert s["output_throughput"] == pytest.approx((10 / 1.0 + 10 / 3.0) / 2)  # tradeoff's: mean of the repeats
 
 

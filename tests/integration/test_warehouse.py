@@ -54,7 +54,7 @@ def write_run(root: Path, run_id: str = "r1", started_at: datetime = STARTED, qu
         for sc, conc, tps, peak, ttft, p99, cv, itl, tpot, jpt, note in scenarios:
             summary.append({"run_id": run_id, "variant": variant, "scenario": sc, "concurrency": conc,
                             "num_requests": 2, "num_ok": 2, "output_throughput": tps, "peak_output_throughput": peak,
-                            "ttft_ms_mean": ttft, "ttft_ms_p99": p99, "ttft_cv_pct": cv, "itl_ms_mean": itl,
+                            "ttft_ms_mean": ttft, "ttft_ms_p99": p99, "ttft_cv_pct_median": cv, "itl_ms_mean": itl,
                             "tpot_ms_mean": tpot, "energy_j_per_token": jpt, "energy_note": note})
             requests += [{"run_id": run_id, "variant": variant, "scenario": sc, "concurrency": conc,
                           "request_index": i, "is_warmup": i == 0, "status": "ok", "ttft_ms": ttft,

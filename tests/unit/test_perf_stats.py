@@ -78,16 +78,18 @@ def test_cluster_bootstrap_widens_with_run_to_run_noise():
 def test_summarize_repeats_adds_counts_and_intervals():
     runs = [[rec(i, 100.0 + 10 * i + r, 600.0 + 10 * i, start=600.0 * i, repeat=r) for i in range(5)]
             + [rec(9, 0, 0, status="error", repeat=r)] for r in range(3)]
-    s = summarize_repeats(runs, slo={"ttft_ms": 125.0}, resamples=200)
+    s = summarize_repeats(runs, slo={"ttft_ms": 125.0})
     assert (s["repeats"], s["num_requests"], s["num_ok"], s["num_errors"]) == (3, 18, 15, 3)
     per = [summarize(r)["output_throughput"] for r in runs]
     assert s["output_throughput"] == pytest.approx(np.mean(per))
     assert s["num_good"] == 9  # TTFT 100+r, 110+r, 120+r meet 125 ms; 130+r, 140+r do not
-    for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput", "ttft_cv_pct", "itl_cv_pct"):
+    for m in ("ttft_ms_mean", "request_throughput", "output_throughput"):
         assert s[f"{m}_ci_low"] <= s[f"{m}_ci_high"], m
+    # 15 requests cannot bound a p99 (a 95 % interval needs 368): no interval, and the reason
+    assert s["ttft_ms_p99_ci_low"] is None and "a 95 % interval of a p99 needs 368" in s["ci_method"]
     assert s["ttft_ms_mean_ci_low"] <= s["ttft_ms_mean"] <= s["ttft_ms_mean_ci_high"]
-    one = summarize_repeats(runs[:1], resamples=200)
-    assert one["output_throughput_ci_low"] is None and "1 repeat" in one["ci_method"]
+    one = summarize_repeats(runs[:1])
+    assert one["output_throughput_ci_low"] is None and "1 value(s)" in one["ci_method"]
     # issue 15: one repeat holds no run-to-run variation, so no interval (was: a bootstrap over requests)
     assert one["ttft_ms_mean_ci_low"] is None and "n too small" in one["ci_method"]
 
@@ -133,9 +135,9 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
     """Three repeats whose TTFTs sit at 100, 120 and 140 ms: the interval is over those three figures only."""
     runs = [[rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
             for r, base in enumerate((100.0, 120.0, 140.0))]
-    s = summarize_repeats(runs, resamples=200)
+    s = summarize_repeats(runs)
     per = [summarize(run) for run in runs]
-    for name in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput"):
+    for name in ("ttft_ms_mean", "request_throughput", "output_throughput"):
         x = np.array([p[name] for p in per])
         half = T975[2] * x.std(ddof=1) / math.sqrt(3)
         assert (s[f"{name}_ci_low"], s[f"{name}_ci_high"]) == pytest.approx((x.mean() - half, x.mean() + half)), name
@@ -145,7 +147,22 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
 
 
 def test_one_repeat_gives_null_intervals_with_the_reason():
-    s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]], resamples=200)
+    s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]])
     assert all(s[f"{m}_ci_{e}"] is None for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput")
                for e in ("low", "high"))
     assert "n too small" in s["ci_method"]
+
+
+def test_the_p99_interval_is_a_pair_of_order_statistics_of_the_pooled_requests():
+    """400 requests (2 repeats of 200): the 97.5 % lower and upper order-statistic bounds of the p99, from scipy's
+    binomial (the 392nd and 400th of 400 here), whatever the repeats' levels."""
+    from tasks.core.percentiles import allowed_over, missed_over
+
+    runs = [[rec(i, 100.0 + (i * 37) % 200 + 3 * r, 700.0 + i, start=800.0 * i, repeat=r) for i in range(200)]
+            for r in range(2)]
+    s = summarize_repeats(runs)
+    ttft = sorted(r.ttft_ms for run in runs for r in run)
+    lo_k, hi_k = 400 - missed_over(400, 99, 0.975) + 1, 400 - allowed_over(400, 99, 0.975)
+    assert (s["ttft_ms_p99_ci_low"], s["ttft_ms_p99_ci_high"]) == (ttft[lo_k - 1], ttft[hi_k - 1])
+    assert s["ttft_ms_p99_ci_low"] <= s["ttft_ms_p99"] <= s["ttft_ms_p99_ci_high"]
+    assert "order-statistic interval over the 400 pooled requests" in s["ci_method"]

@@ -8,6 +8,8 @@
 --   slo_ttft_ms, slo_tpot_ms,      ms, per-request limits at the SLO percentile; NULL: no limit. From
 --   slo_e2el_ms                    decision.slo, else the goodput SLO the perf steps recorded (perf.slo)
 --   slo_percentile                 percentile of a step's requests that must meet each limit (99: MLPerf)
+--   slo_confidence                 confidence of each percentile claim (the order-statistic bound; 0.95)
+--   min_rate_ratio                 a rate step is sustained when it achieved this share of its offered rate (0.95)
 --   gate_metrics                   'suite.metric' list gating quality (default: the primary metric)
 --   retention_target               share of the reference's score a gating metric must keep (0.99, 0.999)
 --   optimise                       rate | tps | cost | energy | cost_per_correct: what the recommendation maximises
@@ -27,6 +29,8 @@ with settings as (
         try_cast(r.config_json ->> '$.decision.slo.tpot_ms' as double) as tpot_ms,
         try_cast(r.config_json ->> '$.decision.slo.e2el_ms' as double) as e2el_ms,
         try_cast(r.config_json ->> '$.decision.percentile' as double) as percentile,
+        try_cast(r.config_json ->> '$.decision.confidence' as double) as confidence,
+        try_cast(r.config_json ->> '$.decision.min_rate_ratio' as double) as min_rate_ratio,
         from_json(json_extract(r.config_json, '$.decision.gate_metrics'), '["VARCHAR"]') as gate_metrics,
         try_cast(r.config_json ->> '$.decision.retention' as double) as retention,
         r.config_json ->> '$.decision.optimise' as optimise,
@@ -57,6 +61,8 @@ final as (
         case when s.slo_json is not null and s.slo_json <> 'null' then s.tpot_ms else p.tpot_ms end as slo_tpot_ms,
         case when s.slo_json is not null and s.slo_json <> 'null' then s.e2el_ms else p.e2el_ms end as slo_e2el_ms,
         coalesce(s.percentile, 99.0) as slo_percentile,
+        coalesce(s.confidence, 0.95) as slo_confidence,
+        coalesce(s.min_rate_ratio, 0.95) as min_rate_ratio,
         coalesce(s.gate_metrics,
                  case when s.primary_quality_metric is null then []::varchar[] else [s.primary_quality_metric] end)
             as gate_metrics,

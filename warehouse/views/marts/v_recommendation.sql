@@ -3,17 +3,32 @@
 -- these rows in words (tasks/report/recommend.py). Columns:
 --   run_id, variant, engine, quantization, speculative, is_reference, status
 --   slo_label, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the SLO (v_decision)
+--   slo_confidence                 confidence of each percentile claim (v_decision)
 --   steps_measured, steps_meeting_slo
---   sustainable_scenario           the step with the highest load that meets the SLO (v_slo_steps); NULL: none
+--   load_basis                     rate: the run has rate steps (Poisson arrivals), and only they give the
+--                                  sustainable load, ranked by offered rate (MLPerf's server scenario);
+--                                  concurrency: none, so closed-loop steps do, ranked by concurrency
+--   sustainable_scenario           the highest step of that basis that meets the SLO (v_slo_steps: shown within
+--                                  every limit, and sustained) with every lower step meeting it too; NULL: none
 --   sustainable_concurrency        its concurrency (requests in flight; a rate step's cap, or its request count)
 --   sustainable_request_rate       requests/s it offered (rate steps; NULL for closed-loop steps)
---   sustainable_req_s              requests/s: the step's load (offered rate, else completed requests/s)
+--   sustainable_req_s              requests/s: the step's load (a rate step's offered rate; closed-loop steps:
+--                                  completed requests/s)
+--   sustainable_req_s_ci_low/_high the load's interval: a rate step's bracket [its rate, the next failing rate)
+--                                  (upper NULL: none failed), a closed-loop step's t-interval over repeats
 --   sustainable_goodput_req_s      requests/s that met every limit in that step
 --   sustainable_output_tok_s       output tokens/s in that step; _ci_low/_ci_high its interval (>= 2 repeats)
---   sustainable_ttft_ms_pctl, sustainable_tpot_ms_pctl   ms, TTFT and TPOT at the SLO percentile there
+--   sustainable_ttft_ms_pctl, sustainable_tpot_ms_pctl   ms, TTFT and TPOT at the SLO percentile there (point)
+--   sustainable_ttft_ms_bound, sustainable_tpot_ms_bound, sustainable_e2el_ms_bound   ms, their upper
+--                                  confidence bounds (what the claim rests on)
+--   sustainable_n, sustainable_over  the step's measured requests and the most of them over any one limit
+--   sustainable_achieved_ratio     rate steps: achieved / offered rate there
 --   sustainable_is_lower_bound     the highest step measured still meets the SLO: the limit lies higher
---   next_failing_scenario, next_failing_req_s   the lowest step above it that misses the SLO
---   slo_note                       why there is no sustainable load (the lowest step's miss), or a caveat
+--   next_failing_scenario, next_failing_req_s, next_failing_status   the first step of the basis (by load) that
+--                                  does not meet the SLO: missed, not_sustained or not_enough_requests
+--   slo_status                     the lowest step's status when no step meets the SLO (misses_slo vs
+--                                  not_enough_requests); n_needed_slo: requests it would need
+--   slo_note                       why there is no sustainable load (the lowest step's reason), or a caveat
 --   gate                           pass | fail | not_enough_evidence (v_quality_gate, over every gating metric)
 --   gate_metric                    the metric that decides the gate: the failing one, the undecided one that
 --                                  needs the most samples, or the tightest passing one
@@ -31,10 +46,14 @@
 --   efficiency_note                why (some of) the three above are NULL
 --   optimise                       rate | tps | cost | energy | cost_per_correct (v_decision)
 --   objective                      the variant's value of it (req/s, tok/s, USD/1M tok, J/1M tok, USD)
+--   objective_ci_low, _ci_high     the objective's interval where it has one (rate, tps and own-hardware cost:
+--                                  from the load's interval; NULL otherwise)
 --   rank                           1 = recommended, among variants that meet the SLO and pass the gate
---   tied_with                      variants whose objective is within tie_tolerance_pct of the best
+--   tied_with                      variants tied with the best: their objective intervals overlap the best's, or,
+--                                  where either has none, their objectives are within tie_tolerance_pct of it
 --   verdict                        recommended | passes | not_ranked (no objective value) | fails_gate |
---                                  not_enough_evidence | misses_slo | failed
+--                                  not_enough_evidence | not_enough_requests (no step has the requests to show
+--                                  the SLO percentile) | misses_slo | failed
 --   verdict_reason                 why, in words
 --   beats_recommended              better on the objective than the recommended variant (e.g. faster)
 --   recommended_variant            the run's recommendation (same on every row); NULL: none
@@ -54,25 +73,54 @@ step_counts as (
     group by run_id, variant
 ),
 
+-- the steps a sustainable load comes from: the rate steps when the run has any, else the closed-loop steps
+-- (never the fixed-length `jitter` instrument), in load order
+basis as (
+    select run_id, case when bool_or(is_rate_step) then 'rate' else 'concurrency' end as load_basis
+    from steps
+    group by run_id
+),
+
+ordered as (
+    select
+        s.*,
+        b.load_basis,
+        row_number() over (
+            partition by s.run_id, s.variant
+            order by case when b.load_basis = 'rate' then s.request_rate else s.concurrency end nulls last, s.scenario
+        ) as load_order
+    from steps as s
+    join basis as b on s.run_id = b.run_id
+    where s.is_rate_step = (b.load_basis = 'rate') and s.scenario <> 'jitter'
+),
+
+chained as (
+    select
+        *,
+        bool_and(coalesce(slo_met, false)) over (
+            partition by run_id, variant order by load_order rows between unbounded preceding and current row
+        ) as all_met_so_far
+    from ordered
+),
+
 best as (
     select *
-    from steps
-    where slo_met
-    qualify row_number() over (partition by run_id, variant order by load_req_s desc nulls last, concurrency desc, scenario) = 1
+    from chained
+    where all_met_so_far
+    qualify row_number() over (partition by run_id, variant order by load_order desc) = 1
 ),
 
 next_failing as (
-    select s.run_id, s.variant, s.scenario, s.load_req_s
-    from steps as s
-    join best as b on s.run_id = b.run_id and s.variant = b.variant
-    where not s.slo_met and s.load_req_s > b.load_req_s
-    qualify row_number() over (partition by s.run_id, s.variant order by s.load_req_s, s.scenario) = 1
+    select *
+    from chained
+    where not coalesce(slo_met, false)
+    qualify row_number() over (partition by run_id, variant order by load_order) = 1
 ),
 
 lowest as (
     select *
-    from steps
-    qualify row_number() over (partition by run_id, variant order by load_req_s nulls last, concurrency, scenario) = 1
+    from chained
+    where load_order = 1
 ),
 
 gates as (
@@ -136,29 +184,46 @@ assembled as (
         v.error,
         d.slo_label,
         d.slo_percentile,
+        d.slo_confidence,
         d.slo_ttft_ms,
         d.slo_tpot_ms,
         d.slo_e2el_ms,
         coalesce(c.steps_measured, 0) as steps_measured,
         coalesce(c.steps_meeting_slo, 0) as steps_meeting_slo,
+        l.load_basis,
         b.scenario as sustainable_scenario,
         b.concurrency as sustainable_concurrency,
         b.request_rate as sustainable_request_rate,
         b.load_req_s as sustainable_req_s,
+        case when b.is_rate_step then b.load_req_s else b.request_throughput_ci_low end as sustainable_req_s_ci_low,
+        case when b.is_rate_step then nf.request_rate else b.request_throughput_ci_high end as sustainable_req_s_ci_high,
         b.goodput_req_s as sustainable_goodput_req_s,
         b.output_tok_s as sustainable_output_tok_s,
         b.output_tok_s_ci_low as sustainable_output_tok_s_ci_low,
         b.output_tok_s_ci_high as sustainable_output_tok_s_ci_high,
         b.ttft_ms_pctl as sustainable_ttft_ms_pctl,
         b.tpot_ms_pctl as sustainable_tpot_ms_pctl,
+        b.ttft_ms_bound as sustainable_ttft_ms_bound,
+        b.tpot_ms_bound as sustainable_tpot_ms_bound,
+        b.e2el_ms_bound as sustainable_e2el_ms_bound,
+        b.num_measured as sustainable_n,
+        greatest(b.ttft_over, b.tpot_over, b.e2el_over) as sustainable_over,
+        b.achieved_ratio as sustainable_achieved_ratio,
         case when b.scenario is not null then nf.scenario is null end as sustainable_is_lower_bound,
         nf.scenario as next_failing_scenario,
-        nf.load_req_s as next_failing_req_s,
+        case when nf.is_rate_step then nf.request_rate else nf.load_req_s end as next_failing_req_s,
+        nf.slo_status as next_failing_status,
+        case when b.scenario is null then l.slo_status end as slo_status,
+        case when b.scenario is null then l.n_needed end as n_needed_slo,
         case
             when v.status <> 'ok' then 'variant failed'
             when c.steps_measured is null then 'no perf step measured'
-            when b.scenario is null then 'no step meets the SLO; lowest, ' || l.scenario || ': ' || l.slo_fail_reason
+            when b.scenario is null and l.slo_status = 'not_enough_requests'
+                then 'the lowest step (' || l.scenario || ') has too few requests to show the SLO: ' || l.slo_fail_reason
+            when b.scenario is null then 'the lowest step (' || l.scenario || ') does not meet the SLO: ' || l.slo_fail_reason
             when nf.scenario is null then 'the highest step measured (' || b.scenario || ') meets the SLO: the limit lies higher'
+            when nf.slo_status = 'not_enough_requests'
+                then 'the next step (' || nf.scenario || ') has too few requests to show the SLO: ' || nf.slo_fail_reason
         end as slo_note,
         case
             when v.status <> 'ok' then null
@@ -214,7 +279,13 @@ assembled as (
             when b.scenario is null then 'no sustainable load: no seconds or USD per correct answer'
         end as efficiency_note,
         d.optimise,
-        d.tie_tolerance_pct
+        d.tie_tolerance_pct,
+        -- the load's interval as a factor of it, for the objectives' intervals: a rate step's bracket (infinity:
+        -- no failing rate above), a closed-loop step's interval of its output tokens/s
+        case when b.is_rate_step then coalesce(nf.request_rate / b.load_req_s, 'infinity'::double)
+             else b.output_tok_s_ci_high / nullif(b.output_tok_s, 0) end as load_ci_high_factor,
+        case when b.is_rate_step then 1.0 else b.output_tok_s_ci_low / nullif(b.output_tok_s, 0) end as load_ci_low_factor,
+        v.usd_per_1m_output_tok is not null as priced_per_token
     from variants as v
     join decision as d on v.run_id = d.run_id
     left join step_counts as c on v.run_id = c.run_id and v.variant = c.variant
@@ -237,6 +308,21 @@ objectives as (
             when 'energy' then j_per_1m_output_tok
             when 'cost_per_correct' then usd_per_correct
         end as objective,
+        -- the objective's interval: rate from the load's (a closed-loop step's own t-interval of its req/s), tokens/s
+        -- and own-hardware cost scaled by the same factors; none for energy, per-token prices and per-correct cost
+        case optimise
+            when 'rate' then case when load_basis = 'rate' then sustainable_req_s else sustainable_req_s_ci_low end
+            when 'tps' then sustainable_output_tok_s * load_ci_low_factor
+            when 'cost' then case when priced_per_token then usd_per_1m_output_tok
+                                  else usd_per_1m_output_tok / load_ci_high_factor end
+        end as objective_low,
+        case optimise
+            when 'rate' then case when load_basis = 'rate' then sustainable_req_s * load_ci_high_factor
+                                  else sustainable_req_s_ci_high end
+            when 'tps' then sustainable_output_tok_s * load_ci_high_factor
+            when 'cost' then case when priced_per_token then usd_per_1m_output_tok
+                                  else usd_per_1m_output_tok / load_ci_low_factor end
+        end as objective_high,
         optimise in ('rate', 'tps') as higher_is_better,
         status = 'ok' and sustainable_scenario is not null and gate = 'pass' as eligible
     from assembled
@@ -246,17 +332,34 @@ signed as (
     select
         *,
         case when higher_is_better then objective else -objective end as score,
+        case when higher_is_better then objective_low else -objective_high end as score_low,
+        case when higher_is_better then objective_high else -objective_low end as score_high,
         max(case when higher_is_better then objective else -objective end)
             filter (where eligible and objective is not null) over (partition by run_id) as best_score
     from objectives
 ),
 
+best_interval as (
+    select
+        *,
+        arg_max(score_low, score) filter (where eligible and objective is not null) over (partition by run_id) as best_low,
+        arg_max(score_high, score) filter (where eligible and objective is not null) over (partition by run_id) as best_high
+    from signed
+),
+
+-- a tie with the best: the two objective intervals overlap (more than touch: a rate bracket ends at a rate that
+-- failed); where either has none, the objectives are within tie_tolerance_pct
 tied as (
     select
         *,
-        eligible and objective is not null
-            and abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score) as in_tie
-    from signed
+        score_low is not null and score_high is not null and best_low is not null and best_high is not null
+            as tie_on_intervals,
+        eligible and objective is not null and (score = best_score or case
+            when score_low is not null and score_high is not null and best_low is not null and best_high is not null
+                then score_high > best_low and score_low < best_high
+            else abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score)
+        end) as in_tie
+    from best_interval
 ),
 
 ranked as (
@@ -267,7 +370,8 @@ ranked as (
             order by in_tie desc, case when in_tie then retention_ci_low end desc nulls last,
                 case when in_tie then is_reference end desc, score desc, variant
         ) end as rank,
-        list(variant order by variant) filter (where in_tie) over (partition by run_id) as tie_set
+        list(variant order by variant) filter (where in_tie) over (partition by run_id) as tie_set,
+        bool_and(tie_on_intervals) filter (where in_tie) over (partition by run_id) as tie_set_on_intervals
     from tied
 ),
 
@@ -279,6 +383,8 @@ chosen as (
         max(case when rank = 1 then objective end) over (partition by run_id) as recommended_objective,
         bool_or(status = 'ok') over (partition by run_id) as any_ok,
         bool_or(status = 'ok' and sustainable_scenario is not null) over (partition by run_id) as any_slo,
+        bool_or(status = 'ok' and sustainable_scenario is null and slo_status = 'not_enough_requests')
+            over (partition by run_id) as any_too_few,
         bool_or(eligible) over (partition by run_id) as any_eligible
     from ranked
 ),
@@ -294,24 +400,37 @@ final as (
         status,
         slo_label,
         slo_percentile,
+        slo_confidence,
         slo_ttft_ms,
         slo_tpot_ms,
         slo_e2el_ms,
         steps_measured,
         steps_meeting_slo,
+        load_basis,
         sustainable_scenario,
         sustainable_concurrency,
         sustainable_request_rate,
         sustainable_req_s,
+        sustainable_req_s_ci_low,
+        sustainable_req_s_ci_high,
         sustainable_goodput_req_s,
         sustainable_output_tok_s,
         sustainable_output_tok_s_ci_low,
         sustainable_output_tok_s_ci_high,
         sustainable_ttft_ms_pctl,
         sustainable_tpot_ms_pctl,
+        sustainable_ttft_ms_bound,
+        sustainable_tpot_ms_bound,
+        sustainable_e2el_ms_bound,
+        sustainable_n,
+        sustainable_over,
+        sustainable_achieved_ratio,
         sustainable_is_lower_bound,
         next_failing_scenario,
         next_failing_req_s,
+        next_failing_status,
+        slo_status,
+        n_needed_slo,
         slo_note,
         gate,
         gate_metric,
@@ -336,10 +455,13 @@ final as (
         efficiency_note,
         optimise,
         objective,
+        nullif(objective_low, 'infinity'::double) as objective_ci_low,
+        nullif(objective_high, 'infinity'::double) as objective_ci_high,
         rank,
         case when in_tie and len(tie_set) > 1 then list_filter(tie_set, lambda x: x <> variant) end as tied_with,
         case
             when status <> 'ok' then 'failed'
+            when sustainable_scenario is null and slo_status = 'not_enough_requests' then 'not_enough_requests'
             when sustainable_scenario is null then 'misses_slo'
             when gate = 'fail' then 'fails_gate'
             when gate = 'not_enough_evidence' then 'not_enough_evidence'
@@ -358,7 +480,9 @@ final as (
                                                   when 'cost_per_correct' then efficiency_note end, '')
             when rank = 1 and in_tie and len(tie_set) > 1
                 then 'best ' || optimise || ', tied with ' || array_to_string(list_filter(tie_set, lambda x: x <> variant), ', ')
-                     || ' (within ' || tie_tolerance_pct || ' %): chosen on the retention lower bound, then the reference'
+                     || case when tie_set_on_intervals then ' (their intervals overlap)'
+                             else ' (within ' || tie_tolerance_pct || ' %)' end
+                     || ': chosen on the retention lower bound, then the reference'
             when rank = 1 then 'best ' || optimise || ' among variants that meet the SLO and pass the gate'
             else printf('meets the SLO and passes the gate; %s %.2fx the recommended', optimise, objective / nullif(recommended_objective, 0))
         end as verdict_reason,
@@ -370,6 +494,8 @@ final as (
         case
             when recommended_variant is not null then null
             when not any_ok then 'no variant completed'
+            when not any_slo and any_too_few then 'no variant shows the SLO met at any measured step (too few requests '
+                || 'for the percentile at some: n_needed_slo)'
             when not any_slo then 'no variant meets the SLO at any measured step'
             when not any_eligible then 'no variant that meets the SLO passes the quality gate'
             else 'no variant that passes has a ' || optimise || ' value'

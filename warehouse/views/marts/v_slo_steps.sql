@@ -1,91 +1,203 @@
--- v_slo_steps: every perf step (run, variant, scenario) checked against its run's decision SLO (v_decision),
--- from the per-request latencies. The SLO percentile (p99 by default, as MLPerf) is taken over the step's
--- measured requests (warm-up excluded, all repeats pooled), with linear interpolation as numpy's default; a
--- request that errored or did not complete is a miss: it counts as an infinite latency for every limit.
--- tasks/perf/load_search.py applies the same rule to a live step (the sustainable-load search). Columns:
+-- v_slo_steps: every perf step (run, variant, scenario) judged against its run's decision SLO (v_decision), from
+-- the per-request latencies: what its requests support about the SLO percentile, and for a rate step whether its
+-- load was sustained. tasks/perf/slo.py applies the same rule to a live step (the sustainable-load search);
+-- tests/integration/test_recommend.py holds the two equal. The rule (MLPerf LoadGen's early stopping):
+-- over the step's measured requests (warm-up excluded, repeats pooled: n), a request that errored or did not
+-- complete is over every limit; with `over` requests over a limit, p = slo_percentile / 100, q = 1 - p and
+-- c = slo_confidence, the percentile is
+--   shown within the limit when over <= max_over_allowed, the largest t with P(Binomial(n, q) <= t) <= 1 - c
+--     (then the order statistic X_(n - t), a one-sided upper confidence bound of the percentile, is within it);
+--   shown above it when over >= the smallest t with P(Binomial(n, q) >= t) <= 1 - c;
+--   otherwise not shown either way: not_enough_requests, with the requests needed (all further ones within).
+-- The binomial probabilities are summed here from lgamma terms (DuckDB has no binomial quantile); Python takes
+-- them from scipy (tasks/core/percentiles.py); both treat probabilities within 1e-9 of 1 - c as equal to it.
+-- TTFT is the time to the first answer token for a request that reasoned first (reasoning_tokens > 0), else to
+-- the first token; TPOT of a one-token answer is 0, as for goodput.
+-- A rate step is sustained when, over its repeats' measured requests, the achieved rate (least-squares slope of
+-- the ok requests' completion count on their return times) is at least min_rate_ratio of the offered rate
+-- (slope of the arrival count on the send times), means over the repeats: the backlog grows by their difference
+-- per second.
+-- Columns:
 --   run_id, variant, scenario, load_kind, concurrency
+--   is_rate_step                   an open-loop Poisson step (rates, sweep rates, search steps)
 --   request_rate                   requests/s offered by a rate step (NULL for closed-loop steps)
---   request_throughput             requests/s completed (ok requests over the step's duration)
---   load_req_s                     the step's load: request_rate where it has one, else request_throughput
+--   request_throughput, _ci_low/_high   requests/s completed (ok requests over the step's duration), interval
+--   load_req_s                     the step's load: a rate step's offered request_rate (valid only when sustained),
+--                                  else request_throughput
 --   output_tok_s                   output tokens/s over the step; output_tok_s_ci_low/_high its interval (>= 2 repeats)
 --   energy_j_per_token, energy_note  J per output token over the step; why it is NULL
---   num_measured, num_misses       measured requests; those that errored or did not complete
---   slo_percentile                 e.g. 99
---   ttft_ms_pctl, tpot_ms_pctl,    ms, the step's latency at the SLO percentile (TPOT of a one-token answer is
---   e2el_ms_pctl                   0, as for goodput); NULL when the percentile falls on a miss
+--   num_measured, num_misses       measured requests (n); those that errored or did not complete
+--   slo_percentile, slo_confidence e.g. 99 and 0.95
+--   max_over_allowed               the most requests over a limit with which the percentile is still shown
+--                                  within it (-1: n is too small even with none over)
+--   ttft_over, tpot_over, e2el_over   requests over each limit (failed ones included); NULL: no such limit
+--   ttft_ms_pctl, tpot_ms_pctl,    ms, numpy's linear percentile of the step (the point estimate); NULL when it
+--   e2el_ms_pctl                   falls on a failed request
+--   ttft_ms_bound, tpot_ms_bound,  ms, the one-sided upper confidence bound of the percentile (the order statistic
+--   e2el_ms_bound                  X_(n - max_over_allowed)); NULL when n is too small or it is a failed request
 --   slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the limits (NULL: none)
---   slo_met                        every limit met at the percentile; NULL when the run has no SLO
---   slo_fail_reason                why not, e.g. 'p99 TTFT 2450 ms > 2000 ms' or '2 of 12 requests failed or did not complete'
+--   offered_req_s, achieved_req_s  rate steps: measured arrival and completion rates, mean over the repeats
+--   achieved_ratio                 achieved_req_s / offered_req_s
+--   sustained                      achieved_ratio >= min_rate_ratio; NULL for closed-loop steps
+--   slo_status                     met | missed | not_sustained | not_enough_requests | no_requests; NULL: no SLO
+--   slo_met                        slo_status = 'met'; NULL when the run has no SLO
+--   n_needed                       not_enough_requests: requests the step would need, every further one within
+--   slo_fail_reason                why not met, e.g. 'p99 TTFT > 2000 ms (7 of 300 over)' or
+--                                  'p99 TTFT <= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); 299 requests needed'
 --   goodput_req_s                  requests/s that met every limit of this SLO (requests, not a percentile)
 
 with decision as (
-    select run_id, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
+    select run_id, slo_percentile, slo_confidence, min_rate_ratio, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
     from v_decision
 ),
 
+-- every measured request, its latencies as the SLO sees them (ms; +infinity: failed, or no figure)
 requests as (
     select
         q.run_id,
         q.variant,
         q.scenario,
+        coalesce(q.repeat, 0) as rep,
         q.status = 'ok' as ok,
-        m.metric,
-        case m.metric when 'ttft' then q.ttft_ms when 'tpot' then coalesce(q.tpot_ms, 0) else q.e2el_ms end as ms
+        q.start_s,
+        coalesce(q.end_s, q.start_s + q.e2el_ms / 1000.0) as end_s,
+        case when q.status <> 'ok' then 'infinity'::double
+            else coalesce(case when coalesce(q.reasoning_tokens, 0) > 0 then q.ttft_answer_ms else q.ttft_ms end,
+                          'infinity'::double)
+        end as ttft,
+        case when q.status <> 'ok' then 'infinity'::double else coalesce(q.tpot_ms, 0) end as tpot,
+        case when q.status <> 'ok' then 'infinity'::double else coalesce(q.e2el_ms, 'infinity'::double) end as e2el
     from perf_requests as q
-    cross join (values ('ttft'), ('tpot'), ('e2el')) as m(metric)
     where not q.is_warmup
 ),
 
--- per step and metric: ok latencies ascending, then one +infinity per miss
 sorted as (
     select
         run_id,
         variant,
         scenario,
-        metric,
-        count(*) as num_measured,
-        count(*) filter (where not ok) as num_misses,
-        list_sort(coalesce(list(ms) filter (where ok and ms is not null), []))
-            || list_transform(range(count(*) filter (where not ok)), lambda x: 'infinity'::double) as ms_list
+        count(*) as n,
+        count(*) filter (where not ok) as failed,
+        list_sort(list(ttft)) as ttft_list,
+        list_sort(list(tpot)) as tpot_list,
+        list_sort(list(e2el)) as e2el_list
     from requests
-    group by run_id, variant, scenario, metric
+    group by run_id, variant, scenario
 ),
 
--- numpy's linear percentile: position h = (n - 1) * p / 100 between the sorted values i and i + 1 (1-based)
-positioned as (
-    select s.*, d.slo_percentile, (len(s.ms_list) - 1) * d.slo_percentile / 100.0 as h
+-- P(Binomial(n, q) = j) for j up to 10 standard deviations above the mean (beyond it the tail is < 1e-20)
+combos as (
+    select distinct s.n, d.slo_percentile as pct, d.slo_confidence as conf
     from sorted as s
     join decision as d on s.run_id = d.run_id
+    where d.slo_percentile < 100
 ),
 
-percentiles as (
+terms as (
+    select
+        n,
+        pct,
+        conf,
+        j,
+        exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) + j * ln(1 - pct / 100) + (n - j) * ln(pct / 100)) as pmf
+    from (
+        select
+            *,
+            unnest(range(0, least(n, ceil(n * (1 - pct / 100) + 10 * sqrt(n * (1 - pct / 100) * pct / 100) + 10)::bigint) + 1))
+                as j
+        from combos
+    )
+),
+
+cumulative as (
+    select *, sum(pmf) over (partition by n, pct, conf order by j rows between unbounded preceding and current row) as cdf
+    from terms
+),
+
+-- max_over_allowed, and the fewest over a limit that show the percentile above it (n + 1: no count does)
+thresholds as (
+    select
+        n,
+        pct,
+        conf,
+        coalesce(max(j) filter (where cdf <= 1 - conf + 1e-9), -1) as allowed,
+        coalesce(min(j) filter (where j >= 1 and 1 - (cdf - pmf) <= 1 - conf + 1e-9), n + 1) as shown_above
+    from cumulative
+    group by n, pct, conf
+),
+
+judged as (
+    select
+        s.*,
+        d.* exclude (run_id),
+        -- the 100th percentile: nothing shows it within a limit, one request over shows it above
+        coalesce(t.allowed, -1) as allowed,
+        coalesce(t.shown_above, 1) as shown_above,
+        case when d.slo_ttft_ms is not null then len(list_filter(s.ttft_list, lambda x: x > d.slo_ttft_ms)) end as ttft_over,
+        case when d.slo_tpot_ms is not null then len(list_filter(s.tpot_list, lambda x: x > d.slo_tpot_ms)) end as tpot_over,
+        case when d.slo_e2el_ms is not null then len(list_filter(s.e2el_list, lambda x: x > d.slo_e2el_ms)) end as e2el_over
+    from sorted as s
+    join decision as d on s.run_id = d.run_id
+    left join thresholds as t on s.n = t.n and d.slo_percentile = t.pct and d.slo_confidence = t.conf
+),
+
+-- the requests each undecided count needs: the fewest m with P(Binomial(m, q) <= over) <= 1 - c
+undecided as (
+    select distinct over, slo_percentile as pct, slo_confidence as conf
+    from judged
+    cross join unnest([ttft_over, tpot_over, e2el_over]) as u(over)
+    where over is not null and over > allowed and over < shown_above and slo_percentile < 100
+),
+
+needed as (
+    select
+        over,
+        pct,
+        conf,
+        min(m) filter (where list_sum(list_transform(range(0, over + 1), lambda j: exp(
+            lgamma(m + 1) - lgamma(j + 1) - lgamma(m - j + 1) + j * ln(1 - pct / 100) + (m - j) * ln(pct / 100))))
+            <= 1 - conf + 1e-9) as n_needed
+    from (
+        select
+            *,
+            unnest(range(over + 1, over + 2 + ceil((over + 4 * sqrt(over) + 4) / (1 - pct / 100)
+                                                    + ln(1 - conf) / ln(pct / 100))::bigint)) as m
+        from undecided
+    )
+    group by over, pct, conf
+),
+
+-- rate steps: offered and achieved rates per repeat (slopes of arrival and ok-completion counts on time)
+ranked as (
+    select
+        *,
+        row_number() over (partition by run_id, variant, scenario, rep order by start_s) as arrival_rank,
+        case when ok and end_s is not null then row_number() over (
+            partition by run_id, variant, scenario, rep, ok and end_s is not null order by end_s) end as completion_rank
+    from requests
+),
+
+repeat_rates as (
     select
         run_id,
         variant,
         scenario,
-        metric,
-        num_measured,
-        num_misses,
-        slo_percentile,
-        case
-            when len(ms_list) = 0 then null
-            when h = floor(h) or ms_list[floor(h)::int + 1] = ms_list[floor(h)::int + 2] then ms_list[floor(h)::int + 1]
-            else ms_list[floor(h)::int + 1] + (h - floor(h)) * (ms_list[floor(h)::int + 2] - ms_list[floor(h)::int + 1])
-        end as pctl_ms
-    from positioned
+        rep,
+        case when var_pop(start_s) > 0 then regr_slope(arrival_rank, start_s) end as offered,
+        coalesce(case when var_pop(end_s) filter (where completion_rank is not null) > 0
+                      then regr_slope(completion_rank, end_s) end, 0) as achieved
+    from ranked
+    group by run_id, variant, scenario, rep
 ),
 
-per_step as (
+step_rates as (
     select
         run_id,
         variant,
         scenario,
-        any_value(num_measured) as num_measured,
-        any_value(num_misses) as num_misses,
-        max(pctl_ms) filter (where metric = 'ttft') as ttft_pctl,
-        max(pctl_ms) filter (where metric = 'tpot') as tpot_pctl,
-        max(pctl_ms) filter (where metric = 'e2el') as e2el_pctl
-    from percentiles
+        avg(offered) as offered_req_s,
+        avg(achieved) filter (where offered is not null) as achieved_req_s
+    from repeat_rates
     group by run_id, variant, scenario
 ),
 
@@ -109,62 +221,151 @@ checked as (
         s.run_id,
         s.variant,
         s.scenario,
-        coalesce(p.num_measured, 0) as num_measured,
-        coalesce(p.num_misses, 0) as num_misses,
-        d.slo_percentile,
-        p.ttft_pctl,
-        p.tpot_pctl,
-        p.e2el_pctl,
-        d.slo_ttft_ms,
-        d.slo_tpot_ms,
-        d.slo_e2el_ms,
+        s.load_kind,
+        s.concurrency,
+        s.load_kind = 'rate' and s.request_rate is not null and isfinite(s.request_rate) as is_rate_step,
+        s.request_rate,
+        s.request_throughput,
+        s.request_throughput_ci_low,
+        s.request_throughput_ci_high,
+        s.output_throughput,
+        s.output_throughput_ci_low,
+        s.output_throughput_ci_high,
+        s.energy_j_per_token,
+        s.energy_note,
+        s.duration_s,
+        coalesce(j.n, 0) as n,
+        coalesce(j.failed, 0) as failed,
+        d.* exclude (run_id),
+        coalesce(j.allowed, -1) as allowed,
+        j.shown_above,
+        j.ttft_over,
+        j.tpot_over,
+        j.e2el_over,
+        j.ttft_list,
+        j.tpot_list,
+        j.e2el_list,
+        j.ttft_over >= j.shown_above as ttft_missed,
+        j.tpot_over >= j.shown_above as tpot_missed,
+        j.e2el_over >= j.shown_above as e2el_missed,
+        j.ttft_over > j.allowed and j.ttft_over < j.shown_above as ttft_undecided,
+        j.tpot_over > j.allowed and j.tpot_over < j.shown_above as tpot_undecided,
+        j.e2el_over > j.allowed and j.e2el_over < j.shown_above as e2el_undecided,
         d.slo_ttft_ms is null and d.slo_tpot_ms is null and d.slo_e2el_ms is null as no_slo,
-        d.slo_ttft_ms is not null and not coalesce(p.ttft_pctl <= d.slo_ttft_ms, false) as ttft_missed,
-        d.slo_tpot_ms is not null and not coalesce(p.tpot_pctl <= d.slo_tpot_ms, false) as tpot_missed,
-        d.slo_e2el_ms is not null and not coalesce(p.e2el_pctl <= d.slo_e2el_ms, false) as e2el_missed
+        r.offered_req_s,
+        r.achieved_req_s,
+        greatest(nt.n_needed, np.n_needed, ne.n_needed) as needed_any
     from perf_summary as s
     join decision as d on s.run_id = d.run_id
-    left join per_step as p on s.run_id = p.run_id and s.variant = p.variant and s.scenario = p.scenario
+    left join judged as j on s.run_id = j.run_id and s.variant = j.variant and s.scenario = j.scenario
+    left join step_rates as r on s.run_id = r.run_id and s.variant = r.variant and s.scenario = r.scenario
+    left join needed as nt
+        on nt.over = j.ttft_over and j.ttft_over > j.allowed and j.ttft_over < j.shown_above
+        and nt.pct = d.slo_percentile and nt.conf = d.slo_confidence
+    left join needed as np
+        on np.over = j.tpot_over and j.tpot_over > j.allowed and j.tpot_over < j.shown_above
+        and np.pct = d.slo_percentile and np.conf = d.slo_confidence
+    left join needed as ne
+        on ne.over = j.e2el_over and j.e2el_over > j.allowed and j.e2el_over < j.shown_above
+        and ne.pct = d.slo_percentile and ne.conf = d.slo_confidence
+),
+
+statused as (
+    select
+        *,
+        case when is_rate_step then offered_req_s is not null and achieved_req_s >= min_rate_ratio * offered_req_s end
+            as sustained,
+        case
+            when no_slo then null
+            when n = 0 then 'no_requests'
+            when coalesce(ttft_missed or tpot_missed or e2el_missed, false) then 'missed'
+            when is_rate_step and not coalesce(offered_req_s is not null and achieved_req_s >= min_rate_ratio * offered_req_s,
+                                               false) then 'not_sustained'
+            when coalesce(ttft_undecided or tpot_undecided or e2el_undecided, false) then 'not_enough_requests'
+            else 'met'
+        end as slo_status,
+        -- numpy's linear percentile: position h = (n - 1) * p / 100 between the sorted values i and i + 1 (1-based)
+        (n - 1) * slo_percentile / 100.0 as h
+    from checked
 ),
 
 final as (
     select
-        c.run_id,
-        c.variant,
-        c.scenario,
-        s.load_kind,
-        s.concurrency,
-        s.request_rate,
-        s.request_throughput,
-        coalesce(s.request_rate, s.request_throughput) as load_req_s,
-        s.output_throughput as output_tok_s,
-        s.output_throughput_ci_low as output_tok_s_ci_low,
-        s.output_throughput_ci_high as output_tok_s_ci_high,
-        s.energy_j_per_token,
-        s.energy_note,
-        c.num_measured,
-        c.num_misses,
-        c.slo_percentile,
-        case when isinf(c.ttft_pctl) then null else c.ttft_pctl end as ttft_ms_pctl,
-        case when isinf(c.tpot_pctl) then null else c.tpot_pctl end as tpot_ms_pctl,
-        case when isinf(c.e2el_pctl) then null else c.e2el_pctl end as e2el_ms_pctl,
-        c.slo_ttft_ms,
-        c.slo_tpot_ms,
-        c.slo_e2el_ms,
-        case when c.no_slo then null else not (c.ttft_missed or c.tpot_missed or c.e2el_missed) end as slo_met,
+        run_id,
+        variant,
+        scenario,
+        load_kind,
+        concurrency,
+        is_rate_step,
+        request_rate,
+        request_throughput,
+        request_throughput_ci_low,
+        request_throughput_ci_high,
+        case when is_rate_step then request_rate else request_throughput end as load_req_s,
+        output_throughput as output_tok_s,
+        output_throughput_ci_low as output_tok_s_ci_low,
+        output_throughput_ci_high as output_tok_s_ci_high,
+        energy_j_per_token,
+        energy_note,
+        n as num_measured,
+        failed as num_misses,
+        slo_percentile,
+        slo_confidence,
+        allowed as max_over_allowed,
+        ttft_over,
+        tpot_over,
+        e2el_over,
+        -- the point estimates (numpy's linear percentile); NULL on a failed request
+        case when n > 0 then nullif(
+            case when h = floor(h) or ttft_list[floor(h)::int + 1] = ttft_list[floor(h)::int + 2] then ttft_list[floor(h)::int + 1]
+                 else ttft_list[floor(h)::int + 1] + (h - floor(h)) * (ttft_list[floor(h)::int + 2] - ttft_list[floor(h)::int + 1])
+            end, 'infinity'::double) end as ttft_ms_pctl,
+        case when n > 0 then nullif(
+            case when h = floor(h) or tpot_list[floor(h)::int + 1] = tpot_list[floor(h)::int + 2] then tpot_list[floor(h)::int + 1]
+                 else tpot_list[floor(h)::int + 1] + (h - floor(h)) * (tpot_list[floor(h)::int + 2] - tpot_list[floor(h)::int + 1])
+            end, 'infinity'::double) end as tpot_ms_pctl,
+        case when n > 0 then nullif(
+            case when h = floor(h) or e2el_list[floor(h)::int + 1] = e2el_list[floor(h)::int + 2] then e2el_list[floor(h)::int + 1]
+                 else e2el_list[floor(h)::int + 1] + (h - floor(h)) * (e2el_list[floor(h)::int + 2] - e2el_list[floor(h)::int + 1])
+            end, 'infinity'::double) end as e2el_ms_pctl,
+        -- the upper confidence bounds: the order statistic X_(n - allowed)
+        case when allowed >= 0 then nullif(ttft_list[n - allowed], 'infinity'::double) end as ttft_ms_bound,
+        case when allowed >= 0 then nullif(tpot_list[n - allowed], 'infinity'::double) end as tpot_ms_bound,
+        case when allowed >= 0 then nullif(e2el_list[n - allowed], 'infinity'::double) end as e2el_ms_bound,
+        slo_ttft_ms,
+        slo_tpot_ms,
+        slo_e2el_ms,
+        case when is_rate_step then offered_req_s end as offered_req_s,
+        case when is_rate_step then achieved_req_s end as achieved_req_s,
+        case when is_rate_step then achieved_req_s / offered_req_s end as achieved_ratio,
+        sustained,
+        slo_status,
+        slo_status = 'met' as slo_met,
+        case when slo_status = 'not_enough_requests' then needed_any end as n_needed,
         case
-            when c.no_slo then 'no SLO: set decision.slo or perf.slo'
-            when c.num_measured = 0 then 'no measured request'
-            when c.ttft_missed or c.tpot_missed or c.e2el_missed then concat_ws('; ',
-                case when c.num_misses > 0 then c.num_misses || ' of ' || c.num_measured || ' requests failed or did not complete' end,
-                case when c.ttft_missed and not isinf(c.ttft_pctl) then printf('p%g TTFT %.0f ms > %g ms', c.slo_percentile, c.ttft_pctl, c.slo_ttft_ms) end,
-                case when c.tpot_missed and not isinf(c.tpot_pctl) then printf('p%g TPOT %.1f ms > %g ms', c.slo_percentile, c.tpot_pctl, c.slo_tpot_ms) end,
-                case when c.e2el_missed and not isinf(c.e2el_pctl) then printf('p%g E2EL %.0f ms > %g ms', c.slo_percentile, c.e2el_pctl, c.slo_e2el_ms) end)
+            when no_slo then 'no SLO: set decision.slo or perf.slo'
+            when n = 0 then 'no measured request'
+            when slo_status <> 'met' then concat_ws('; ',
+                case when failed > 0 then failed || ' of ' || n || ' requests failed or did not complete' end,
+                case when ttft_missed then printf('p%g TTFT > %g ms (%d of %d over)', slo_percentile, slo_ttft_ms, ttft_over, n) end,
+                case when tpot_missed then printf('p%g TPOT > %g ms (%d of %d over)', slo_percentile, slo_tpot_ms, tpot_over, n) end,
+                case when e2el_missed then printf('p%g E2EL > %g ms (%d of %d over)', slo_percentile, slo_e2el_ms, e2el_over, n) end,
+                case when ttft_undecided then printf('p%g TTFT <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
+                    slo_percentile, slo_ttft_ms, slo_confidence * 100, ttft_over, n, greatest(allowed, 0)) end,
+                case when tpot_undecided then printf('p%g TPOT <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
+                    slo_percentile, slo_tpot_ms, slo_confidence * 100, tpot_over, n, greatest(allowed, 0)) end,
+                case when e2el_undecided then printf('p%g E2EL <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
+                    slo_percentile, slo_e2el_ms, slo_confidence * 100, e2el_over, n, greatest(allowed, 0)) end,
+                case when is_rate_step and not coalesce(sustained, false) then
+                    case when offered_req_s is null then 'not sustained: no arrival rate (under 2 requests)'
+                         else printf('not sustained: achieved %.0f %% of the offered rate', achieved_req_s / offered_req_s * 100)
+                    end
+                end,
+                case when needed_any is not null then needed_any || ' requests needed' end)
         end as slo_fail_reason,
-        g.num_good / nullif(s.duration_s, 0) as goodput_req_s
-    from checked as c
-    join perf_summary as s on c.run_id = s.run_id and c.variant = s.variant and c.scenario = s.scenario
-    left join good as g on c.run_id = g.run_id and c.variant = g.variant and c.scenario = g.scenario
+        g.num_good / nullif(duration_s, 0) as goodput_req_s
+    from statused
+    left join good as g using (run_id, variant, scenario)
 )
 
 select * from final

@@ -20,8 +20,9 @@
 --   ttft_ms_mean_ci_low, _ci_high     ms, t-interval over the repeats' TTFT means (perf.confidence;
 --                                  run-to-run variation only; NULL under 2 repeats)
 --   ttft_cv_pct                    %, TTFT jitter of the jitter scenario: the median over repeats of each
---                                  repeat's coefficient of variation (sample std / mean) of TTFT; rows
---                                  loaded without it (before 007) fall back to the CV pooled over repeats
+--                                  repeat's coefficient of variation (sample std / mean) of TTFT; NULL for
+--                                  rows loaded without it (before 007): the CV pooled over repeats and
+--                                  prompt lengths (perf_summary.ttft_cv_pct_pooled) is not jitter
 --   ttft_cv_pct_ci_low, _ci_high      %, interval of ttft_cv_pct over the repeats; NULL below 2 (jitter_note)
 --   itl_cv_pct                     %, ITL jitter likewise: each repeat's CV of its pooled chunk gaps, median
 --   itl_cv_pct_ci_low, _ci_high       %, interval of itl_cv_pct over the repeats; NULL below 2 (jitter_note)
@@ -92,7 +93,7 @@ measured as (
         b.output_throughput as best_output_tok_s,
         h.ttft_ms_mean,
         h.ttft_ms_p99,
-        coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as jitter_pct,
+        j.ttft_cv_pct_median as jitter_pct,
         h.itl_ms_mean,
         h.tpot_ms_mean,
         b.energy_j_per_token,
@@ -103,10 +104,10 @@ measured as (
         h.mbu_pct,
         h.ttft_ms_mean_ci_low,
         h.ttft_ms_mean_ci_high,
-        coalesce(j.ttft_cv_pct_median, j.ttft_cv_pct) as ttft_cv_pct,
+        j.ttft_cv_pct_median as ttft_cv_pct,
         j.ttft_cv_pct_median_ci_low as ttft_cv_pct_ci_low,
         j.ttft_cv_pct_median_ci_high as ttft_cv_pct_ci_high,
-        coalesce(j.itl_cv_pct_median, j.itl_cv_pct) as itl_cv_pct,
+        j.itl_cv_pct_median as itl_cv_pct,
         j.itl_cv_pct_median_ci_low as itl_cv_pct_ci_low,
         j.itl_cv_pct_median_ci_high as itl_cv_pct_ci_high,
         j.scenario as jitter_scenario,

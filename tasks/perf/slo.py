@@ -1,0 +1,139 @@
+"""A perf step judged against the decision's SLO: what its requests support about a latency percentile, and
+whether a rate step's load was sustained. Plain Python; warehouse/views/marts/v_slo_steps.sql applies the same
+rule to the stored requests (tests/integration/test_recommend.py holds the two equal, case by case).
+
+**The percentile claim** (tasks.core.percentiles, MLPerf LoadGen's early stopping as the anchor). Over a step's
+measured requests (warm-up excluded, every repeat pooled: n), a request that errored or did not complete counts
+as over every limit. For each limit (TTFT, TPOT, E2EL), `over` requests exceed it; at the decision's confidence c:
+- shown within (`met`) when over <= allowed_over(n, p, c): the order statistic X_(n - allowed) is a one-sided
+  upper confidence bound of the p-th percentile, and it is within the limit;
+- shown above (`missed`) when over >= missed_over(n, p, c): the lower bound X_(n - missed + 1) is above it;
+- otherwise `not_enough_requests`, with the requests needed (every further one within the limit), e.g. 299
+  for p99 at 95 % with none over.
+The step is `missed` when any limit is, `met` when every limit is, else `not_enough_requests`.
+
+TTFT is the time to the first *answer* token for a request that reasoned first (reasoning_tokens > 0; none
+came: a miss), else the time to the first token; TPOT of a one-token answer is 0, as for goodput.
+
+**Sustained load** (rate steps only; MLPerf's server scenario): the step's Poisson stream starts with a
+warm-up share that is discarded (perf.rate_warmup_share); over the measured rest of each repeat, the offered
+rate is the least-squares slope of the requests' arrival count against their send times, the achieved rate
+that of the ok requests' completion count against their return times. A queue that grows is a completion
+rate below the arrival rate (the backlog grows by their difference per second), so one measurement serves
+both conditions: the step is `not_sustained` when the repeats' mean achieved rate is below `min_rate_ratio`
+(0.95) of their mean offered rate, whatever its latencies. A sustained step's load is the rate it offered.
+Closed-loop steps (a fixed concurrency) cannot build a queue and are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tasks.core.percentiles import allowed_over, missed_over, requests_needed
+from tasks.perf.metrics import RequestRecord
+
+LATENCIES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
+
+
+def slo_latencies(r: RequestRecord) -> dict[str, float]:
+    """The request's latencies as the SLO sees them (ms); inf for a failed request or a missing figure."""
+    if r.status != "ok":
+        return {k: math.inf for k in LATENCIES}
+    ttft = r.ttft_answer_ms if (r.reasoning_tokens or 0) > 0 else r.ttft_ms
+    out = {"ttft_ms": ttft, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms}
+    return {k: math.inf if v is None else float(v) for k, v in out.items()}
+
+
+def linear_percentile(values: list[float], p: float) -> float | None:
+    """numpy's linear percentile of `values` (inf for failed requests); inf when it falls on one; None if empty."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    h = (len(xs) - 1) * p / 100.0
+    i = math.floor(h)
+    f = h - i
+    if f == 0 or xs[i] == xs[i + 1]:
+        return xs[i]
+    return xs[i] + f * (xs[i + 1] - xs[i])
+
+
+def _slope(x: list[float], y: list[float]) -> float | None:
+    """Least-squares slope of y on x (covariance / variance, as SQL's regr_slope); None under 2 points or no spread."""
+    if len(x) < 2:
+        return None
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    var = float(((xa - xa.mean()) ** 2).mean())
+    return float(((xa - xa.mean()) * (ya - ya.mean())).mean() / var) if var > 0 else None
+
+
+def repeat_rates(measured: list[RequestRecord]) -> tuple[float | None, float]:
+    """(offered, achieved) requests/s of one repeat's measured requests: slopes of the arrival count on the send
+    times and of the ok completion count on the return times (0 achieved when under 2 requests completed)."""
+    sends = sorted(r.start_ms / 1000.0 for r in measured)
+    ends = sorted((r.end_ms if r.end_ms is not None else r.start_ms + r.e2el_ms) / 1000.0
+                  for r in measured if r.status == "ok" and (r.end_ms is not None or r.e2el_ms is not None))
+    offered = _slope(sends, list(range(1, len(sends) + 1)))
+    achieved = _slope(ends, list(range(1, len(ends) + 1)))
+    return offered, achieved or 0.0
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    status: str  # met | missed | not_enough_requests | not_sustained | no_requests
+    reason: str | None  # why not met, in words (v_slo_steps.slo_fail_reason)
+    n: int  # measured requests, repeats pooled
+    failed: int  # of which errored or incomplete
+    allowed: int  # most requests over a limit with which it is still shown within (-1: none)
+    over: dict[str, int] = field(default_factory=dict)  # requests over each limit (failed included)
+    percentiles_ms: dict[str, float | None] = field(default_factory=dict)  # numpy's linear percentile; inf: a failure
+    bounds_ms: dict[str, float | None] = field(default_factory=dict)  # upper confidence bound; None: n too small
+    n_needed: int | None = None  # requests needed for the claim (not_enough_requests)
+    offered_req_s: float | None = None  # rate steps: the measured arrival rate (mean over repeats)
+    achieved_req_s: float | None = None  # rate steps: the measured completion rate (mean over repeats)
+
+    @property
+    def met(self) -> bool:
+        return self.status == "met"
+
+
+def check_step(runs: list[list[RequestRecord]], limits: dict[str, float], percentile: float, confidence: float = 0.95,
+               rate_step: bool = False, min_rate_ratio: float = 0.95) -> SloCheck:
+    """Judge one step (its repeats' records) against `limits` at `percentile` and `confidence` (see the module)."""
+    measured_runs = [[r for r in run if not r.is_warmup] for run in runs]
+    measured = [r for run in measured_runs for r in run]
+    n, failed = len(measured), sum(r.status != "ok" for r in measured)
+    if not n:
+        return SloCheck("no_requests", "no measured request", 0, 0, -1)
+    lat = [slo_latencies(r) for r in measured]
+    allowed, shown_above = allowed_over(n, percentile, confidence), missed_over(n, percentile, confidence)
+    over = {k: sum(x[k] > limit for x in lat) for k, limit in limits.items()}
+    pct = {k: linear_percentile([x[k] for x in lat], percentile) for k in limits}
+    ranked = {k: sorted(x[k] for x in lat) for k in limits}
+    bounds = {k: ranked[k][n - allowed - 1] if allowed >= 0 else None for k in limits}
+    missed = [k for k in limits if over[k] >= shown_above]
+    undecided = [k for k in limits if allowed < over[k] < shown_above]
+    needed = max((requests_needed(over[k], percentile, confidence) or 0 for k in undecided), default=None) or None
+    offered = achieved = None
+    if rate_step:
+        rates = [(o, a) for o, a in map(repeat_rates, measured_runs) if o is not None]
+        offered = sum(o for o, _ in rates) / len(rates) if rates else None
+        achieved = sum(a for _, a in rates) / len(rates) if rates else None
+    sustained = not rate_step or (offered is not None and achieved >= min_rate_ratio * offered)
+    parts = [f"{failed} of {n} requests failed or did not complete"] if failed else []
+    for k in missed:
+        parts.append(f"p{percentile:g} {LATENCIES[k]} > {limits[k]:g} ms ({over[k]} of {n} over)")
+    for k in undecided:
+        parts.append(f"p{percentile:g} {LATENCIES[k]} <= {limits[k]:g} ms not shown at {confidence * 100:g} % "
+                     f"({over[k]} of {n} over, {max(allowed, 0)} allowed)")
+    if not sustained:
+        parts.append(f"not sustained: achieved {achieved / offered * 100:.0f} % of the offered rate"
+                     if offered else "not sustained: no arrival rate (under 2 requests)")
+    if needed:
+        parts.append(f"{needed} requests needed")
+    status = ("missed" if missed else "not_sustained" if not sustained else "not_enough_requests" if undecided
+              else "met")
+    return SloCheck(status, None if status == "met" else "; ".join(parts), n, failed, allowed, over, pct, bounds,
+                    needed, offered, achieved)

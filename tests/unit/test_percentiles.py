@@ -1,0 +1,93 @@
+"""What n requests support about a percentile (tasks.core.percentiles), the decision's step sizes (RunConfig), and
+the search's bracket (tasks.perf.load_search): pure functions, by hand and against MLPerf LoadGen's figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from tasks.core.config import LoadSearchSpec, RunConfig
+from tasks.core.errors import ConfigError
+from tasks.core.percentiles import allowed_over, bound, interval, min_requests, missed_over, requests_needed
+
+
+def test_the_fewest_requests_that_show_a_percentile() -> None:
+    # p99 at 95 %: 0.99^299 = 0.0495 <= 0.05 < 0.99^298 = 0.0500
+    assert 0.99 ** 299 <= 0.05 < 0.99 ** 298
+    assert [min_requests(p, 0.95) for p in (99, 95, 90, 75, 50)] == [299, 59, 29, 11, 5]
+    # MLPerf LoadGen (confidence 0.99, tolerance 0): a server run of 21 queries "would need to run at least 438
+    # more queries" with none over the latency: 459 in all; one over needs h + t of its find_min_passing
+    assert min_requests(99, 0.99) == 459
+    assert requests_needed(1, 99, 0.95) == 473 and requests_needed(2, 99, 0.95) == 628
+    assert min_requests(100, 0.95) is None  # no sample bounds a maximum
+
+
+@pytest.mark.parametrize("n, pct, conf", [(12, 99, 0.95), (300, 99, 0.95), (473, 99, 0.95), (100, 90, 0.99),
+                                          (1000, 50, 0.9), (5000, 99.9, 0.975)])
+def test_the_counts_are_binomial_tails(n: int, pct: float, conf: float) -> None:
+    q = 1 - pct / 100
+    a, m = allowed_over(n, pct, conf), missed_over(n, pct, conf)
+    if a >= 0:
+        assert stats.binom.cdf(a, n, q) <= 1 - conf < stats.binom.cdf(a + 1, n, q)
+    else:
+        assert stats.binom.cdf(0, n, q) > 1 - conf
+    assert stats.binom.sf(m - 1, n, q) <= 1 - conf < stats.binom.sf(m - 2, n, q)
+    assert a < m  # a step cannot be shown both within and above a limit
+
+
+def test_the_bounds_are_order_statistics() -> None:
+    xs = [float(i) for i in range(1, 501)]  # 500 requests, 1 ... 500 ms
+    # p99 at 95 %: at most allowed_over(500) = 1 over, so the bound is the 499th smallest
+    assert allowed_over(500, 99, 0.95) == 1 and bound(xs, 99, 0.95) == 499.0
+    assert bound(xs[:12], 99, 0.95) is None  # 12 cannot bound a p99
+    assert bound(xs, 99, 0.95, upper=False) == 500 - missed_over(500, 99, 0.95) + 1
+    lo, hi = interval(xs, 99, 0.95)
+    assert lo <= 495 <= hi and interval(xs[:300], 99, 0.95) == (None, None)  # 368 needed at 95 %
+    assert interval(xs[:-1] + [math.inf], 99, 0.95) == (None, None)  # a failed request as a bound: no interval
+
+
+BASE = {"models": {"m": {"path": __file__}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
+                                                            "reference": True}]}
+
+
+def test_rate_steps_are_sized_from_the_percentile() -> None:
+    cfg = RunConfig.model_validate({**BASE, "perf": {"rates": [1.0, 2.0], "num_prompts": 8, "repeats": 3}})
+    # p99 at 95 % needs 299 a step: 100 per repeat, after a 10 % warm-up share of the stream
+    assert (cfg.perf.rate_requests, cfg.perf.rate_warmup_share, cfg.perf.stream_requests()) == (100, 0.1, 110)
+    again = RunConfig.model_validate(cfg.model_dump(mode="json"))  # the recorded config reloads the same
+    assert (again.perf.rate_requests, again.perf.stream_requests()) == (100, 110)
+    p90 = RunConfig.model_validate({**BASE, "perf": {"rates": [1.0]}, "decision": {"percentile": 90,
+                                                                                 "min_requests": 50}})
+    assert p90.perf.rate_requests == 50
+    closed = RunConfig.model_validate({**BASE, "perf": {"concurrency": [1, 2], "num_prompts": 4}})
+    assert (closed.perf.rate_requests, closed.perf.rate_warmup_share) == (None, 0.0)  # closed-loop steps: as asked
+
+
+def test_a_percentile_of_100_is_refused_in_one_line() -> None:
+    from tasks.loader import parse_config
+
+    with pytest.raises(ConfigError, match=r"^decision.percentile: .*less than 100") as err:
+        parse_config({**BASE, "decision": {"percentile": 100}})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("lo, hi, start, tried", [
+    (4.0, None, None, [8.0, 16.0, 12.0, 14.0]),   # nothing failed yet: double, then bisect
+    (None, 40.0, None, [20.0, 10.0, 15.0, 12.5]),  # nothing passed: halve, then bisect
+    (None, None, 12.0, [12.0, 24.0, 18.0, 15.0]),  # no rate step at all: start at a closed-loop step's rate
+])
+def test_the_search_brackets_before_it_bisects(lo, hi, start, tried) -> None:
+    from tasks.perf.load_search import search_rates
+
+    got = search_rates(lo, hi, LoadSearchSpec(max_steps=4, tolerance_pct=1), lambda r: r <= 14.0, start=start)
+    assert [r for r, _ in got] == tried
+
+
+def test_the_chain_ignores_a_lucky_step_above_a_failure() -> None:
+    from tasks.perf.load_search import chain
+
+    assert chain([(4.0, True), (1.0, True), (2.0, False), (8.0, True)]) == (1.0, 2.0)
+    assert chain([(1.0, False), (2.0, True)]) == (None, 1.0)
+    assert chain([(1.0, True), (2.0, True)]) == (2.0, None)
