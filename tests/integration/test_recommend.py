@@ -31,10 +31,22 @@ def step(scenario: str, concurrency: int, req_s: float, ttft_ms: list[float], *,
                 j_per_token=j_per_token, energy_note=None if j_per_token is not None else energy_note)
 
 
-def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5) -> dict:
-    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric)."""
+def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5,
+          lost: int | None = None, gained: int | None = None, **more) -> dict:
+    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores them."""
+    from tasks.quality.gate import retention_interval
+
+    low, high = retention_interval(ref, *ci, True) if ci else (None, None)
     return dict(reference_value=ref, value=value, delta=value - ref, ci_low=ci[0] if ci else None,
-                ci_high=ci[1] if ci else None, n=n, p_value=p_value)
+                ci_high=ci[1] if ci else None, n=n, p_value=p_value, n_lost=lost, n_gained=gained,
+                retention_ci_low=low, retention_ci_high=high, look_confidence=0.95, looks=1, looks_planned=1, **more)
+
+
+def no_pair_differs(n: int) -> tuple[float, float]:
+    """Tango's 95 % interval when none of `n` pairs differs (not [0, 0]: +-4.6 points at n = 80)."""
+    from tasks.core.stat_tests import tango_interval
+
+    return tango_interval(0, 0, n, 0.95)
 
 
 def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decision: dict | None = None,
@@ -119,17 +131,18 @@ REF, Q3 = pairs(80, 40, 3, 2)  # q3_k_m: 3 lost, 2 gained: delta -1/80, retentio
 
 
 def demo_like() -> dict[str, dict]:
-    """q4_1 (reference), q4_1-spec (identical outputs, 2 % slower: a tie), q2_k (faster, far worse),
+    """q4_1 (reference), q4_1-spec (identical outputs on 2,000 pairs, 2 % slower: a tie), q2_k (faster, far worse),
     q3_k_m (faster, CI straddles 99 %), q8_0 (failed)."""
     steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(12, 300)), step("c2", 2, req_s, ttfts(12, 500))]  # noqa: E731
     return {
         "q4_1": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(12, 300), j_per_token=0.5),
                                         step("c2", 2, 1.0, ttfts(12, 500), j_per_token=0.4)],
                  "accuracy": 0.5, "samples": REF, "cost": {"usd_per_hour": 3.6}},
-        "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, (0.0, 0.0), p_value=1.0),
+        "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0,
+                                                                    lost=0, gained=0),
                       "samples": REF},
         "q2_k": {"steps": steady(1.8), "accuracy": 0.3, "delta": delta(0.5, 0.3, (-0.28, -0.12))},
-        "q3_k_m": {"steps": steady(1.3), "accuracy": 39 / 80, "delta": delta(0.5, 39 / 80, (-0.05, 0.025)),
+        "q3_k_m": {"steps": steady(1.3), "accuracy": 39 / 80, "delta": delta(0.5, 39 / 80, (-0.05, 0.025), lost=3, gained=2),
                    "samples": Q3},
         "q8_0": {"status": "failed", "error": "ServerDied: server exited with code 1\nlog tail"},
     }
