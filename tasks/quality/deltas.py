@@ -278,7 +278,24 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
     zero_one = _zero_one(stat, ref_samples + var_samples)
     errored_as = (0.0 if hib else 1.0) if zero_one else None
     ids, ref, var = paired_columns(stat, ref_samples, var_samples, errored_as)
-    n = len(ids)
+    note = ""
+    if errored_as is not None:
+        paired = set(ids)
+        counts = [sum(errored(s) for s in stat.rows(side) if s["sample_id"] in paired) for side in (ref_samples, var_samples)]
+        if any(counts):
+            note = f"errored requests count as {'wrong' if hib else int(errored_as)} (reference {counts[0]}, variant {counts[1]})"
+    return pairs_row(common, stat, text, ref, var, resamples=resamples, min_samples=min_samples, seed=seed, look=look,
+                     note=note)
+
+
+def pairs_row(common: dict, stat: SampleStat, text: str, ref: np.ndarray, var: np.ndarray, *, resamples: int,
+              min_samples: int, seed: int, look: Look, note: str = "") -> dict:
+    """The quality_deltas row of paired columns (fields x n, pair i at column i of both): delta_row after pairing.
+
+    benchmarks/gate_error.py calls it on simulated columns: the same interval, test, verdict and gate bounds.
+    """
+    hib = common["higher_is_better"]
+    n = ref.shape[1]
     if n == 0:
         return asdict(Delta(**common, reference_value=None, value=None, delta=None, ci_low=None, ci_high=None,
                             p_value=None, n=0, retention_99=None, retention_999=None, verdict="no_data",
@@ -286,16 +303,15 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
     ref_value, value = float(stat.compute(*ref)), float(stat.compute(*var))
     d = value - ref_value
     identical = bool(np.array_equal(ref, var))
+    zero_one = stat.fn == "mean" and len(stat.fields) == 1 and bool(np.isin(ref, (0.0, 1.0)).all()
+                                                                    and np.isin(var, (0.0, 1.0)).all())
     ci, p, method = paired_test(stat, ref, var, resamples, look.level, seed)
     lost, gained = discordant(ref[0], var[0]) if zero_one else (None, None)
     # every pair identical on a continuous statistic: a bootstrap has no spread, [0, 0] bounds nothing
     bounded = ci is not None and (zero_one or not identical)
     ret_low, ret_high = retention_interval(ref_value, *ci, hib) if bounded else (None, None)
-    if errored_as is not None:
-        paired = set(ids)
-        counts = [sum(errored(s) for s in stat.rows(side) if s["sample_id"] in paired) for side in (ref_samples, var_samples)]
-        if any(counts):
-            method += f"; errored requests count as {'wrong' if hib else int(errored_as)} (reference {counts[0]}, variant {counts[1]})"
+    if note:
+        method += f"; {note}"
     if look.planned > 1:
         method += f"; look {look.number} of {look.planned} at {look.level:.4%}"
     return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d,
