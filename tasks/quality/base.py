@@ -55,8 +55,6 @@ class SuiteContext:
     reference_artifact: "Artifact | None" = None
     # Items already answered: an extendable suite's run answers items offset..limit-1 of its sequence only.
     offset: int = 0
-    # Level of the suite's own intervals (quality.confidence), e.g. the identity suite's flip-rate bound.
-    confidence: float = 0.95
 
     def tokenizer(self) -> "Tokenizer | None":
         """The variant's own tokenizer (tokenizer_ref, else the GGUF artifact), or None for a bare endpoint."""

@@ -147,7 +147,7 @@ def variant_context(cfg: RunConfig, spec: SuiteSpec, variant: Variant, artifact:
                         n_ctx=model.max_context, engine=variant.engine, artifact=artifact, variant_spec=variant,
                         model_spec=model, server_start_timeout_s=cfg.server_start_timeout_s,
                         request_timeout_s=cfg.perf.request_timeout_s, tokenizer_ref=engine.tokenizer(artifact, model),
-                        reference_artifact=ref_artifact, confidence=cfg.quality.confidence)
+                        reference_artifact=ref_artifact)
 
 
 def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
@@ -245,15 +245,20 @@ class AdaptiveRun:
         self.samples, self.scores = self._rows()
         write(self.samples, self.scores)
         self.log.info("%s: %s extended to %d items in %.1f s", self.ctx.variant, self.spec.key, n, time.monotonic() - t0)
-        return True
+        return not self.failed()
+
+    def failed(self) -> bool:
+        """Too many errored requests: the suite is suite_failed, and more items would not make it a score."""
+        return any(s["metric"] == "suite_failed" for s in self.scores)
 
     def run(self, results_dir: Path, is_reference: bool,
             write: Callable[[list[dict], list[dict]], None]) -> list[tuple[int, str]]:
-        """The looks; the reference's all answer items (no gate to judge)."""
-        if len(self.schedule) == 1:
+        """The looks, (items, gate) each; the reference answers every planned item (no gate to judge)."""
+        if len(self.schedule) == 1 or self.failed():
             return []
         if is_reference:
-            return sequential_gate(self.schedule, lambda k: UNDECIDED, lambda n: self.extend_to(n, None, write))
+            looks = sequential_gate(self.schedule, lambda k: UNDECIDED, lambda n: self.extend_to(n, None, write))
+            return [(n, "answered") for n, _ in looks]
         ref = self.cfg.reference.name
         all_scores, all_samples = read_table(results_dir, "quality_scores"), read_table(results_dir, "quality_samples")
         ref_scores = [r for r in records(all_scores, ref) if r["suite"] == self.spec.key]

@@ -75,6 +75,7 @@ def test_a_variant_extends_until_its_gate_decides(endpoints, tmp_path: Path) -> 
     cfg = config({"max_items": 160, "budget_s": 60}, {"margin_points": 10})
     got = measure(cfg, {"ref": endpoints["oracle"], "same": endpoints["oracle"], "worse": endpoints["half"]}, tmp_path)
     assert items(tmp_path) == {"ref": 160, "same": 80, "worse": 40}
+    assert got["ref"]["looks"] == {"arithmetic": ["n=40: answered", "n=80: answered", "n=160: answered"]}
     assert got["same"]["looks"] == {"arithmetic": ["n=40: not_enough_evidence", "n=80: pass"]}
     assert got["worse"]["looks"] == {"arithmetic": ["n=40: fail"]}
     rows = deltas(tmp_path)

@@ -4,7 +4,9 @@ verdict's bound supports: pass, fail, not enough evidence (both n-needed figures
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -118,8 +120,10 @@ def test_each_verdict_kind_says_what_its_bound_supports(tmp_path: Path) -> None:
                                 "of arithmetic.accuracy (95 % CI ")
     assert ("which straddles the 99.0 % target; to decide: ~15,7" in undecided and "paired samples if it is truly equal "
             "(1.25 % of pairs differ), ~431 if the observed +1.25 points are the truth (have 80)." in undecided)
-    # A&S's z (DuckDB has no inverse normal) against the exact 15,680: within 0.5 %
-    assert got["undecided"]["n_needed_if_equal"] == pytest.approx(15_680, rel=0.005) and got["undecided"]["n_needed"] == 431
+    # A&S's z (DuckDB has no inverse normal) against Python's NormalDist: within 0.5 %
+    z = statistics.NormalDist().inv_cdf
+    exact = ((z(0.975) + z(0.8)) * math.sqrt(1 / 80) / 0.0025) ** 2
+    assert got["undecided"]["n_needed_if_equal"] == pytest.approx(exact, rel=0.005) and got["undecided"]["n_needed"] == 431
     assert re.search(r"\| +15\d{3} / 431 \|", text)  # the table's n needed: if equal / observed
 
 
