@@ -188,7 +188,10 @@ def test_ci_straddling_the_target_is_not_enough_evidence_with_the_n_needed(demo_
     z = statistics.NormalDist().inv_cdf
     expected = ((z(0.975) + z(0.8)) * sd / distance) ** 2
     assert q3["n_needed"] == pytest.approx(expected, rel=0.005) and q3["n"] == 80
-    assert "~" in q3["verdict_reason"] and "paired samples needed (have 80)" in q3["verdict_reason"]
+    assert q3["verdict_reason"].endswith("paired samples needed if it is truly equal, ~8701 at the observed effect (have 80)")
+    # a truly equal variant with that discordance (5 of 80 pairs differ): sd sqrt(5 / 80), distance 0.005
+    equal = ((z(0.975) + z(0.8)) * math.sqrt(5 / n) / 0.005) ** 2
+    assert q3["n_needed_if_equal"] == pytest.approx(equal, rel=0.005)
 
 
 def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Path) -> None:
@@ -311,10 +314,11 @@ def test_plain_language_comes_first(demo_db: Path) -> None:
                         "arithmetic.accuracy; 0.4 J/token, 44.4 gCO2e per 1M tokens; 15.6 USD per 1M output tokens. "
                         "Chosen on rate (best rate, tied with q4_1-spec (within 5.0 %): chosen on the retention lower "
                         "bound, then the reference).")
-    assert ("q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %): "
+    assert ("q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %, 80 pairs): "
             "fails the 99.0 % gate.") in lines
     assert ("q3_k_m is faster (1.30x the req/s) but is not measured well enough: keeps 97.5 % of arithmetic.accuracy "
-            "(95 % CI 90.0-105.0 %), which straddles the 99.0 % target; ~8,701 paired samples needed to decide "
+            "(95 % CI 90.0-105.0 %, 80 pairs), which straddles the 99.0 % target; to decide: ~19,626 paired samples if "
+            "it is truly equal (6.25 % of pairs differ), ~8,701 if the observed -1.25 points are the truth "
             "(have 80).") in lines
     assert "q4_1-spec meets the SLO and passes the gate (at least 0.98 req/s (c2, 62.7 output tok/s: the highest " \
            "step measured)); rate 0.98x the recommended." in lines
