@@ -19,7 +19,8 @@ measures what that costs.
    variant never gains) and mixed discordance (15 % of pairs differ), for retention 99 % (the
    demo's p_ref 0.25, and 0.6), retention 90 % (p_ref 0.6: the reference's error weighs 10x more)
    and a 5-point margin (margin_points). Goal: <= 2.5 % (one-sided, the interval's lower side);
-   "old" is the rule before this change ([0, 0] when no pair differs), fixed design.
+   "old" is the rule before this change ([0, 0] when no pair differs), fixed design. 1b: at the
+   target exactly, with many more simulations: the test's size, where a false pass is likeliest.
 2. Power: a truly equal variant (delta 0; 2 % or 10 % of pairs differ, half each way) at
    n = 80 ... 5000, fixed and adaptive.
 3. Survivor bias: a variant that answers as the reference but errors on 8 % of items the
@@ -28,8 +29,8 @@ measures what that costs.
 Monte-Carlo error: with S simulations a rate near 2.5 % is +-1.96 sqrt(0.025 * 0.975 / S) (+-0.7 % at
 S = 2000); the "max95" column is the one-sided 95 % Clopper-Pearson upper bound of each false-pass rate.
 
-Usage: .venv/bin/python benchmarks/gate_error.py [--sims 2000] [--seed 0] [--only false|power|survivor]
-       [--sql-check 300]
+Usage: .venv/bin/python benchmarks/gate_error.py [--sims 2000] [--boundary-sims 20000] [--seed 0]
+       [--only false|boundary|power|survivor] [--sql-check 500]
 """
 
 from __future__ import annotations
@@ -150,6 +151,26 @@ def false_pass(sims: int, seed: int) -> None:
     print(f"highest false pass: {worst[0]:.2%} ({worst[1]})\n")
 
 
+def boundary(sims: int, seed: int) -> None:
+    """The size of the test: true retention exactly at the target, mixed discordance, many simulations."""
+    print("1b. At the target exactly (the test's size, nominal 2.5 %), mixed 15 % discordance; over", sims, "simulations")
+    print(f"{'gate':>16} {'p_ref':>5} {'n':>5} | {'fixed':>6} {'+-95%':>6} | {'adaptive':>8} {'+-95%':>6}")
+    for label, p_ref, target, margin in SETTINGS:
+        loss = margin / 100 if margin is not None else (1 - target) * p_ref
+        p_lost, p_gain = cells(p_ref, loss, "mixed 15 %")
+        for n in NS:
+            rng = np.random.default_rng([seed, 11, int(p_ref * 100), int(target * 1000), int(loss * 1e5), n])
+            fix = ada = 0
+            for _ in range(sims):
+                ref, var = draw(rng, 4 * n, p_ref, p_lost, p_gain)
+                fix += fixed(ref, var, n, target, margin) == PASS
+                ada += adaptive(ref, var, n, target, margin)[0] == PASS
+            err = lambda k: 1.96 * np.sqrt(k / sims * (1 - k / sims) / sims)  # noqa: E731
+            print(f"{label:>16} {p_ref:>5} {n:>5} | {fix / sims:>6.2%} {err(fix):>6.2%} | {ada / sims:>8.2%} {err(ada):>6.2%}",
+                  flush=True)
+    print()
+
+
 def power(sims: int, seed: int) -> None:
     print("2. Power: a truly equal variant (delta 0), pass rates over", sims, "simulations; adaptive: looks at n, 2n, 4n")
     print(f"{'gate':>16} {'p_ref':>5} {'discordance':>11} | " + " ".join(f"{f'n={n}':>9} {'adapt.':>7}" for n in (80, 200, 1000, 5000)))
@@ -241,12 +262,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", choices=("false", "power", "survivor"))
+    ap.add_argument("--only", choices=("false", "boundary", "power", "survivor"))
+    ap.add_argument("--boundary-sims", type=int, default=20000, help="simulations per cell at the target exactly")
     ap.add_argument("--sql-check", type=int, default=300, help="simulated rows put through v_quality_gate (0: none)")
     args = ap.parse_args()
     t0 = time.monotonic()
     if args.only in (None, "false"):
         false_pass(args.sims, args.seed)
+    if args.only in (None, "boundary"):
+        boundary(args.boundary_sims, args.seed)
     if args.only in (None, "power"):
         power(args.sims, args.seed)
     if args.only in (None, "survivor"):

@@ -172,8 +172,7 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
         t0 = time.monotonic()
         got_samples, got_scores, raw = run_suite_raw(spec, ctx, key, cfg.quality.primary, log, cfg.quality.max_error_rate)
         if spec.key in adaptive and raw is not None and raw.samples:
-            write_table(results_dir, "quality_samples", variant.name, samples + got_samples)
-            write_table(results_dir, "quality_scores", variant.name, scores + got_scores)
+            _write(results_dir, variant.name, samples + got_samples, scores + got_scores)
             adaptive_run = AdaptiveRun(cfg, spec, ctx, key, raw, (got_samples, got_scores), time.monotonic() - t0,
                                        adaptive[spec.key], log)
             extended[spec.key] = adaptive_run.run(results_dir, variant.name == cfg.reference.name,
