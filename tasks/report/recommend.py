@@ -380,7 +380,7 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
         return f"{v}{ahead or ''} is not measured well enough: {detail}{needed_text(row)}."
     if verdict == "not_ranked":
         return f"{v} meets the SLO and passes the gate but cannot be ranked: {_v(row, 'verdict_reason')}."
-    return (f"{v} meets the SLO and passes the gate ({load_text(row)}); "
+    return (f"{v} meets the SLO and passes the gate ({load_text(row)}; {retention_text(row)}); "
             f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}.")
 
 

@@ -321,7 +321,8 @@ def test_plain_language_comes_first(demo_db: Path) -> None:
             "it is truly equal (6.25 % of pairs differ), ~8,701 if the observed -1.25 points are the truth "
             "(have 80).") in lines
     assert "q4_1-spec meets the SLO and passes the gate (at least 0.98 req/s (c2, 62.7 output tok/s: the highest " \
-           "step measured)); rate 0.98x the recommended." in lines
+           "step measured); keeps 100.0 % of arithmetic.accuracy (95 % CI 99.6-100.4 %, 2,000 pairs)); rate 0.98x the " \
+           "recommended." in lines
     assert md.startswith("**Ship q4_1 (the reference):") and "| q2_k | fails_gate | 1.80 | fail |" in md
 
 
