@@ -24,6 +24,7 @@ from tasks.engines.llama_cpp import LlamaCpp
 from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
+from tasks.quality.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.base import check_params
 from tasks.quality.suites.arithmetic import Arithmetic
 from tasks.quality.suites.code import Code, unconfined_refused
@@ -113,6 +114,11 @@ def _check_semantics(cfg: RunConfig) -> None:
         if metric.split(".", 1)[0] not in set(keys) or "." not in metric:
             raise ConfigError(f"decision.gate_metrics[{i}]: '{metric}' is not 'suite.metric' of a suite in quality.suites; "
                               f"use e.g. {cfg.quality.primary or 'arithmetic.accuracy'}")
+    if cfg.quality.adaptive is not None and not adaptive_suites(cfg):
+        gating = ", ".join(gating_metrics(cfg)) or "none (no decision.gate_metrics, no quality.primary)"
+        can = ", ".join(sorted(n for n in SUITES if SUITES[n].extendable))
+        raise ConfigError(f"quality.adaptive: no gating metric is in a suite that can extend its sample (gating: {gating}); "
+                          f"gate on a metric of {can}, or remove quality.adaptive")
 
 
 def parse_config(data: Any) -> RunConfig:

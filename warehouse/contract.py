@@ -371,6 +371,26 @@ TABLES_DECLARED: tuple[Table, ...] = (
         col("p_value_adjusted", F64, None, "Holm over the variant's rows that carry a p_value (the verdict uses it)",
             between(0, 1), at_least("p_value", ignore_missing=True), not_null(Where("p_value", "is_not_null"))),
         col("p_family_size", I32, "count", "tests in that Holm family", between(1)),
+        col("n_lost", I32, "count", "0/1 metrics: pairs the reference got right and the variant wrong (an errored "
+                                    "request counts as wrong)", between(0)),
+        col("n_gained", I32, "count", "0/1 metrics: pairs the variant got right and the reference wrong", between(0)),
+        col("retention_ci_low", F64, "ratio", "the quality gate's lower bound: the interval as retention "
+                                              "(tasks/quality/gate.py); NULL: no bound", between(0)),
+        col("retention_ci_high", F64, "ratio", "its upper bound; NULL: none (or unbounded)",
+            at_least("retention_ci_low", ignore_missing=True)),
+        col("look_confidence", F64, None, "two-sided level of this row's interval: `confidence`, or an adaptive "
+                                          "suite's look level (alpha spent over its looks)",
+            between(0, 1, strict_min=True, strict_max=True)),
+        col("looks", I32, "count", "looks at the sample taken (an adaptive suite extends while its gate is undecided)",
+            between(1)),
+        col("looks_planned", I32, "count", "looks its schedule plans (1: a fixed sample)", between(1)),
+        col("identity_n", I32, "count", "speculative variant whose plain decoding is the reference: greedy outputs "
+                                        "compared (greedy_identity)", between(1)),
+        col("identity_same", I32, "count", "of those, identical to plain decoding", between(0)),
+        col("identity_flip_high", F64, "fraction", "one-sided upper bound on the share of outputs that differ "
+                                                   "(Clopper-Pearson at (1 + confidence) / 2)", between(0, 1)),
+        col("identity_retention_low", F64, "ratio", "retention this metric keeps at least when at most "
+                                                    "identity_flip_high of outputs differ", between(0)),
     )),
     Table("engine_metrics", "statistic of one engine metric over one phase (the server's own metrics)", (
         RUN_ID, VARIANT,

@@ -304,6 +304,16 @@ class SuiteSpec(_Strict):
         return self.label or self.name
 
 
+class AdaptiveSpec(_Strict):
+    """Evidence gathered until the gate decides: a gating suite that can extend its sample (generated items, or
+    a data set's next items) answers more of them, in doubling batches, while its gate is undecided
+    (tasks/quality/adaptive.py). The reference answers every planned item first, within the same budget."""
+
+    max_items: int = Field(ge=1, le=1_000_000, description="most items a suite extends to (its last planned look)")
+    budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant and suite (s); "
+                                                         "a batch that would likely end past it is not started")
+
+
 class QualitySpec(_Strict):
     suites: list[SuiteSpec] = Field(default_factory=list, max_length=64)
     primary: str | None = Field(
@@ -315,6 +325,8 @@ class QualitySpec(_Strict):
     min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
     max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "
                                   "at the endpoint; above it the suite is suite_failed, not a score (tasks.orchestration.failures)")
+    adaptive: AdaptiveSpec | None = Field(default=None, description="extend a gating suite's sample while its gate is "
+                                                                    "undecided: {max_items, budget_s}")
 
 
 # A GPU host's global concurrency limit has this many slots; an engine occupies
@@ -425,6 +437,11 @@ class DecisionSpec(_Strict):
                                                                      "default: quality.primary")
     retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
                                                                    "must keep (MLPerf classes: 0.99, 0.999)")
+    margin_points: float | None = Field(default=None, gt=0, le=100, description="non-inferiority margin instead of "
+                                        "`retention` for fraction metrics: the variant may lose at most this many "
+                                        "points (0.01 of a fraction each)")
+    identity_gate: bool = Field(default=False, description="a speculative variant whose plain decoding is the reference "
+                                "(lossless by construction) passes on its greedy_identity evidence alone")
     optimise: Literal["rate", "tps", "cost", "energy", "cost_per_correct"] = Field(
         default="rate", description="max sustainable request rate | max output tokens/s | min USD per 1M output "
                                     "tokens | min J per 1M output tokens | min USD per correct answer")

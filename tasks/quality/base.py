@@ -53,6 +53,8 @@ class SuiteContext:
     tokenizer_ref: "TokenizerRef | None" = None
     # The reference variant's artifact, any engine (reference_artifact_path: a GGUF for in-process use only).
     reference_artifact: "Artifact | None" = None
+    # Items already answered: an extendable suite's run answers items offset..limit-1 of its sequence only.
+    offset: int = 0
 
     def tokenizer(self) -> "Tokenizer | None":
         """The variant's own tokenizer (tokenizer_ref, else the GGUF artifact), or None for a bare endpoint."""
@@ -87,12 +89,23 @@ class Suite:
     name: ClassVar[str]
     version: ClassVar[str]
     Params: ClassVar[type[SuiteParams]] = SuiteParams
+    # Whether the suite can answer more items of the same fixed sequence (item i is the same whatever the
+    # limit, so the first n items of a longer run are those of a run of n): an adaptive gate extends it.
+    extendable: ClassVar[bool] = False
 
     def params(self, ctx: SuiteContext) -> Any:
         return self.Params.model_validate(ctx.params)
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
+
+    def max_items(self, ctx: SuiteContext) -> int | None:
+        """Items the sequence holds (an extendable suite; None: unlimited, e.g. generated)."""
+        return None
+
+    def score(self, samples: list[dict[str, Any]]) -> list[Score]:
+        """The scores of a set of samples (an extendable suite, over all the items it answered)."""
+        raise NotImplementedError(f"suite {self.name} does not extend")
 
 
 def binary_scores(samples: list[dict], metric: str = "accuracy") -> list[Score]:

@@ -33,6 +33,7 @@ from tasks.core.stat_tests import (
     sign_flip_p,
     tango_interval,
 )
+from tasks.quality.gate import Look, flip_rate_high, identity_retention_low, retention_interval
 
 # Statistics over one axis of a 2-D array (resamples x samples), each a vector per resample.
 _STATS: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
@@ -102,12 +103,25 @@ def _number(x: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
-def paired_columns(stat: SampleStat, ref_samples: list[dict], var_samples: list[dict]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The sample ids both sides have (with numeric fields), and their field columns: arrays (fields x n)."""
+def errored(sample: dict) -> bool:
+    """Whether the sample's request errored at the endpoint (tasks.quality.failures marks it `errored` = 1)."""
+    return bool(_field(sample, "errored"))
+
+
+def paired_columns(stat: SampleStat, ref_samples: list[dict], var_samples: list[dict],
+                   errored_as: float | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The sample ids both sides have (with numeric fields), and their field columns: arrays (fields x n).
+
+    An errored sample has no score; with `errored_as` it takes that value (the worst outcome of a
+    0/1 metric) instead of dropping out of the pairs, so a variant that errors on hard items does
+    not look better than one that answers them.
+    """
     def table(samples: list[dict]) -> dict[str, tuple[float, ...]]:
         out = {}
         for s in stat.rows(samples):
             vals = tuple(_number(_field(s, f)) for f in stat.fields)
+            if errored_as is not None and any(v is None for v in vals) and errored(s):
+                vals = tuple(errored_as if v is None else v for v in vals)
             if all(v is not None for v in vals):
                 out[s["sample_id"]] = vals
         return out
@@ -212,16 +226,45 @@ class Delta:
     method: str
     p_value_adjusted: float | None = None  # Holm over the variant's tested metrics (p_family_size of them)
     p_family_size: int | None = None
+    # 0/1 metrics: pairs the reference got right and the variant wrong (lost), and the reverse (gained)
+    n_lost: int | None = None
+    n_gained: int | None = None
+    # the gate's bounds (tasks.quality.gate): the interval as retention; None where it is no bound
+    retention_ci_low: float | None = None
+    retention_ci_high: float | None = None
+    # the look this interval was taken at (adaptive suites: 1..looks_planned) and its own two-sided level
+    look_confidence: float | None = None
+    looks: int | None = None
+    looks_planned: int | None = None
+    # identity evidence of a speculative variant whose plain decoding is the reference (add_identity_bounds)
+    identity_n: int | None = None
+    identity_same: int | None = None
+    identity_flip_high: float | None = None
+    identity_retention_low: float | None = None
+
+
+def _zero_one(stat: SampleStat, samples: list[dict]) -> bool:
+    """Whether the statistic is a mean of one field whose values are all 0 or 1 (a right/wrong metric)."""
+    if stat.fn != "mean" or len(stat.fields) != 1:
+        return False
+    vals = [v for v in (_number(_field(s, stat.fields[0])) for s in stat.rows(samples)) if v is not None]
+    return bool(vals) and all(v in (0.0, 1.0) for v in vals)
 
 
 def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples: list[dict], *,
               reference_variant: str, resamples: int = 2000, confidence: float = 0.95, min_samples: int = 30,
-              seed: int = 0) -> dict:
-    """One quality_deltas row: a variant's score against the reference's, paired over shared samples."""
+              seed: int = 0, look: Look | None = None) -> dict:
+    """One quality_deltas row: a variant's score against the reference's, paired over shared samples.
+
+    `look`: the look of an adaptive suite (its interval at the look's own level, tasks.quality.gate);
+    None: the fixed design, one look at `confidence`. For 0/1 metrics an errored request counts as a
+    wrong answer (a 1 for lower-is-better ones such as invalid_rate) on either side.
+    """
+    look = look or Look.fixed(confidence)
     hib = bool(score["higher_is_better"])
     common = dict(run_id=score["run_id"], variant=score["variant"], reference_variant=reference_variant,
                   suite=score["suite"], metric=score["metric"], unit=score.get("unit"), higher_is_better=hib,
-                  confidence=confidence)
+                  confidence=confidence, look_confidence=look.level, looks=look.number, looks_planned=look.planned)
     text = score.get("sample_stat")
     if not text:
         value, ref_value = _number(score.get("value")), _number(ref_score.get("value"))
@@ -232,39 +275,72 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
                             retention_999=retention(value, ref_value, hib, 0.999),
                             verdict=verdict(d, None, n, hib, min_samples), method="no per-sample statistic"))
     stat = parse_sample_stat(text)
-    ids, ref, var = paired_columns(stat, ref_samples, var_samples)
-    n = len(ids)
+    zero_one = _zero_one(stat, ref_samples + var_samples)
+    errored_as = (0.0 if hib else 1.0) if zero_one else None
+    ids, ref, var = paired_columns(stat, ref_samples, var_samples, errored_as)
+    note = ""
+    if errored_as is not None:
+        paired = set(ids)
+        counts = [sum(errored(s) for s in stat.rows(side) if s["sample_id"] in paired) for side in (ref_samples, var_samples)]
+        if any(counts):
+            note = f"errored requests count as {'wrong' if hib else int(errored_as)} (reference {counts[0]}, variant {counts[1]})"
+    return pairs_row(common, stat, text, ref, var, resamples=resamples, min_samples=min_samples, seed=seed, look=look,
+                     note=note)
+
+
+def pairs_row(common: dict, stat: SampleStat, text: str, ref: np.ndarray, var: np.ndarray, *, resamples: int,
+              min_samples: int, seed: int, look: Look, note: str = "") -> dict:
+    """The quality_deltas row of paired columns (fields x n, pair i at column i of both): delta_row after pairing.
+
+    benchmarks/gate_error.py calls it on simulated columns: the same interval, test, verdict and gate bounds.
+    """
+    hib = common["higher_is_better"]
+    n = ref.shape[1]
     if n == 0:
         return asdict(Delta(**common, reference_value=None, value=None, delta=None, ci_low=None, ci_high=None,
                             p_value=None, n=0, retention_99=None, retention_999=None, verdict="no_data",
                             method=f"paired: {text}"))
     ref_value, value = float(stat.compute(*ref)), float(stat.compute(*var))
     d = value - ref_value
-    ci, p, method = paired_test(stat, ref, var, resamples, confidence, seed)
+    identical = bool(np.array_equal(ref, var))
+    zero_one = stat.fn == "mean" and len(stat.fields) == 1 and bool(np.isin(ref, (0.0, 1.0)).all()
+                                                                    and np.isin(var, (0.0, 1.0)).all())
+    ci, p, method = paired_test(stat, ref, var, resamples, look.level, seed)
+    lost, gained = discordant(ref[0], var[0]) if zero_one else (None, None)
+    # every pair identical on a continuous statistic: a bootstrap has no spread, [0, 0] bounds nothing
+    bounded = ci is not None and (zero_one or not identical)
+    ret_low, ret_high = retention_interval(ref_value, *ci, hib) if bounded else (None, None)
+    if note:
+        method += f"; {note}"
+    if look.planned > 1:
+        method += f"; look {look.number} of {look.planned} at {look.level:.4%}"
     return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d,
                         ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
                         p_value=p, n=n, retention_99=retention(value, ref_value, hib, 0.99),
                         retention_999=retention(value, ref_value, hib, 0.999),
-                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - confidence,
-                                        identical=bool(np.array_equal(ref, var))),
-                        method=f"{method} over {text}", p_value_adjusted=p, p_family_size=1 if p is not None else None))
+                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - look.level, identical=identical),
+                        method=f"{method} over {text}", p_value_adjusted=p, p_family_size=1 if p is not None else None,
+                        n_lost=lost, n_gained=gained, retention_ci_low=ret_low, retention_ci_high=ret_high))
 
 
 def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float,
                 seed: int) -> tuple[tuple[float, float] | None, float | None, str]:
     """(interval of the delta, raw two-sided p, method) for paired columns (fields x n) of both sides.
 
-    Identical samples: [0, 0] and p = 1 (nothing differs to resample or test). 0/1 scores under
-    `mean`: Tango's score interval and exact McNemar. Otherwise: BCa bootstrap and sign-flip test,
-    except a tail quantile with too few samples beyond it (no interval, no test; see _TAIL_SHARE).
+    0/1 scores under `mean`: Tango's score interval and exact McNemar, also when no pair differs
+    (0 discordant pairs of 80: +-4.6 points, not [0, 0]). Other identical samples: [0, 0] and p = 1
+    (nothing differs to resample or test; the gate takes no bound from it). Otherwise: BCa
+    bootstrap and sign-flip test, except a tail quantile with too few samples beyond it (no
+    interval, no test; see _TAIL_SHARE).
     """
     n = ref.shape[1]
-    if np.array_equal(ref, var):
-        return (0.0, 0.0), 1.0, "identical paired samples"
     if stat.fn == "mean" and np.isin(ref, (0.0, 1.0)).all() and np.isin(var, (0.0, 1.0)).all():
         losses, gains = discordant(ref[0], var[0])
+        how = "identical paired samples; " if losses + gains == 0 else ""
         return (tango_interval(losses, gains, n, confidence), mcnemar_exact_p(losses, gains),
-                "Tango score interval; exact McNemar (binomtest)")
+                f"{how}Tango score interval; exact McNemar (binomtest)")
+    if np.array_equal(ref, var):
+        return (0.0, 0.0), 1.0, "identical paired samples"
     if n < 2:
         return None, None, "one paired sample: no interval"
     tail = _TAIL_SHARE.get(stat.fn)
@@ -280,8 +356,11 @@ def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: i
 
 def quality_deltas(ref_scores: list[dict], ref_samples: list[dict], var_scores: list[dict], var_samples: list[dict],
                    *, reference_variant: str, resamples: int = 2000, confidence: float = 0.95,
-                   min_samples: int = 30, seed: int = 0) -> list[dict]:
-    """A delta row for every (suite, metric) that both the reference and the variant scored."""
+                   min_samples: int = 30, seed: int = 0, looks: dict[str, Look] | None = None) -> list[dict]:
+    """A delta row for every (suite, metric) that both the reference and the variant scored.
+
+    `looks`: suite -> the look its interval is taken at (adaptive suites); the others one look at `confidence`.
+    """
     ref_by_key = {(s["suite"], s["metric"]): s for s in ref_scores}
     by_suite = lambda rows: {k: [r for r in rows if r["suite"] == k] for k in {r["suite"] for r in rows}}  # noqa: E731
     ref_s, var_s = by_suite(ref_samples), by_suite(var_samples)
@@ -292,7 +371,7 @@ def quality_deltas(ref_scores: list[dict], ref_samples: list[dict], var_scores: 
             continue
         out.append(delta_row(s, ref, ref_s.get(s["suite"], []), var_s.get(s["suite"], []),
                              reference_variant=reference_variant, resamples=resamples, confidence=confidence,
-                             min_samples=min_samples, seed=seed))
+                             min_samples=min_samples, seed=seed, look=(looks or {}).get(s["suite"])))
     return adjust_family(out, min_samples)
 
 
@@ -304,6 +383,25 @@ def adjust_family(rows: list[dict], min_samples: int) -> list[dict]:
         if r["verdict"] == "identical":
             continue  # nothing differs: no adjustment makes it a finding
         ci = (r["ci_low"], r["ci_high"]) if r["ci_low"] is not None else None
+        level = r.get("look_confidence") or r["confidence"]
         r["verdict"] = verdict(r["delta"], ci, r["n"], r["higher_is_better"], min_samples, adjusted,
-                               1.0 - r["confidence"], identical=False)
+                               1.0 - level, identical=False)
+    return rows
+
+
+def add_identity_bounds(rows: list[dict], same: int, n: int, confidence: float) -> list[dict]:
+    """Identity evidence on every 0/1 metric's row: `same` of `n` greedy outputs identical to plain decoding.
+
+    For a speculative variant whose plain decoding is the reference (the caller checks): at most
+    identity_flip_high of outputs differ (one-sided Clopper-Pearson), so a 0/1 score's delta is
+    within +-identity_flip_high and its retention at least identity_retention_low. That assumes the
+    identity prompts flip at least as often as the gating suite's; the gate uses it only when
+    decision.identity_gate says the variant is lossless by construction.
+    """
+    flip = flip_rate_high(same, n, confidence)
+    for r in rows:
+        if r.get("n_lost") is None:
+            continue
+        r.update(identity_n=n, identity_same=same, identity_flip_high=flip,
+                 identity_retention_low=identity_retention_low(r["reference_value"], flip, r["higher_is_better"]))
     return rows

@@ -15,12 +15,13 @@ suite's own outputs (lm-eval's results and samples files) under `DIR/quality/<su
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -33,7 +34,9 @@ from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.core.registry import SUITES
 from tasks.engines.base import Artifact, engine_for
 from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
-from tasks.quality.deltas import quality_deltas
+from tasks.quality.adaptive import Budget, adaptive_suites, judge_rows, sequential_gate
+from tasks.quality.deltas import add_identity_bounds, quality_deltas
+from tasks.quality.gate import UNDECIDED, Look, look_schedule
 from tasks.quality.failures import account_errors
 from warehouse.contract import read_table, write_table
 
@@ -94,20 +97,38 @@ def run_suite(spec: SuiteSpec, ctx: SuiteContext, key: dict[str, str], primary: 
     Errored requests are counted apart (`error_rate`, their samples unscored); above `max_error_rate`, and
     when the suite raises, it is recorded as `suite_failed` with the reason, and the caller goes on.
     """
+    samples, scores, _ = run_suite_raw(spec, ctx, key, primary, log, max_error_rate)
+    return samples, scores
+
+
+def run_suite_raw(spec: SuiteSpec, ctx: SuiteContext, key: dict[str, str], primary: str | None = None,
+                  log: logging.Logger | logging.LoggerAdapter = LOG,
+                  max_error_rate: float = 0.1) -> tuple[list[dict], list[dict], SuiteResult | None]:
+    """run_suite, and the suite's own result before errors are accounted (None when it raised), to extend it."""
     suite = suite_for(spec.name)
     t0 = time.perf_counter()
+    raw = None
     try:
-        result, errored = account_errors(suite.run(ctx), max_error_rate)
-        log.info("%s: suite %s, %d samples in %.1f s", ctx.variant, spec.key, len(result.samples),
+        raw = suite.run(ctx)
+        log.info("%s: suite %s, %d samples in %.1f s", ctx.variant, spec.key, len(raw.samples),
                  time.perf_counter() - t0)
-        if errored:
-            log.error("%s: suite %s failed: %s", ctx.variant, spec.key, errored)
     except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
         log.error("%s: suite %s failed: %s", ctx.variant, spec.key, err)
-        result = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
+        failed = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
                                            note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])
+        return *suite_rows(spec, failed, key, primary), None
+    result, errored = account_errors(raw, max_error_rate)
+    if errored:
+        log.error("%s: suite %s failed: %s", ctx.variant, spec.key, errored)
+    return *suite_rows(spec, result, key, primary), raw
+
+
+def suite_rows(spec: SuiteSpec, result: SuiteResult, key: dict[str, str],
+               primary: str | None) -> tuple[list[dict], list[dict]]:
+    """A suite's result as quality_samples and quality_scores rows, each prefixed with `key`."""
+    version = suite_for(spec.name).version
     samples = [{**key, **s} for s in result.samples]
-    scores = [{**key, "suite_version": suite.version, **asdict(s), "is_primary": primary == f"{spec.key}.{s.metric}"}
+    scores = [{**key, "suite_version": version, **asdict(s), "is_primary": primary == f"{spec.key}.{s.metric}"}
               for s in result.scores]
     return samples, scores
 
@@ -135,23 +156,125 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
     """Every configured suite against the variant, then its deltas against the reference.
 
     Writes quality_samples and quality_scores parts after each suite (a failure later loses no
-    finished suite), and a quality_deltas part at the end.
+    finished suite), and a quality_deltas part at the end. An adaptive suite (tasks.quality.adaptive)
+    is extended right after its first run: by the reference up front, by a variant while its gate is undecided.
     """
     samples: list[dict] = []
     scores: list[dict] = []
+    adaptive = adaptive_suites(cfg)
+    looks: dict[str, Look] = {}
+    extended: dict[str, list[tuple[int, str]]] = {}
     for spec in cfg.quality.suites:
         if spec.variants is not None and variant.name not in spec.variants:
             continue
         ctx = variant_context(cfg, spec, variant, artifact, ref_artifact, base_url, work_dir)
-        got_samples, got_scores = run_suite(spec, ctx, {"run_id": run_id, "variant": variant.name, "suite": spec.key},
-                                            cfg.quality.primary, log, cfg.quality.max_error_rate)
+        key = {"run_id": run_id, "variant": variant.name, "suite": spec.key}
+        t0 = time.monotonic()
+        got_samples, got_scores, raw = run_suite_raw(spec, ctx, key, cfg.quality.primary, log, cfg.quality.max_error_rate)
+        if spec.key in adaptive and raw is not None and raw.samples:
+            _write(results_dir, variant.name, samples + got_samples, scores + got_scores)
+            adaptive_run = AdaptiveRun(cfg, spec, ctx, key, raw, (got_samples, got_scores), time.monotonic() - t0,
+                                       adaptive[spec.key], log)
+            extended[spec.key] = adaptive_run.run(results_dir, variant.name == cfg.reference.name,
+                                                  lambda s, c: _write(results_dir, variant.name, samples + s, scores + c))
+            got_samples, got_scores = adaptive_run.samples, adaptive_run.scores
+            if adaptive_run.look is not None:
+                looks[spec.key] = adaptive_run.look
         samples += got_samples
         scores += got_scores
-        write_table(results_dir, "quality_samples", variant.name, samples)
-        write_table(results_dir, "quality_scores", variant.name, scores)
-    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir)
+        _write(results_dir, variant.name, samples, scores)
+    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir, looks)
     return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
-            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas}}
+            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas},
+            "looks": {k: [f"n={n}: {g}" for n, g in v] for k, v in extended.items()}}
+
+
+def _write(results_dir: Path, part: str, samples: list[dict], scores: list[dict]) -> None:
+    write_table(results_dir, "quality_samples", part, samples)
+    write_table(results_dir, "quality_scores", part, scores)
+
+
+class AdaptiveRun:
+    """One adaptive suite of one variant in a nightly: its looks, each batch answered by the variant's server.
+
+    The reference answers every planned item (the looks' schedule, within the budget); a variant
+    extends while its gate on the suite's gating metrics is undecided, up to the items the
+    reference has (tasks.quality.adaptive). Rows are written after every batch: a failure later
+    loses no answered item. A batch that fails (the server died) ends the looks; the last look stands.
+    """
+
+    def __init__(self, cfg: RunConfig, spec: SuiteSpec, ctx: SuiteContext, key: dict[str, str], raw: SuiteResult,
+                 rows: tuple[list[dict], list[dict]], first_s: float, metrics: list[str],
+                 log: logging.Logger | logging.LoggerAdapter):
+        self.cfg, self.spec, self.ctx, self.key, self.raw, self.metrics, self.log = cfg, spec, ctx, key, raw, metrics, log
+        self.suite = suite_for(spec.name)
+        adaptive = cfg.quality.adaptive
+        assert adaptive is not None
+        most = self.suite.max_items(ctx)
+        self.schedule = look_schedule(len(raw.samples), min(adaptive.max_items, most) if most else adaptive.max_items)
+        self.budget = Budget(adaptive.budget_s, len(raw.samples), first_s)
+        self.samples, self.scores = rows
+        self.look: Look | None = None
+
+    def _rows(self) -> tuple[list[dict], list[dict]]:
+        result, errored = account_errors(self.raw, self.cfg.quality.max_error_rate)
+        if errored:
+            self.log.error("%s: suite %s failed: %s", self.ctx.variant, self.spec.key, errored)
+        return suite_rows(self.spec, result, self.key, self.cfg.quality.primary)
+
+    def extend_to(self, n: int, limit: int | None, write: Callable[[list[dict], list[dict]], None]) -> bool:
+        have = len(self.raw.samples)
+        if limit is not None and n > limit:
+            self.log.info("%s: %s stays at %d items: the reference answered %d", self.ctx.variant, self.spec.key, have, limit)
+            return False
+        if not self.budget.allows(n - have):
+            self.log.info("%s: %s stays at %d items: %d more would take ~%.0f s, %.0f s of its budget left",
+                          self.ctx.variant, self.spec.key, have, n - have, (n - have) * self.budget.per_item_s(),
+                          self.budget.left_s())
+            return False
+        t0 = time.monotonic()
+        try:
+            more = self.suite.run(dataclasses.replace(self.ctx, offset=have, limit=n))
+        except Exception as err:  # noqa: BLE001 - the items answered so far stand
+            self.log.error("%s: extending %s to %d items failed: %s", self.ctx.variant, self.spec.key, n, err)
+            return False
+        self.budget.spent(n - have, time.monotonic() - t0)
+        merged = self.raw.samples + more.samples
+        self.raw = SuiteResult(merged, self.suite.score(merged))
+        self.samples, self.scores = self._rows()
+        write(self.samples, self.scores)
+        self.log.info("%s: %s extended to %d items in %.1f s", self.ctx.variant, self.spec.key, n, time.monotonic() - t0)
+        return not self.failed()
+
+    def failed(self) -> bool:
+        """Too many errored requests: the suite is suite_failed, and more items would not make it a score."""
+        return any(s["metric"] == "suite_failed" for s in self.scores)
+
+    def run(self, results_dir: Path, is_reference: bool,
+            write: Callable[[list[dict], list[dict]], None]) -> list[tuple[int, str]]:
+        """The looks, (items, gate) each; the reference answers every planned item (no gate to judge)."""
+        if len(self.schedule) == 1 or self.failed():
+            return []
+        if is_reference:
+            looks = sequential_gate(self.schedule, lambda k: UNDECIDED, lambda n: self.extend_to(n, None, write))
+            return [(n, "answered") for n, _ in looks]
+        ref = self.cfg.reference.name
+        all_scores, all_samples = read_table(results_dir, "quality_scores"), read_table(results_dir, "quality_samples")
+        ref_scores = [r for r in records(all_scores, ref) if r["suite"] == self.spec.key]
+        ref_samples = [r for r in records(all_samples, ref) if r["suite"] == self.spec.key]
+        q = self.cfg.quality
+
+        def judge_at(k: int) -> str:
+            self.look = Look.at(q.confidence, self.schedule, k)
+            rows = quality_deltas(ref_scores, ref_samples, [s for s in self.scores if s["metric"] in self.metrics],
+                                  self.samples, reference_variant=ref, resamples=q.bootstrap_resamples,
+                                  confidence=q.confidence, min_samples=q.min_samples, looks={self.spec.key: self.look})
+            gate = judge_rows(rows, self.metrics, self.cfg)
+            self.log.info("%s: %s look %d of %d at %d items (%.2f %% interval): gate %s", self.ctx.variant,
+                          self.spec.key, k + 1, len(self.schedule), self.schedule[k], self.look.level * 100, gate)
+            return gate
+
+        return sequential_gate(self.schedule, judge_at, lambda n: self.extend_to(n, len(ref_samples), write))
 
 
 def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, gguf: Path | None = None,
@@ -220,18 +343,37 @@ def compare_lmeval_samples(ours: Path, theirs: Path, task: str) -> dict:
             "metric": metric, "ours": {f: mean(a, f) for f in filters}, "theirs": {f: mean(b, f) for f in filters}}
 
 
+def records(df, variant: str) -> list[dict]:
+    """A results table's rows of one variant as dicts, NaN as None."""
+    return df[df["variant"] == variant].astype(object).where(df.notna(), None).to_dict("records")
+
+
 def write_quality_deltas(cfg: RunConfig, variant: Variant, samples: list[dict], scores: list[dict],
-                         results_dir: Path) -> list[dict]:
-    """The variant's quality deltas against the reference (measured first), as a quality_deltas part."""
-    ref = cfg.reference.name
-    if variant.name == ref:
+                         results_dir: Path, looks: dict[str, Look] | None = None) -> list[dict]:
+    """The variant's quality deltas against the reference (measured first), as a quality_deltas part.
+
+    `looks`: the look each adaptive suite stopped at (its interval's level). A speculative variant whose
+    plain decoding is the reference gets its greedy_identity evidence on its 0/1 metrics' rows.
+    """
+    ref = cfg.reference
+    if variant.name == ref.name:
         return []
     ref_scores = read_table(results_dir, "quality_scores")
     ref_samples = read_table(results_dir, "quality_samples")
-    records = lambda df: df[df["variant"] == ref].astype(object).where(df.notna(), None).to_dict("records")  # noqa: E731
     q = cfg.quality
-    rows = quality_deltas(records(ref_scores), records(ref_samples), [s for s in scores if s["metric"] != "suite_failed"],
-                          samples, reference_variant=ref, resamples=q.bootstrap_resamples, confidence=q.confidence,
-                          min_samples=q.min_samples)
+    rows = quality_deltas(records(ref_scores, ref.name), records(ref_samples, ref.name),
+                          [s for s in scores if s["metric"] != "suite_failed"], samples, reference_variant=ref.name,
+                          resamples=q.bootstrap_resamples, confidence=q.confidence, min_samples=q.min_samples,
+                          looks=looks)
+    identity = {s.key for s in q.suites if s.name == "greedy_identity"}
+    shown = [s for s in samples if s["suite"] in identity]
+    if plain_is_reference(variant, ref) and shown:
+        add_identity_bounds(rows, sum(s["score"] == 1 for s in shown), len(shown), q.confidence)
     write_table(results_dir, "quality_deltas", variant.name, rows)
     return rows
+
+
+def plain_is_reference(variant: Variant, reference: Variant) -> bool:
+    """A speculative variant that, decoded without speculation, is the reference (same model, engine, weights, options)."""
+    same = lambda v: (v.model, v.engine, v.quantization, v.engine_args)  # noqa: E731
+    return variant.speculative is not None and reference.speculative is None and same(variant) == same(reference)

@@ -330,7 +330,8 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
                         ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1), ("gate", "gate", 0),
                         ("gate_metric", "metric", 0), ("retention", "retention", 4),
                         ("retention_ci_low", "CI low", 4), ("retention_ci_high", "CI high", 4),
-                        ("n_needed", "n needed", 0), ("j_per_1m_output_tok", "J/1M tok", 0),
+                        ("n", "pairs", 0), ("n_needed_if_equal", "n needed if equal", 0),
+                        ("n_needed", "n needed at observed", 0), ("j_per_1m_output_tok", "J/1M tok", 0),
                         ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1), ("usd_per_1m_output_tok", "USD/1M tok", 3),
                         ("verdict_reason", "reason", 0)])
     return f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>' \

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is 
 
 # Command-line flag of each DecisionSpec field, for one-line errors.
 FLAGS = {"slo": "--slo", "percentile": "--percentile", "gate_metrics": "--gate", "retention": "--retention",
-         "optimise": "--optimise", "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh"}
+         "margin_points": "--margin-points", "identity_gate": "--identity-gate", "optimise": "--optimise",
+         "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh"}
 LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 # How a variant that beats the recommended one on the objective is described.
 AHEAD = {"rate": "faster", "tps": "faster", "cost": "cheaper", "energy": "more frugal",
@@ -70,6 +71,10 @@ def add_arguments(p) -> None:
     p.add_argument("--gate", action="append", metavar="SUITE.METRIC",
                    help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)")
     p.add_argument("--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999")
+    p.add_argument("--margin-points", dest="margin_points",
+                   help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost")
+    p.add_argument("--identity-gate", dest="identity_gate", action="store_true", default=None,
+                   help="a speculative variant whose plain decoding is the reference passes on its identity evidence")
     p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
     p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
     p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
@@ -104,6 +109,10 @@ def overrides_from_args(args) -> dict[str, Any]:
         out["gate_metrics"] = args.gate
     if args.retention is not None:
         out["retention"] = _number("--retention", args.retention, "0.99")
+    if getattr(args, "margin_points", None) is not None:
+        out["margin_points"] = _number("--margin-points", args.margin_points, "2")
+    if getattr(args, "identity_gate", None):
+        out["identity_gate"] = True
     if args.optimise is not None:
         out["optimise"] = args.optimise
     if args.grid is not None:
@@ -113,6 +122,7 @@ def overrides_from_args(args) -> dict[str, Any]:
 
 FIXES = {"slo": "give a preset or limits such as ttft_ms=500,tpot_ms=50", "percentile": "give e.g. 99",
          "gate_metrics": "give 'suite.metric'", "retention": "give a fraction such as 0.99 or 0.999",
+         "margin_points": "give points of a fraction metric, e.g. 2 (0 < points <= 100)", "identity_gate": "a flag",
          "optimise": "use rate, tps, cost, energy or cost_per_correct", "grid_gco2e_per_kwh": "give gCO2e/kWh >= 0"}
 
 
@@ -166,6 +176,10 @@ def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, override
         cols["gate_metrics"] = _literal(spec.gate_metrics or [])
     if "retention" in overrides:
         cols["retention_target"] = _literal(spec.retention)
+    if "margin_points" in overrides:
+        cols["margin_points"] = _literal(spec.margin_points) + "::double"
+    if "identity_gate" in overrides:
+        cols["identity_gate"] = "true" if spec.identity_gate else "false"
     if "optimise" in overrides:
         cols["optimise"] = _literal(spec.optimise)
     if "grid_gco2e_per_kwh" in overrides:
@@ -248,18 +262,80 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f} %"
 
 
+def _evidence(row: pd.Series) -> str:
+    """'95 % CI', its n and the looks it took: '95 % CI 86.4-127.0 %, 80 pairs' is built around it."""
+    n, looks, planned = _v(row, "n"), _v(row, "looks"), _v(row, "looks_planned")
+    pairs = f", {n:,.0f} pairs" if n is not None else ""
+    if planned is not None and planned > 1:
+        pairs += f" after {looks:.0f} of {planned:.0f} looks"
+    return pairs
+
+
+def _ci(row: pd.Series) -> str:
+    conf = _v(row, "gate_confidence")
+    return f"{conf * 100:g} % CI" if conf is not None else "CI"
+
+
 def retention_text(row: pd.Series) -> str:
-    """'keeps 88.0 % of arithmetic.accuracy (95 % CI 84.0-91.0 %)', or what stands in for it."""
+    """What the gate rests on, in words, with the n behind it: 'keeps 88.0 % of arithmetic.accuracy (95 % CI
+    84.0-91.0 %, 80 pairs)', the change in points (margin_points), the identity evidence, or what stands in for it."""
     metric = _v(row, "gate_metric")
     if metric is None:
         return "no quality gate (no gating metric)"
     if _v(row, "is_reference"):
         return f"the reference for {metric}"
+    basis = _v(row, "gate_basis")
+    if basis == "identity" and _v(row, "gate") == "pass":
+        same, n, flip = _v(row, "identity_same"), _v(row, "identity_n"), _v(row, "identity_flip_high")
+        level = (1 + (_v(row, "gate_confidence") or 0.95)) / 2
+        kept = (f"loses at most {flip * 100:.2f} points of {metric}" if _v(row, "margin_points") is not None
+                else f"keeps at least {_pct(_v(row, 'identity_retention_low'))} of {metric}")
+        return (f"lossless by construction and shown so: {same:.0f} of {n:.0f} greedy outputs identical to plain "
+                f"decoding, so at most {flip * 100:.2f} % of outputs differ ({level * 100:g} % upper bound) and it "
+                f"{kept} (if its outputs on that suite differ no more often than on the identity prompts)")
+    if basis == "margin_points" and _v(row, "delta") is not None:
+        lo, hi = _v(row, "delta_ci_low"), _v(row, "delta_ci_high")
+        ci = (f" ({_ci(row)} {lo * 100:+.2f} to {hi * 100:+.2f} points{_evidence(row)})" if lo is not None
+              else " (no interval)")
+        return f"changes {metric} by {_v(row, 'delta') * 100:+.2f} points{ci}"
     ret, lo, hi = (_v(row, c) for c in ("retention", "retention_ci_low", "retention_ci_high"))
     if ret is None:
         return f"{metric}: {_v(row, 'gate_reason') or 'not measured'}"
-    ci = f" (95 % CI {lo * 100:.1f}-{hi * 100:.1f} %)" if lo is not None and hi is not None else " (no interval)"
+    if lo is not None or hi is not None:
+        high = "inf" if hi is None else f"{hi * 100:.1f}"
+        ci = f" ({_ci(row)} {(lo or 0) * 100:.1f}-{high} %{_evidence(row)})"
+    else:
+        ci = f" (no bound: {_v(row, 'gate_reason')})"
     return f"keeps {_pct(ret)} of {metric}{ci}"
+
+
+def target_text(row: pd.Series) -> str:
+    """'the 99.0 % target' or 'the 2-point margin'."""
+    if _v(row, "gate_basis") == "margin_points":
+        return f"the {_v(row, 'margin_points'):g}-point margin"
+    return f"the {_pct(_v(row, 'retention_target'))} target"
+
+
+def needed_text(row: pd.Series) -> str:
+    """'; to decide: ~15,680 paired samples if it is truly equal (1.2 % of pairs differ), ~431 at the observed
+    +1.25 points (have 80)', or the identical outputs an identity gate needs."""
+    n, need, equal, ident = (_v(row, c) for c in ("n", "n_needed", "n_needed_if_equal", "identity_n_needed"))
+    if ident is not None:
+        return (f"; ~{ident:,.0f} identical greedy outputs of as many would pass it "
+                f"(have {_v(row, 'identity_same'):.0f} of {_v(row, 'identity_n'):.0f} identical)")
+    lost, gained, d = _v(row, "n_lost"), _v(row, "n_gained"), _v(row, "delta")
+    parts = []
+    if equal is not None:
+        if lost is not None and lost + gained == 0:
+            parts.append(f"~{equal:,.0f} paired samples even if none of them differs")
+        else:
+            differ = f" ({(lost + gained) / n * 100:.3g} % of pairs differ)" if lost is not None and n else ""
+            parts.append(f"~{equal:,.0f} paired samples if it is truly equal{differ}")
+    if need is not None:
+        at = f" if the observed {d * 100:+.2f} points are the truth" if lost is not None and d is not None \
+            else " at the observed effect"
+        parts.append(f"~{need:,.0f}{' paired samples' if not parts else ''}{at}")
+    return f"; to decide: {', '.join(parts)} (have {n:,.0f})" if parts else ""
 
 
 def num(x: float) -> str:
@@ -325,22 +401,22 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
     if verdict == "not_enough_requests":
         return f"{v} cannot be judged on the SLO: {_v(row, 'slo_note')}."
     if verdict == "fails_gate":
-        return (f"{v}{ahead or ''} {retention_text(row)}: fails the {_pct(_v(row, 'retention_target'))} gate"
+        gate = (f"{_v(row, 'margin_points'):g}-point margin" if _v(row, "gate_basis") == "margin_points"
+                else f"{_pct(_v(row, 'retention_target'))} gate")
+        return (f"{v}{ahead or ''} {retention_text(row)}: fails the {gate}"
                 + (f" ({_v(row, 'gate_reason')})" if _v(row, "retention") is None else "") + ".")
     if verdict == "not_enough_evidence":
-        need, n, target = _v(row, "n_needed"), _v(row, "n"), _v(row, "retention_target")
-        lo, hi = _v(row, "retention_ci_low"), _v(row, "retention_ci_high")
-        more = f"; ~{need:,.0f} paired samples needed to decide (have {n})" if need is not None else ""
-        if _v(row, "retention") is None:
+        reason = _v(row, "gate_reason") or ""
+        if _v(row, "retention") is None and _v(row, "gate_basis") != "margin_points":
             detail = retention_text(row)
-        elif lo is not None and lo < target and (hi is None or hi >= target):
-            detail = f"{retention_text(row)}, which straddles the {_pct(target)} target"
+        elif "straddles" in reason:
+            detail = f"{retention_text(row)}, which straddles {target_text(row)}"
         else:
-            detail = f"{retention_text(row)}, but {_v(row, 'gate_reason')}"
-        return f"{v}{ahead or ''} is not measured well enough: {detail}{more}."
+            detail = f"{retention_text(row)}, but {reason}"
+        return f"{v}{ahead or ''} is not measured well enough: {detail}{needed_text(row)}."
     if verdict == "not_ranked":
         return f"{v} meets the SLO and passes the gate but cannot be ranked: {_v(row, 'verdict_reason')}."
-    return (f"{v} meets the SLO and passes the gate ({load_text(row)}); "
+    return (f"{v} meets the SLO and passes the gate ({load_text(row)}; {retention_text(row)}); "
             f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}.")
 
 
@@ -356,7 +432,8 @@ def _table(df: pd.DataFrame) -> str:
 
     table = Table(box=box.MARKDOWN, show_edge=True)
     headers = ["variant", "verdict", "sustainable", "req/s", "tok/s", "requests", "over", "TTFT bound ms",
-               "TPOT bound ms", "gate", "retention", "95 % CI", "n needed", "J/1M tok", "gCO2e/1M tok", "USD/1M tok",
+               "TPOT bound ms", "gate", "retention", "95 % CI", "n needed (if equal / observed)", "J/1M tok",
+               "gCO2e/1M tok", "USD/1M tok",
                "tok/correct"]
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 3 or h == "gate" else "right")
@@ -372,12 +449,22 @@ def _table(df: pd.DataFrame) -> str:
             _value(r["gate"]) or "",
             _fmt(None if _value(r["retention"]) is None else r["retention"] * 100, ".1f"),
             f"{lo * 100:.1f}-{hi * 100:.1f}" if lo is not None and hi is not None else "",
-            _fmt(r["n_needed"], ".0f") if _value(r["n_needed"]) is not None else "",
+            _needed_cell(r),
             _fmt(r["j_per_1m_output_tok"], ".3g"), _fmt(r["gco2e_per_1m_output_tok"], ".3g"),
             _fmt(r["usd_per_1m_output_tok"], ".3g"), _fmt(r["output_tok_per_correct"], ".1f"))
     console = Console(file=io.StringIO(), width=260, color_system=None)
     console.print(table)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
+
+
+def _needed_cell(r: pd.Series) -> str:
+    """'15680 / 431' (paired samples if truly equal / at the observed effect), '1474 identical' (identity gate)."""
+    if _value(r.get("identity_n_needed")) is not None:
+        return f"{r['identity_n_needed']:.0f} identical"
+    equal, observed = _value(r.get("n_needed_if_equal")), _value(r.get("n_needed"))
+    if equal is None and observed is None:
+        return ""
+    return f"{'-' if equal is None else f'{equal:.0f}'} / {'-' if observed is None else f'{observed:.0f}'}"
 
 
 def _notes(df: pd.DataFrame) -> list[str]:
@@ -401,7 +488,10 @@ def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = N
     head = f"run {run_id}: decision under {slo_text(df.iloc[0]) if len(df) else 'no SLO'}" if len(df) else f"run {run_id}"
     if len(df):
         first = df.iloc[0]
-        head += (f", retention >= {_pct(_v(first, 'retention_target'))} on "
+        margin = _v(first, "margin_points")
+        gate = (f"at most {margin:g} points lost (fraction metrics; else retention >= {_pct(_v(first, 'retention_target'))})"
+                if margin is not None else f"retention >= {_pct(_v(first, 'retention_target'))}")
+        head += (f", {gate} on "
                  f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
                  + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else ""))
     lines = summary_lines(df)

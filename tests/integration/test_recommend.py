@@ -51,10 +51,22 @@ def request_times(s: dict, i: int, n: int) -> dict:
     return {"start_s": start, "end_s": end, "repeat": rep}
 
 
-def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5) -> dict:
-    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric)."""
+def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5,
+          lost: int | None = None, gained: int | None = None, **more) -> dict:
+    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores them."""
+    from tasks.quality.gate import retention_interval
+
+    low, high = retention_interval(ref, *ci, True) if ci else (None, None)
     return dict(reference_value=ref, value=value, delta=value - ref, ci_low=ci[0] if ci else None,
-                ci_high=ci[1] if ci else None, n=n, p_value=p_value)
+                ci_high=ci[1] if ci else None, n=n, p_value=p_value, n_lost=lost, n_gained=gained,
+                retention_ci_low=low, retention_ci_high=high, look_confidence=0.95, looks=1, looks_planned=1, **more)
+
+
+def no_pair_differs(n: int) -> tuple[float, float]:
+    """Tango's 95 % interval when none of `n` pairs differs (not [0, 0]: +-4.6 points at n = 80)."""
+    from tasks.core.stat_tests import tango_interval
+
+    return tango_interval(0, 0, n, 0.95)
 
 
 def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decision: dict | None = None,
@@ -144,17 +156,18 @@ REF, Q3 = pairs(80, 40, 3, 2)  # q3_k_m: 3 lost, 2 gained: delta -1/80, retentio
 
 
 def demo_like() -> dict[str, dict]:
-    """q4_1 (reference), q4_1-spec (identical outputs, 2 % slower: a tie), q2_k (faster, far worse),
+    """q4_1 (reference), q4_1-spec (identical outputs on 2,000 pairs, 2 % slower: a tie), q2_k (faster, far worse),
     q3_k_m (faster, CI straddles 99 %), q8_0 (failed)."""
     steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(N, 300)), step("c2", 2, req_s, ttfts(N, 500))]  # noqa: E731
     return {
         "q4_1": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
                                         step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4)],
                  "accuracy": 0.5, "samples": REF, "cost": {"usd_per_hour": 3.6}},
-        "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, (0.0, 0.0), p_value=1.0),
+        "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0,
+                                                                    lost=0, gained=0),
                       "samples": REF},
         "q2_k": {"steps": steady(1.8), "accuracy": 0.3, "delta": delta(0.5, 0.3, (-0.28, -0.12))},
-        "q3_k_m": {"steps": steady(1.3), "accuracy": 39 / 80, "delta": delta(0.5, 39 / 80, (-0.05, 0.025)),
+        "q3_k_m": {"steps": steady(1.3), "accuracy": 39 / 80, "delta": delta(0.5, 39 / 80, (-0.05, 0.025), lost=3, gained=2),
                    "samples": Q3},
         "q8_0": {"status": "failed", "error": "ServerDied: server exited with code 1\nlog tail"},
     }
@@ -200,7 +213,10 @@ def test_ci_straddling_the_target_is_not_enough_evidence_with_the_n_needed(demo_
     z = statistics.NormalDist().inv_cdf
     expected = ((z(0.975) + z(0.8)) * sd / distance) ** 2
     assert q3["n_needed"] == pytest.approx(expected, rel=0.005) and q3["n"] == 80
-    assert "~" in q3["verdict_reason"] and "paired samples needed (have 80)" in q3["verdict_reason"]
+    assert q3["verdict_reason"].endswith("paired samples needed if it is truly equal, ~8701 at the observed effect (have 80)")
+    # a truly equal variant with that discordance (5 of 80 pairs differ): sd sqrt(5 / 80), distance 0.005
+    equal = ((z(0.975) + z(0.8)) * math.sqrt(5 / n) / 0.005) ** 2
+    assert q3["n_needed_if_equal"] == pytest.approx(equal, rel=0.005)
 
 
 def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Path) -> None:
@@ -516,14 +532,16 @@ def test_plain_language_comes_first(demo_db: Path) -> None:
                         "arithmetic.accuracy; 0.4 J/token, 44.4 gCO2e per 1M tokens; 15.6 USD per 1M output tokens. "
                         "Chosen on rate (best rate, tied with q4_1-spec (within 5.0 %): chosen on the retention lower "
                         "bound, then the reference).")
-    assert ("q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %): "
+    assert ("q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %, 80 pairs): "
             "fails the 99.0 % gate.") in lines
     assert ("q3_k_m is faster (1.30x the req/s) but is not measured well enough: keeps 97.5 % of arithmetic.accuracy "
-            "(95 % CI 90.0-105.0 %), which straddles the 99.0 % target; ~8,701 paired samples needed to decide "
+            "(95 % CI 90.0-105.0 %, 80 pairs), which straddles the 99.0 % target; to decide: ~19,626 paired samples if "
+            "it is truly equal (6.25 % of pairs differ), ~8,701 if the observed -1.25 points are the truth "
             "(have 80).") in lines
     assert ("q4_1-spec meets the SLO and passes the gate (at concurrency 2, the highest measured, 0.98 req/s completed "
-            "(c2, 62.7 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT 20.0 ms)); "
-            "rate 0.98x the recommended.") in lines
+            "(c2, 62.7 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT 20.0 ms); "
+            "keeps 100.0 % of arithmetic.accuracy (95 % CI 99.6-100.4 %, 2,000 pairs)); rate 0.98x the "
+            "recommended.") in lines
     assert md.startswith("**Ship q4_1 (the reference):") and "| q2_k | fails_gate | 1.80 | fail |" in md
 
 

@@ -46,6 +46,9 @@ def _set(d, path, value):
     (("variants", 3, "speculative", "method"), "eagle", "speculative.method: 'eagle' is not supported by llama.cpp"),
     (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
     (("quality", "primary"), "helm.accuracy", "quality.primary: suite 'helm'"),
+    (("quality", "primary"), "fidelity.kl_mean", "quality.adaptive: no gating metric is in a suite that can extend"),
+    (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
+    (("decision",), {"margin_points": 0}, "decision.margin_points:"),
 ])
 def test_bad_config_names_field_and_fix(demo, path, value, expect):
     bad = copy.deepcopy(demo)

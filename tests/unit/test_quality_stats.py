@@ -119,10 +119,18 @@ def test_small_delta_is_inconclusive_even_when_every_sample_flips():
 
 
 def test_identical_outputs():
+    # right/wrong scores: no pair differs, yet the interval is Tango's (+-7.1 points at n = 50), not [0, 0]
     ref, var = _samples("ref", [1, 0] * 25), _samples("var", [1, 0] * 25)
     row = delta_row(_score("var"), _score("ref"), ref, var, reference_variant="ref")
-    assert (row["delta"], row["ci_low"], row["ci_high"], row["verdict"]) == (0.0, 0.0, 0.0, "identical")
-    assert row["p_value"] == 1.0
+    assert (row["delta"], row["verdict"], row["p_value"], row["n_lost"], row["n_gained"]) == (0.0, "identical", 1.0, 0, 0)
+    assert (row["ci_low"], row["ci_high"]) == tango_interval(0, 0, 50, 0.95)
+    assert row["ci_low"] == pytest.approx(-1.96**2 / (50 + 1.96**2), rel=1e-3)
+    assert (row["retention_ci_low"], row["retention_ci_high"]) == (1 + row["ci_low"] / 0.5, 1 + row["ci_high"] / 0.5)
+    # a continuous score: every pair identical gives a bootstrap no spread: [0, 0] stays, but it is no gate bound
+    ref, var = _samples("ref", [1] * 40, x=[0.3] * 40), _samples("var", [1] * 40, x=[0.3] * 40)
+    row = delta_row(_score("var", "x", "mean(x)"), _score("ref", "x", "mean(x)"), ref, var, reference_variant="ref")
+    assert (row["ci_low"], row["ci_high"], row["verdict"]) == (0.0, 0.0, "identical")
+    assert (row["retention_ci_low"], row["retention_ci_high"], row["n_lost"]) == (None, None, None)
 
 
 def test_filtered_statistic_and_ratio_statistic():

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from tasks.client import complete
 from tasks.core.errors import close_matches
-from tasks.quality.base import Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
+from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 
 _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
 
@@ -58,6 +58,7 @@ class Arithmetic(Suite):
     name = "arithmetic"
     version = "1"
     Params = ArithmeticParams
+    extendable = True  # generated: item i is the same for any limit, and there is no last item
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
@@ -65,7 +66,7 @@ class Arithmetic(Suite):
         shots = arithmetic_problems(p.num_fewshot, ctx.seed + 1_000_003, tasks)
         header = "".join(f"Q: {s['question']}\nA: {s['answer']}\n\n" for s in shots)
         res = SuiteResult()
-        for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks):
+        for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks)[ctx.offset:]:
             prompt = f"{header}Q: {p['question']}\nA:"
             usage: dict = {}
             try:
@@ -82,5 +83,8 @@ class Arithmetic(Suite):
                                                        "invalid": int(not valid),
                                                        "prompt_tokens": usage.get("prompt_tokens"),
                                                        "output_tokens": usage.get("completion_tokens")})})
-        res.scores = binary_scores(res.samples)
+        res.scores = self.score(res.samples)
         return res
+
+    def score(self, samples: list[dict[str, Any]]) -> list[Score]:
+        return binary_scores(samples)

@@ -12,6 +12,10 @@
 --   min_rate_ratio                 a rate step is sustained when it achieved this share of its offered rate (0.95)
 --   gate_metrics                   'suite.metric' list gating quality (default: the primary metric)
 --   retention_target               share of the reference's score a gating metric must keep (0.99, 0.999)
+--   margin_points                  non-inferiority margin in points (0.01 of a fraction) for fraction metrics,
+--                                  instead of retention_target; NULL: the retention target applies
+--   identity_gate                  a speculative variant whose plain decoding is the reference passes on its
+--                                  identity evidence alone (decision.identity_gate)
 --   optimise                       rate | tps | cost | energy | cost_per_correct: what the recommendation maximises
 --                                  (rate, tps) or minimises (the others) among variants that pass
 --   grid_gco2e_per_kwh             gCO2e per kWh, given by the user; NULL: carbon is not computed
@@ -33,6 +37,8 @@ with settings as (
         try_cast(r.config_json ->> '$.decision.min_rate_ratio' as double) as min_rate_ratio,
         from_json(json_extract(r.config_json, '$.decision.gate_metrics'), '["VARCHAR"]') as gate_metrics,
         try_cast(r.config_json ->> '$.decision.retention' as double) as retention,
+        try_cast(r.config_json ->> '$.decision.margin_points' as double) as margin_points,
+        try_cast(r.config_json ->> '$.decision.identity_gate' as boolean) as identity_gate,
         r.config_json ->> '$.decision.optimise' as optimise,
         try_cast(r.config_json ->> '$.decision.grid_gco2e_per_kwh' as double) as grid_gco2e_per_kwh,
         try_cast(r.config_json ->> '$.decision.tie_tolerance_pct' as double) as tie_tolerance_pct,
@@ -67,6 +73,8 @@ final as (
                  case when s.primary_quality_metric is null then []::varchar[] else [s.primary_quality_metric] end)
             as gate_metrics,
         coalesce(s.retention, 0.99) as retention_target,
+        s.margin_points,
+        coalesce(s.identity_gate, false) as identity_gate,
         coalesce(s.optimise, 'rate') as optimise,
         s.grid_gco2e_per_kwh,
         coalesce(s.tie_tolerance_pct, 5.0) as tie_tolerance_pct,

@@ -33,6 +33,9 @@
 --   gate_metric                    the metric that decides the gate: the failing one, the undecided one that
 --                                  needs the most samples, or the tightest passing one
 --   retention, retention_ci_low, retention_ci_high, retention_target, n, n_needed, gate_reason   of that metric
+--   gate_basis, margin_points, delta, delta_ci_low, delta_ci_high, gate_confidence, looks, looks_planned,
+--   n_lost, n_gained, n_needed_if_equal, identity_n, identity_same, identity_flip_high, identity_retention_low,
+--   identity_n_needed              of that metric too (v_quality_gate): what the gate's words rest on
 --   gate_detail                    every gating metric: 'metric: gate (reason)'
 --   usd_per_1m_output_tok          USD per 1M output tokens at the sustainable load (own hardware: usd_per_hour
 --                                  over its tokens/s; hosted: the output price); cost_note why NULL
@@ -237,6 +240,22 @@ assembled as (
         d.retention_target,
         bg.n,
         bg.n_needed,
+        bg.gate_basis,
+        d.margin_points,
+        bg.delta,
+        bg.ci_low as delta_ci_low,
+        bg.ci_high as delta_ci_high,
+        bg.confidence as gate_confidence,
+        bg.looks,
+        bg.looks_planned,
+        bg.n_lost,
+        bg.n_gained,
+        bg.n_needed_if_equal,
+        bg.identity_n,
+        bg.identity_same,
+        bg.identity_flip_high,
+        bg.identity_retention_low,
+        bg.identity_n_needed,
         case
             when len(d.gate_metrics) = 0 then 'no gating metric: set decision.gate_metrics or quality.primary'
             else g.gate_detail
@@ -441,6 +460,22 @@ final as (
         n,
         n_needed,
         gate_reason,
+        gate_basis,
+        margin_points,
+        delta,
+        delta_ci_low,
+        delta_ci_high,
+        gate_confidence,
+        looks,
+        looks_planned,
+        n_lost,
+        n_gained,
+        n_needed_if_equal,
+        identity_n,
+        identity_same,
+        identity_flip_high,
+        identity_retention_low,
+        identity_n_needed,
         gate_detail,
         usd_per_1m_output_tok,
         cost_note,
@@ -474,7 +509,16 @@ final as (
             when sustainable_scenario is null then slo_note
             when gate = 'fail' then gate_metric || ': ' || gate_reason
             when gate = 'not_enough_evidence' then gate_metric || ': ' || gate_reason
-                || coalesce(printf('; ~%d paired samples needed (have %d)', n_needed, n), '')
+                || case
+                    when identity_n_needed is not null
+                        then printf('; ~%d identical greedy outputs needed (have %d of %d)', identity_n_needed,
+                                    identity_same, identity_n)
+                    when n_needed_if_equal is not null and n_needed is not null
+                        then printf('; ~%d paired samples needed if it is truly equal, ~%d at the observed effect (have %d)',
+                                    n_needed_if_equal, n_needed, n)
+                    when n_needed is not null then printf('; ~%d paired samples needed (have %d)', n_needed, n)
+                    else ''
+                end
             when objective is null then 'no ' || optimise || ' value'
                 || coalesce(': ' || case optimise when 'cost' then cost_note when 'energy' then energy_note
                                                   when 'cost_per_correct' then efficiency_note end, '')

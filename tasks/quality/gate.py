@@ -1,0 +1,184 @@
+"""The quality gate: the bounds it rests on, its rule, and the looks of a sample that grows until it decides.
+
+One home for each part. The bounds are computed here when a variant's deltas are computed and
+stored in `quality_deltas` (retention_ci_low/_high, identity_*); they do not depend on the target,
+so `tradeoff recommend --retention/--margin-points` re-judges a run without recomputing them.
+The rule that compares them with the target is `judge` here and the `gated` CTE of
+warehouse/views/marts/v_quality_gate.sql (the decision is made in SQL); a test holds the two equal
+on every branch, as it holds v_slo_steps equal to tasks/perf/load_search.py. The nightly's
+adaptive suites (tasks/quality/adaptive.py) and benchmarks/gate_error.py judge through `judge`.
+
+Errors: the gate's error is a false pass (true retention below the target, gate says pass); each
+side of the stored two-sided interval at `confidence` errs at most (1 - confidence) / 2 = 2.5 %.
+
+Looks: an adaptive suite looks at its sample at planned sizes (`look_schedule`: doubling from the
+first sample up to `max_items`) and stops when the gate decides. Every look is a chance of a
+false pass, so the error is spent over the looks (`look_level`): alpha spending with the
+Lan-DeMets linear function alpha(t) = alpha * t of the planned information fraction t = n / max,
+each look's interval taken at the level its increment leaves (the union bound: the chances of a
+false pass at the looks add up to at most alpha / 2, whatever the data did at earlier looks, and
+whether or not the later looks happen). A single look is the fixed design: the full confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from scipy import stats
+
+PASS, FAIL, UNDECIDED = "pass", "fail", "not_enough_evidence"
+# IEEE slack where a bound equals the target by construction (e.g. retention 0.99 from 0.99 x 0.5 / 0.5).
+_SLACK = 1e-12
+
+
+def retention_interval(reference: float | None, ci_low: float | None, ci_high: float | None,
+                       higher_is_better: bool) -> tuple[float | None, float | None]:
+    """A delta interval as a retention interval, with v_retention's definition of retention.
+
+    value / reference (higher is better): [(ref + lo) / ref, (ref + hi) / ref], the lower bound
+    clipped at 0; reference / value (lower is better): [ref / (ref + hi), ref / (ref + lo)], an
+    upper bound of None where ref + lo <= 0 (unbounded). None for both without an interval or a
+    positive reference. The reference value is taken as known: its own sampling error enters
+    the gate through (1 - target) x (estimate - truth) only, 1 % of its standard error at a 99 %
+    target, which benchmarks/gate_error.py measures (the simulation draws the reference too).
+    """
+    if reference is None or reference <= 0 or ci_low is None or ci_high is None:
+        return None, None
+    if higher_is_better:
+        return max((reference + ci_low) / reference, 0.0), (reference + ci_high) / reference
+    low = reference / (reference + ci_high) if reference + ci_high > 0 else None
+    high = reference / (reference + ci_low) if reference + ci_low > 0 else None
+    return low, high
+
+
+def flip_rate_high(same: int, n: int, confidence: float) -> float:
+    """One-sided (1 + confidence) / 2 Clopper-Pearson upper bound on the share of outputs that differ.
+
+    `same` of `n` greedy outputs were identical: 1 - alpha ** (1 / n) when all were (alpha =
+    (1 - confidence) / 2), scipy's beta quantile otherwise; 1 without outputs.
+    """
+    differ = n - same
+    if n <= 0:
+        return 1.0
+    if differ >= n:
+        return 1.0
+    return float(stats.beta.ppf(0.5 + confidence / 2.0, differ + 1, n - differ))
+
+
+def identity_retention_low(reference: float | None, flip_high: float, higher_is_better: bool) -> float | None:
+    """The retention a per-sample score in [0, 1] keeps at least when at most `flip_high` of its outputs differ.
+
+    Only samples whose output differs can change score, each by at most 1, so |delta| <= flip_high:
+    (ref - flip) / ref (higher is better, clipped at 0) or ref / (ref + flip) (lower is better).
+    """
+    if reference is None or reference <= 0:
+        return None
+    if higher_is_better:
+        return max((reference - flip_high) / reference, 0.0)
+    return reference / (reference + flip_high)
+
+
+def _get(row: Mapping[str, Any], key: str) -> Any:
+    v = row.get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def margin_of(row: Mapping[str, Any], margin_points: float | None) -> float | None:
+    """The non-inferiority margin in the metric's unit: `margin_points` / 100 for a fraction, else None."""
+    return margin_points / 100.0 if margin_points is not None and row.get("unit") == "fraction" else None
+
+
+def basis(row: Mapping[str, Any], margin_points: float | None, identity_gate: bool) -> str:
+    """What the gate compares: identity (a lossless-by-construction variant's identity evidence),
+    margin_points (the delta against an absolute margin, fraction metrics) or retention."""
+    if identity_gate and _get(row, "identity_flip_high") is not None:
+        return "identity"
+    return "margin_points" if margin_of(row, margin_points) is not None else "retention"
+
+
+def judge(row: Mapping[str, Any], target: float, margin_points: float | None = None, min_samples: int = 30,
+          identity_gate: bool = False) -> str:
+    """pass | fail | not_enough_evidence for one quality_deltas row (the rule of v_quality_gate's `gated` CTE).
+
+    Pass when the gate's lower bound clears the threshold, fail when its upper bound is below it:
+    on the retention scale (threshold `target`) or, with `margin_points` and a fraction metric, on
+    the delta's (threshold -margin, signed so that higher is better). With `identity_gate`, a
+    variant carrying identity evidence passes only on it (its flip-rate bound); its paired
+    interval can still fail it. Undecided without a delta, an interval, a bound, or with fewer
+    than `min_samples` pairs.
+    """
+    if row.get("is_reference"):
+        return PASS
+    n, delta = _get(row, "n") or 0, _get(row, "delta")
+    if delta is None or n == 0:
+        return UNDECIDED
+    margin = margin_of(row, margin_points)
+    how = basis(row, margin_points, identity_gate)
+    hib = bool(row.get("higher_is_better", True))
+    lo_d, hi_d = _get(row, "ci_low"), _get(row, "ci_high")
+    if margin is not None:
+        threshold = -margin
+        low, high = (lo_d, hi_d) if hib else (None if hi_d is None else -hi_d, None if lo_d is None else -lo_d)
+    else:
+        threshold = target
+        low, high = _get(row, "retention_ci_low"), _get(row, "retention_ci_high")
+    if how == "identity":
+        flip = _get(row, "identity_flip_high")
+        id_low = -flip if margin is not None else _get(row, "identity_retention_low")
+        if id_low is not None and id_low >= threshold - _SLACK:
+            return PASS
+    if lo_d is None or n < min_samples:
+        return UNDECIDED
+    if how != "identity" and low is not None and low >= threshold - _SLACK:
+        return PASS
+    if high is not None and high < threshold - _SLACK:
+        return FAIL
+    return UNDECIDED
+
+
+def combine(gates: list[str]) -> str:
+    """Several gating metrics: fail if any fails, undecided if any is undecided, else pass."""
+    if FAIL in gates:
+        return FAIL
+    return UNDECIDED if UNDECIDED in gates or not gates else PASS
+
+
+@dataclass(frozen=True)
+class Look:
+    """The look an interval is taken at: its own two-sided level, its number (1-based) and the looks planned."""
+
+    level: float
+    number: int = 1
+    planned: int = 1
+
+    @staticmethod
+    def fixed(confidence: float) -> "Look":
+        return Look(confidence, 1, 1)
+
+    @staticmethod
+    def at(confidence: float, schedule: list[int], k: int) -> "Look":
+        return Look(look_level(confidence, schedule, k), k + 1, len(schedule))
+
+
+def look_schedule(first: int, max_items: int | None) -> list[int]:
+    """The planned sample sizes of an adaptive suite: `first`, doubling, up to `max_items` (its last look)."""
+    if max_items is None or max_items <= first:
+        return [first]
+    out = [first]
+    while out[-1] < max_items:
+        out.append(min(out[-1] * 2, max_items))
+    return out
+
+
+def look_level(confidence: float, schedule: list[int], k: int) -> float:
+    """Two-sided confidence of look `k`'s interval: 1 - alpha (t_k - t_(k-1)), t = n / the last planned n.
+
+    Linear alpha spending (Lan & DeMets 1983, rho = 1), each look at its increment (the union
+    bound; Jennison & Turnbull's repeated confidence intervals keep alpha overall). One look: `confidence`.
+    """
+    alpha = 1.0 - confidence
+    total = schedule[-1]
+    before = schedule[k - 1] / total if k > 0 else 0.0
+    return 1.0 - alpha * (schedule[k] / total - before)
