@@ -346,7 +346,8 @@ def test_each_perf_verdict_is_worded_with_what_it_rests_on(tmp_path: Path) -> No
     assert lines[2].startswith(f"Ship open: at least 2.00 req/s sustained (r2, 128.0 output tok/s; {bounds}): the "
                                f"highest rate measured, 2.00x the sustainable rate of rated at p99 TTFT <= 2000 ms")
     assert (f"rated meets the SLO and passes the gate (1.00 req/s sustained (r1, 64.0 output tok/s; {bounds}); the next "
-            f"rate, 2.00 req/s (r2), misses the SLO); rate 0.50x the recommended.") in lines
+            f"rate, 2.00 req/s (r2), misses the SLO; the reference for arithmetic.accuracy); rate 0.50x the "
+                f"recommended.") in lines
     assert any(x.startswith("queued meets the SLO") and "the next rate, 2.00 req/s (r2), is not sustained" in x
                for x in lines)
     assert ("small cannot be judged on the SLO: the lowest step (r1) has too few requests to show the SLO: p99 TTFT "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.quality.deltas import quality_deltas
 from warehouse.contract import write_table
 
 START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
@@ -122,17 +123,12 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
         scores.append({"run_id": run_id, "variant": v, "suite": "arithmetic", "suite_version": "1",
                        "metric": "accuracy", "value": float(sample_scores[v].mean()), "n": ITEMS, "unit": "fraction",
                        "higher_is_better": True, "is_primary": True, "sample_stat": "mean(score)"})
+    # The deltas as the nightly computes them (paired interval, test, the gate's bounds), from these samples.
+    ref_rows = lambda rows, v: [r for r in rows if r["variant"] == v]  # noqa: E731
+    for v in VARIANTS:
         if v != REFERENCE:
-            diff = sample_scores[v] - sample_scores[REFERENCE]
-            half = 1.96 * diff.std(ddof=1) / np.sqrt(ITEMS)
-            lo, hi = diff.mean() - half, diff.mean() + half
-            deltas.append({"run_id": run_id, "variant": v, "reference_variant": REFERENCE, "suite": "arithmetic",
-                           "metric": "accuracy", "unit": "fraction", "higher_is_better": True,
-                           "reference_value": float(sample_scores[REFERENCE].mean()),
-                           "value": float(sample_scores[v].mean()), "delta": float(diff.mean()),
-                           "ci_low": float(lo), "ci_high": float(hi), "confidence": 0.95, "n": ITEMS,
-                           "verdict": "worse" if hi < 0 else "better" if lo > 0 else "inconclusive",
-                           "method": "synthetic normal interval"})
+            deltas += quality_deltas(ref_rows(scores, REFERENCE), ref_rows(samples, REFERENCE), ref_rows(scores, v),
+                                     ref_rows(samples, v), reference_variant=REFERENCE, resamples=200)
     write_table(res, "perf_summary", "all", summary)
     write_table(res, "perf_requests", "all", requests)
     write_table(res, "quality_samples", "all", samples)
