@@ -19,6 +19,7 @@ from tasks.core.registry import SUITES
 from tasks.engines.openai_compatible import HostedArgs
 from tasks.engines.tensorrt_llm import TrtArgs
 from tasks.engines.vllm import VllmArgs
+from tasks.loader import register_builtins
 
 # Numbers that are neither counts nor sizes, so carry no upper bound: seeds and prices.
 UNBOUNDED = {"seed", "fewshot_seed", "usd_per_hour", "usd_per_1m_input_tokens", "usd_per_1m_output_tokens"}
@@ -104,6 +105,7 @@ def limit_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
 
 def all_limit_rows() -> list[tuple[str, str, str, bool]]:
     """Every config model's rows: the run config, each suite's params, each engine's engine_args."""
+    register_builtins()
     rows = limit_rows(RunConfig)
     for name in sorted(dict(SUITES)):
         rows += limit_rows(SUITES[name].Params, f"quality.suites[] ({name}).params.")

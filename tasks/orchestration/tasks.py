@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
+from prefect.exceptions import MissingContextError
 from prefect.tasks import exponential_backoff
 
 from tasks.core.config import RunConfig, Variant
@@ -30,6 +32,14 @@ from warehouse.db import load_run, open_warehouse
 from warehouse.gate import validate_results
 
 
+def run_logger() -> logging.Logger | logging.LoggerAdapter:
+    """The Prefect run's logger, or the module's own where a task's function runs outside a flow (its `.fn`)."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
+
+
 @task(name="build-variant", retries=1, retry_delay_seconds=2, cache_policy=NONE)
 def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact:
     """Build (or reuse from the content-addressed cache) the artifact a variant's server loads."""
@@ -42,14 +52,14 @@ def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifa
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
     search = partial(search_load, cfg) if cfg.decision.search is not None else None
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
-    return measure_into(cfg.perf, target, run_id, variant.name, results_dir, search, warn=get_run_logger().warning)
+    return measure_into(cfg.perf, target, run_id, variant.name, results_dir, search, warn=run_logger().warning)
 
 
 @task(name="quality-suites", cache_policy=NONE)
 def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
                     base_url: str, work_dir: Path, results_dir: Path) -> dict:
     """Every configured suite against the variant, then its deltas against the reference (parts written as they come)."""
-    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, get_run_logger())
+    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, run_logger())
 
 
 @task(name="write-run-row", cache_policy=NONE)

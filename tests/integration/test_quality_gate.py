@@ -15,7 +15,7 @@ import pytest
 from tasks.core.stat_tests import tango_interval
 from tasks.quality.deltas import add_identity_bounds, delta_row
 from tasks.quality.gate import judge
-from tests.integration.test_recommend import by_variant, delta, step, ttfts, write_decision_run
+from tests.integration.test_recommend import N, by_variant, delta, step, ttfts, write_decision_run
 from tests.integration.test_warehouse import rows
 from warehouse.db import load_run, open_warehouse
 
@@ -85,7 +85,7 @@ def test_no_pair_differing_is_no_longer_a_pass(tmp_path: Path) -> None:
 
 def verdict_kinds() -> dict[str, dict]:
     """One variant per verdict kind of the gate, every one faster than the reference."""
-    steps = lambda req_s: [step("c1", 1, req_s, ttfts(12, 300))]  # noqa: E731
+    steps = lambda req_s: [step("c1", 1, req_s, ttfts(N, 300))]  # noqa: E731
     equal = tango_interval(0, 0, 3000, 0.95)
     return {
         "ref": {"ref": True, "steps": steps(0.5), "accuracy": 0.25},
