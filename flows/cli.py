@@ -4,32 +4,16 @@ recommendation."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
 
-from flows.nightly import nightly
-from tasks.core.errors import ConfigError
-from tasks.core.lifecycle import StopSignals, start_prefect_api, tie_prefect_api
-from tasks.core.runinfo import valid_run_id
-from tasks.doctor import main as doctor
-from tasks.loader import load_config
-from tasks.orchestration.failures import run_summary
-from tasks.orchestration.runs import preflight, with_work_pool
-from tasks.orchestration.warehouse_ops import load_checked, rebuild
-from tasks.perf.options import add_arguments as add_perf_arguments
-from tasks.perf.options import scenarios_without_ok
-from tasks.perf.run import run_standalone as run_perf_standalone
-from tasks.perf.vllm_json import one_line
-from tasks.quality.run import format_summary, load_suite_spec, parse_param
-from tasks.quality.run import run_standalone as run_quality_standalone
-from tasks.report.history import format_history
-from tasks.report.html import write_html
-from tasks.report.recommend import add_arguments as add_recommend_arguments
-from tasks.report.recommend import format_recommendation, overrides_from_args, stability_from_args
-from tasks.report.text import format_report, latest_run_id
-from warehouse.db import open_warehouse
-from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
+from tasks.core.lifecycle import StopSignals
+
+# Everything else is imported by the command that needs it, inside main's signal handling: the
+# imports take seconds (Prefect, GX, DuckDB), and Ctrl-C then too ends the command in one line
+# with 130, and `tradeoff perf` does not wait for Prefect's.
 
 
 def _warehouse(args: argparse.Namespace) -> Path:
@@ -37,6 +21,7 @@ def _warehouse(args: argparse.Namespace) -> Path:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from tasks.loader import load_config
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
@@ -47,11 +32,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from tasks.doctor import main as doctor
 
     return doctor()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from flows.nightly import nightly
+    from tasks.core.lifecycle import start_prefect_api, tie_prefect_api
+    from tasks.core.runinfo import valid_run_id
+    from tasks.loader import load_config
+    from tasks.orchestration.failures import run_summary
+    from tasks.orchestration.runs import preflight, with_work_pool
 
     valid_run_id(args.run_id, "--run-id")
     cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
@@ -65,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from tasks.orchestration.warehouse_ops import load_checked
 
     counts = load_checked(args.run_dir, _warehouse(args), skip_validation=args.skip_validation)
     print("loaded: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
@@ -73,18 +66,22 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
     """Build the warehouse anew from every run folder (or a results URL), each through the nightly's gate."""
+    from tasks.orchestration.warehouse_ops import rebuild
+
     summary = rebuild(_warehouse(args), runs=args.runs_dir, results_url=args.results_url)
     print(summary.line())
     return 1 if summary.skipped else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tasks.report.html import write_html
+    from tasks.report.text import format_report, latest_run_id
+    from warehouse.db import open_warehouse
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
         print(format_report(con, args.run))  # also rejects an unknown run id
         if args.html:
-
             path = write_html(con, args.run or latest_run_id(con), args.html)
             print(f"html report: {path}")
     finally:
@@ -94,6 +91,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Each matching series across nights and its change points (v_history, v_change_points)."""
+    from tasks.report.history import format_history
+    from warehouse.db import open_warehouse
+
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
         print(format_history(con, args.config, args.variant, args.metric))
@@ -104,6 +104,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Which variant to ship under the run's SLO and quality gate (v_recommendation), in words first."""
+    from tasks.report.recommend import format_recommendation, overrides_from_args, stability_from_args
+    from warehouse.db import open_warehouse
+
     overrides = overrides_from_args(args)  # bad flags fail here, before the warehouse is opened
     stability = stability_from_args(args)
     con = open_warehouse(_warehouse(args), read_only=True)
@@ -118,6 +121,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """Run one SQL statement read-only and print its result as a table."""
     import duckdb
 
+    from warehouse.db import open_warehouse
+    from warehouse.errors import REBUILD_HINT, is_damaged
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
@@ -129,7 +134,6 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if rel is not None:
             rel.show(max_width=args.max_width, max_rows=args.max_rows)
     except duckdb.Error as err:
-
         hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if is_damaged(str(err)) else ""
         print(f"error: {str(err).splitlines()[0]}{hint}", file=sys.stderr)
         return 1
@@ -142,6 +146,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Write a table or view (or a query) to Parquet or CSV, by the output's extension."""
     import duckdb
 
+    from warehouse.db import open_warehouse
 
     out = Path(args.output)
     fmt = {".parquet": "parquet", ".csv": "csv"}.get(out.suffix.lower())
@@ -164,6 +169,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_perf(args: argparse.Namespace) -> int:
     """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
+    from tasks.perf.options import scenarios_without_ok
+    from tasks.perf.run import run_standalone as run_perf_standalone
+    from tasks.perf.vllm_json import one_line
+
     results = run_perf_standalone(args)
     for r in results:
         print(one_line(r))
@@ -178,6 +187,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def cmd_quality(args: argparse.Namespace) -> int:
     """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
+    from tasks.quality.run import format_summary, load_suite_spec, parse_param
+    from tasks.quality.run import run_standalone as run_quality_standalone
+
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
     summary = run_quality_standalone(args.endpoint, args.model, spec, Path(args.output),
@@ -200,6 +212,8 @@ def _share(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
+    from tasks.perf.options import add_arguments as add_perf_arguments
+    from tasks.report.recommend import add_arguments as add_recommend_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -283,25 +297,48 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
 
-    args = parser().parse_args(argv)
+    stop = StopSignals(owns_process=argv is None)  # argv None: the `tradeoff` command's own process
     try:
-        with StopSignals() as stop:  # SIGTERM and SIGHUP stop as Ctrl-C does: servers stopped, Prefect's API too
-            return args.func(args)
+        # SIGTERM and SIGHUP stop as Ctrl-C does (servers stopped, Prefect's API too); a second signal exits at once.
+        with stop:
+            args = parser().parse_args(argv)
+            code = args.func(args)
+        # A command that went on after the signal (a library swallowed the interrupt) was still stopped.
+        return stopped(stop) if stop.signum is not None else code
     except KeyboardInterrupt:
-        print(f"stopped by {stop.name}; what it started is stopped", file=sys.stderr)
-        return stop.exit_code
-    except ConfigError as err:
+        return stopped(stop)
+    except Exception as err:  # noqa: BLE001 - users get one line; TRADEOFF_DEBUG=1 shows the traceback
+        if stop.signum is not None:  # the stop, turned into its own error by a library (DuckDB: 'Query interrupted')
+            return stopped(stop)
+        return error_line(err)
+    finally:
+        if stop.owns_process:
+            # The process ends now; its exit hooks still run (Prefect stops its API), but the interpreter's last
+            # collections need not walk the ~200,000 objects that Prefect, GX, pandas and torch leave: the
+            # memory goes back to the system anyway. On 2 busy cores that walk took 9-10 s after a Ctrl-C.
+            gc.freeze()
+
+
+def stopped(stop: StopSignals) -> int:
+    print(f"stopped by {stop.name}; what it started is stopped", file=sys.stderr)
+    return stop.exit_code
+
+
+def error_line(err: Exception) -> int:
+    """One line on stderr for a failed command: exit 2 for bad input (ConfigError), 1 for anything else."""
+    from tasks.core.errors import ConfigError
+    from warehouse.errors import REBUILD_HINT, WarehouseError, is_damaged
+
+    if isinstance(err, ConfigError):
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except Exception as err:  # noqa: BLE001 - users get one line; TRADEOFF_DEBUG=1 shows the traceback
-        if os.environ.get("TRADEOFF_DEBUG"):
-            raise
-
-        prefix = "error" if isinstance(err, WarehouseError) else f"error ({type(err).__name__})"
-        damaged = is_damaged(str(err)) and REBUILD_HINT not in str(err)
-        hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if damaged else ""
-        print(f"{prefix}: {str(err).splitlines()[0] if str(err) else ''}{hint}", file=sys.stderr)
-        return 1
+    if os.environ.get("TRADEOFF_DEBUG"):
+        raise err
+    prefix = "error" if isinstance(err, WarehouseError) else f"error ({type(err).__name__})"
+    damaged = is_damaged(str(err)) and REBUILD_HINT not in str(err)
+    hint = f"; the warehouse file is damaged: {REBUILD_HINT}" if damaged else ""
+    print(f"{prefix}: {str(err).splitlines()[0] if str(err) else ''}{hint}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 
 from flows.variant import variant_flow
 from tasks.core.config import RunConfig, Variant, read_config
+from tasks.core.lifecycle import raise_if_stopping, stop_requested
 from tasks.core.runinfo import RunPaths, make_run_paths, valid_run_id
 from tasks.loader import parse_config
 from tasks.orchestration.failures import run_outcome
@@ -97,7 +98,17 @@ def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_p
     paths = make_run_paths(run_id or default_run_id(cfg.name))
     # One writer per run folder: a second attempt at this run id is refused naming the holder (issue 18).
     with run_lock(paths.root, "nightly", warn=get_run_logger().warning):
-        return measure_validate_load(cfg, raw, text, paths, location)
+        try:
+            return measure_validate_load(cfg, raw, text, paths, location)
+        except BaseException as err:
+            if isinstance(err, Exception) and stop_requested() is None:
+                raise  # the run failed: Prefect records why
+            # Stopped (Ctrl-C, a stop signal, a cancelled flow run): the run is Crashed, what it finished is kept.
+            get_run_logger().warning("run %s stopped: the variants measured so far are kept in %s; "
+                                     "`tradeoff run %s --run-id %s` measures the rest", paths.run_id, paths.root,
+                                     config, paths.run_id)
+            raise_if_stopping()  # a stop that a library turned into its own error is recorded as the stop
+            raise
 
 
 def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths, location: ResultsLocation) -> dict:

@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
+from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.runinfo import RunPaths, build_cache_dir, make_run_paths, new_run_id, valid_run_id
 from tasks.engines.base import Artifact, engine_for, ensure_alive
 from tasks.engines.scrape import scraping
@@ -96,6 +97,7 @@ def variant_flow(config: str | dict[str, Any], variant: str, run_id: str | None 
         ref_art = art if v.reference else reference_artifact(cfg)
         outcome = measure(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
     except Exception as err:  # noqa: BLE001 - any failure is the variant's, recorded in its row
+        raise_if_stopping()  # but a stop that a library turned into its own error stops the run
         error = error_line(err)
     row = variant_row(paths.run_id, cfg, v, art, outcome, error)
     write_table(paths.results, "variants", v.name, [row])

@@ -63,6 +63,8 @@ class ChildError(RuntimeError):
 
 
 def _worker_main(conn, factory: Callable[..., Any], args: tuple, kwargs: dict, parent_pid: int | None = None) -> None:
+    # Ctrl-C reaches the terminal's whole process group, this child too: the parent decides (it stops the child).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None:  # native work that never outlives the run (tasks.core.lifecycle)
         set_parent_death_signal(parent_pid)
     try:
@@ -112,6 +114,10 @@ class ChildWorker:
         except (EOFError, OSError):
             self._proc.join(timeout=30)
             raise ChildDied(self.what, self._proc.exitcode) from None
+        except BaseException:  # Ctrl-C, a stop signal, a task's timeout: the answer is lost, the child stops now
+            self._proc.kill()
+            self._proc.join()
+            raise
         if status == "ok":
             return payload
         name, message, tb = payload

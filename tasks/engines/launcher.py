@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tasks.client import NotReady, wait_ready
-from tasks.core.lifecycle import die_with_parent
+from tasks.core.lifecycle import die_with_parent, hold_stop_signals
 from tasks.core.process import exit_reason
 
 
@@ -82,12 +82,17 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
     """Start `cmd` (an argument list, no shell), logging to `log_path`; wait until `health_path` answers 200."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True,
-                                preexec_fn=die_with_parent())  # tasks.core.lifecycle: never outlives this process
+    release = hold_stop_signals()  # Ctrl-C waits until `server` is held below, inside the block that stops it
+    try:
+        with open(log_path, "ab") as log:
+            log.write(f"$ {' '.join(cmd)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **(env or {})}, start_new_session=True,
+                                    preexec_fn=die_with_parent())  # tasks.core.lifecycle: never outlives this process
+    except BaseException:
+        release()
+        raise
     server = Server(base_url, proc.pid, log_path, 0.0, proc)
 
     def alive() -> None:
@@ -98,6 +103,7 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
             raise ServerDied(proc.returncode, "before it was healthy", log_path)
 
     try:
+        release()  # a stop signal that came while the server started is raised here
         wait_ready(base_url, health_path, timeout_s, interval_s=0.25, headers={}, alive=alive)
     except NotReady:
         stop_server(server)

@@ -15,6 +15,7 @@ from prefect.exceptions import MissingContextError
 from prefect.tasks import exponential_backoff
 
 from tasks.core.config import RunConfig, Variant
+from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.runinfo import RunPaths, host_info
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
@@ -79,8 +80,11 @@ def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
 
 @task(name="load-warehouse", cache_policy=NONE, retries=2, retry_delay_seconds=[2, 10], timeout_seconds=900)
 def load_results_task(paths: RunPaths, warehouse: Path, only: list[str] | None = None) -> dict[str, int]:
-
-    return load_run(paths.root, warehouse, only=only)
+    try:
+        return load_run(paths.root, warehouse, only=only)
+    except Exception:
+        raise_if_stopping()  # DuckDB turns Ctrl-C into RuntimeError('Query interrupted'): a stop, not a load to retry
+        raise
 
 
 @task(name="report", cache_policy=NONE)

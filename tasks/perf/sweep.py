@@ -34,6 +34,7 @@ import numpy as np
 
 from tasks.client import _payload, api_root, endpoint_headers, endpoint_url, stream_request
 from tasks.core.config import PerfSpec
+from tasks.core.lifecycle import run_async
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
@@ -165,14 +166,14 @@ def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], bas
     common = dict(kind=spec.endpoint, force=force, count_tokens=count_tokens, timeout_s=spec.request_timeout_s,
                   repeat=repeat, deadline_s=spec.request_deadline_s)
     n_warm = spec.warmup_requests
-    warm = asyncio.run(run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1,
+    warm = run_async(run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1,
                                 first_index=first_index, **common))
     for r in warm:
         r.is_warmup = True
     todo = prompts[n_warm:]
     offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
     with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
-        measured = asyncio.run(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
+        measured = run_async(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
                                         offsets_s=offsets, max_duration_s=spec.max_duration_s,
                                         first_index=first_index + len(warm), on_record=on_record, **common))
     head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share

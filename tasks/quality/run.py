@@ -30,6 +30,7 @@ from tasks.client import api_root
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.config import RunConfig, SuiteSpec, Variant
 from tasks.core.errors import ConfigError
+from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.core.registry import SUITES
 from tasks.engines.base import Artifact, engine_for
@@ -113,6 +114,7 @@ def run_suite_raw(spec: SuiteSpec, ctx: SuiteContext, key: dict[str, str], prima
         log.info("%s: suite %s, %d samples in %.1f s", ctx.variant, spec.key, len(raw.samples),
                  time.perf_counter() - t0)
     except Exception as err:  # noqa: BLE001 - one suite's failure is recorded; the others still run
+        raise_if_stopping()  # but a stop that a library turned into its own error stops them all
         log.error("%s: suite %s failed: %s", ctx.variant, spec.key, err)
         failed = SuiteResult(scores=[Score("suite_failed", 1.0, None, 1, "count", False, None,
                                            note=f"{type(err).__name__}: {err}".splitlines()[0][:300])])

@@ -14,7 +14,7 @@ named by its argv[1]) inside a bubblewrap jail:
 - rlimits: CPU seconds, address space, processes, file size, open files, no core files;
 - the host waits `wall_s`, then kills bwrap's process group and the namespace's init: the kernel then kills
   every process of the PID namespace, detached `setsid` children included (`--die-with-parent` does the
-  same if this process dies first).
+  same if this process dies first); a wait cut short (Ctrl-C, a task's timeout) kills the jail the same way.
 
 Inside, a small harness (the jail's first process) starts the candidate's interpreter as its child, reads the
 child's frame (at most `MAX_FRAME_BYTES`) and writes the verdict - the child's exit status and its frame - to
@@ -316,6 +316,9 @@ def run_untrusted(child_code: str, payload: str, limits: Limits = Limits(), conf
                 except subprocess.TimeoutExpired:
                     timed_out = True
                     killed, survivors = _kill(proc, info)
+                except BaseException:  # Ctrl-C, a stop signal, a task's timeout: the jail ends with the wait
+                    _kill(proc, info)
+                    raise
         finally:
             for fd in (chan, info_r, info_w, sec_r):
                 if fd >= 0:

@@ -49,7 +49,7 @@ import numpy as np
 import yaml
 from pydantic import Field
 
-from tasks.core.lifecycle import die_with_parent
+from tasks.core.lifecycle import die_with_parent, hold_stop_signals
 from tasks.core.runinfo import PROJECT_ROOT, TOOLS
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult
 
@@ -197,9 +197,15 @@ def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float)
     """Run `cmd` with stdout and stderr into `log`; on timeout stop its process group and raise HelmError."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=die_with_parent())
+        release = hold_stop_signals()  # Ctrl-C waits until `proc` is held inside the block that stops it
         try:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=die_with_parent())
+        except BaseException:
+            release()
+            raise
+        try:
+            release()
             return proc.wait(timeout=timeout_s)
         except BaseException as err:  # the timeout, or Ctrl-C / SIGTERM / a Prefect timeout: helm-run stops too
             with contextlib.suppress(ProcessLookupError):  # (already reaped when the signal came)
