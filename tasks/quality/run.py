@@ -135,7 +135,8 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
     """Every configured suite against the variant, then its deltas against the reference.
 
     Writes quality_samples and quality_scores parts after each suite (a failure later loses no
-    finished suite), and a quality_deltas part at the end.
+    finished suite), and a quality_deltas part at the end. `failed_suites` (suite -> why) of the
+    result fails the variant afterwards (tasks.quality.failures.check_suites).
     """
     samples: list[dict] = []
     scores: list[dict] = []
@@ -151,7 +152,8 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
         write_table(results_dir, "quality_scores", variant.name, scores)
     deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir)
     return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
-            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas}}
+            "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas},
+            "failed_suites": {s["suite"]: s["note"] or "failed" for s in scores if s["metric"] == "suite_failed"}}
 
 
 def run_standalone(endpoint: str, model: str, spec: SuiteSpec, output: Path, gguf: Path | None = None,
