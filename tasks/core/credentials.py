@@ -120,6 +120,26 @@ def url_problem(url: Any, field: str = "engine_args.base_url") -> str | None:
     return None
 
 
+def results_url_problem(url: str) -> str | None:
+    """Why a results location URL may not be used as given - a password, a query string or a fragment in it (where
+    storage tokens ride: SAS signatures, presigned keys) - in a line that does not show it; None when it may.
+
+    The URL is printed (logs, the flow runs' parameters in Prefect's UI), so it must hold no secret: the
+    storage's credentials come from its own environment (AWS_* variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS,
+    fsspec's config). A user name alone (sftp://user@host) is no secret.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "not a URL (not shown); give a folder or an fsspec URL such as s3://bucket/tradeoff"
+    if password is not None or parts.query or parts.fragment:
+        return ("a URL holding a password, a query string or a fragment is refused and not shown (it would be printed "
+                "and kept with the flow runs); give the storage's credentials through its environment (AWS_* "
+                "variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, fsspec config)")
+    return None
+
+
 def key_source_problem(api_key_env: str | None, api_key_secret: str | None) -> str | None:
     """Why a hosted variant's key may not come from where its config says, in a line that never shows a key."""
     if api_key_env is not None and (problem := key_env_problem(api_key_env)):

@@ -7,6 +7,7 @@ tests all print the same text.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import duckdb
@@ -16,6 +17,17 @@ from rich.console import Console
 from rich.table import Table
 
 from warehouse.db import WarehouseError, identifier
+
+
+_MD_SPECIAL = re.compile(r"([\\`<>\[\]|&])")
+
+
+def md_escape(text: str) -> str:
+    """`text` (an error, a server's words) as literal Markdown inline text: its first line, with the marks that
+    open a code span, an HTML tag or entity, a link or image, or a table cell backslash-escaped, so a Prefect
+    artifact shows it and never renders markup of its own (emphasis marks are left: they change no meaning)."""
+    line = text.splitlines()[0] if text else ""
+    return _MD_SPECIAL.sub(r"\\\1", line)
 
 
 def _value(x: Any) -> Any:
