@@ -405,7 +405,7 @@ def _cgroup_parents() -> tuple[str, list[Path]] | None:
                 enabled = set((d / "cgroup.subtree_control").read_text().split())
             except OSError:
                 enabled = set()
-            if {"memory", "pids"} <= enabled and os.access(d, os.W_OK):
+            if {"memory", "pids"} <= enabled and os.access(d, os.W_OK) and os.access(d / "cgroup.procs", os.W_OK):
                 return "v2", [d]
             if d == Path(point):
                 break
@@ -416,7 +416,7 @@ def _cgroup_parents() -> tuple[str, list[Path]] | None:
         if not found or ctrl not in own:
             return None
         d = _in_mount(*found[0], own[ctrl])
-        if not os.access(d, os.W_OK):
+        if not os.access(d, os.W_OK) or not os.access(d / "cgroup.procs", os.W_OK):
             return None
         parents.append(d)
     return "v1", parents
@@ -532,13 +532,21 @@ def _remove_stale(parent: Path, kind: str) -> None:
 
 # ---------------------------------------------------------------- one jailed run
 
+_CGROUP_REFUSED: list[str] = []  # the jail could not enter a cgroup made here: none is tried again in this process
+
+
 def run_untrusted(child_code: str, payload: str, limits: Limits = Limits(), confine: bool = True) -> Outcome:
     """Run `child_code` on `payload` in the jail (or, `confine=False`, as a plain limited child); see the module doc."""
     as_root = os.geteuid() == 0
     # bwrap's own two processes (the outer one and the namespace's init) count in pids.max too.
-    cgroup = JailCgroup.make(limits.memory_total_mb, limits.processes + (2 if confine else 0))
+    cgroup = None if _CGROUP_REFUSED else JailCgroup.make(limits.memory_total_mb, limits.processes + (2 if confine else 0))
     try:
         return _run(child_code, payload, limits, confine, as_root, cgroup)
+    except subprocess.SubprocessError as err:  # the child could not move into the cgroup (its preexec_fn failed)
+        if cgroup is None:
+            raise
+        _CGROUP_REFUSED.append(str(err))
+        return run_untrusted(child_code, payload, limits, confine)  # rlimits alone, as on a host without cgroups
     finally:
         if cgroup is not None:
             cgroup.kill()
