@@ -8,7 +8,6 @@ real suites, the real bubblewrap jail, real child processes killed for real.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -19,50 +18,24 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 import tasks.client as client
+from tasks.core.config import SuiteSpec
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
+from tasks.quality import sandbox
 from tasks.quality.base import SuiteContext
 from tasks.quality.run import run_suite
-from tasks.core.config import SuiteSpec
+from tasks.quality.sandbox import Limits, run_untrusted
+from tasks.quality.suites.code import run_tests
 from tests.helpers import ROOT
+from tests.integration.test_faults_inputs import demo, hosted, load_error, processes_with
 from tests.stubs.quality_stub import start
-
-
-def demo() -> dict:
-    return copy.deepcopy(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
-
-
-def hosted(engine_args: dict) -> dict:
-    cfg = demo()
-    cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
-                            "quantization": "unknown", "engine_args": {"model": "m", **engine_args}})
-    return cfg
-
-
-def load_error(cfg: dict) -> str:
-    with pytest.raises(ConfigError) as e:
-        parse_config(cfg)
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 def alive(marker: str) -> list[int]:
     """Live (not zombie) processes whose command line holds `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state != "Z":
-            found.append(int(entry))
-    return found
+    return processes_with(marker)
 
 
 def wait_until(check, timeout_s: float = 10.0) -> bool:
@@ -215,10 +188,6 @@ def test_fault_helm_answer_of_the_wrong_shape_errs_its_instance():
 
 # ---------------------------------------------------------------- 4. the jail's ceiling
 
-from tasks.quality import sandbox  # noqa: E402
-from tasks.quality.sandbox import Limits, run_untrusted  # noqa: E402
-from tasks.quality.suites.code import run_tests  # noqa: E402
-
 CHILD = r'''
 import ctypes, json, os, struct, subprocess, sys, time
 out = int(sys.argv[1])
@@ -251,15 +220,12 @@ def jailed_as_a_user(expr: str) -> dict:
     return verdict
 
 
-@pytest.mark.parametrize("who", ["root", "user"])
-def test_fault_candidate_filling_dev_and_dev_shm_writes_nothing(who):
+def test_fault_jail_without_root_filling_dev_and_dev_shm_writes_nothing():
     script = ("for p in /dev/shm/big /dev/big; do head -c 1048576 /dev/zero > $p 2>/dev/null && echo wrote $p; done; "
               "echo x > /dev/null && echo null-works")
     expr = f"subprocess.run(['/bin/sh', '-c', {script!r}], capture_output=True, text=True).stdout.split()"
-    if who == "root" and os.geteuid() != 0:
-        pytest.skip("the jail as root needs root")
-    verdict = jailed_as_a_user(expr) if who == "user" and os.geteuid() == 0 else jailed(expr).verdict
-    assert verdict["frame"] == ["null-works"], verdict  # before: without root, 1 MiB into each, up to half the RAM
+    verdict = jailed_as_a_user(expr) if os.geteuid() == 0 else jailed(expr).verdict
+    assert verdict["frame"] == ["null-works"], verdict  # before: 1 MiB into each, up to half the RAM (root: refused)
 
 
 def test_fault_candidate_calling_io_uring_keyctl_bpf_perf_userfaultfd_gets_eperm():
@@ -389,3 +355,149 @@ def test_fault_child_of_the_tool_and_its_workers_end_when_the_tool_is_killed(kin
         if proc.poll() is None:
             proc.kill()
     assert gone  # before: SIGKILL left both, SIGTERM the worker
+
+
+# ---------------------------------------------------------------- 6. the smaller items
+
+def test_fault_server_claiming_three_billion_tokens_errs_its_request_and_the_perf_write_succeeds(tmp_path):
+    import asyncio
+
+    from tasks.perf.run import request_row
+    from tasks.perf.sweep import Step, run_load
+    from tasks.perf.workload import Prompt
+    from tests.stubs.stub_server import start_stub
+    from warehouse.contract import read_table, write_table
+
+    srv, url = start_stub()
+    try:
+        (rec,) = asyncio.run(run_load(url, "odd-billions", [Prompt("p", 3)], 4, concurrency=1))
+    finally:
+        srv.shutdown()
+    assert rec.status == "error" and "usage.completion_tokens is 3000000000, not a token count" in rec.error
+    write_table(tmp_path, "perf_requests", "v", [request_row("r", "v", Step("c1", "concurrency", 1), 1, rec)])
+    assert len(read_table(tmp_path, "perf_requests")) == 1  # before: the int32 column refused the whole variant
+
+
+@pytest.mark.parametrize("field, value", [("perf", {"seed": -1}), ("suite", {"seed": -1})])
+def test_fault_negative_seed_is_refused_at_load(field, value):
+    cfg = demo()
+    if field == "perf":
+        cfg["perf"].update(value)
+        where = "perf.seed"
+    else:
+        cfg["quality"]["suites"][0].update(value)
+        where = "quality.suites.0.seed"
+    err = load_error(cfg)
+    assert err.startswith(f"{where}: input should be greater than or equal to 0 (got -1)"), err
+
+
+def test_fault_error_text_with_markup_stays_text_in_the_prefect_artifacts():
+    from markdown_it import MarkdownIt
+
+    from tasks.orchestration.variant import summary_markdown
+
+    error = "RuntimeError: x` <img src=x onerror=alert(1)> [log in](https://evil.example) ![t](https://evil.example/t)"
+    row = {"variant": "v", "status": "failed", "engine": "llama.cpp", "quantization": "q4_1", "speculative": None,
+           "artifact_sha256": None, "error": error}
+    html = MarkdownIt("commonmark", {"html": True}).render(summary_markdown(row, None, "h", 1.0))
+    assert "<img" not in html and "<a " not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_fault_results_url_with_credentials_is_refused_and_never_shown(tmp_path, capsys, monkeypatch):
+    from flows.cli import main
+    from tasks.orchestration.results import ResultsLocation, ResultsLocationError
+
+    secret = "s3cr3t-Zm9yIHRoZSB0ZXN0"
+    for url in (f"https://alice:{secret}@store.example/tradeoff", f"az://c/tradeoff?sig={secret}",
+                f"s3://bucket/tradeoff#{secret}"):
+        with pytest.raises(ResultsLocationError) as e:
+            ResultsLocation.resolve(url)
+        assert str(e.value).startswith("results_url: a URL holding a password, a query string or a fragment is "
+                                       "refused and not shown") and secret not in str(e.value)
+    cfg = demo()
+    cfg["scale_out"] = {"results_url": f"memory://alice:{secret}@host/x"}
+    err = load_error(cfg)
+    assert err.startswith("scale_out.results_url: a URL holding a password") and secret not in err
+    monkeypatch.setenv("TRADEOFF_RESULTS_URL", f"memory://alice:{secret}@host/x")
+    assert main(["warehouse", "rebuild", "--results-url", f"memory://alice:{secret}@host/x"]) != 0
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert ResultsLocation.resolve("sftp://alice@host/tradeoff").url == "sftp://alice@host/tradeoff"  # a name, no secret
+
+
+def test_fault_export_name_that_is_sql_reading_another_file_is_refused(tmp_path, capsys, monkeypatch):
+    from flows.cli import main
+    from tests.integration.test_faults_warehouse import night
+    from warehouse.db import load_run
+
+    db = tmp_path / "wh.duckdb"
+    monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(db))
+    load_run(night(tmp_path / "runs", "n1"), db)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    out = tmp_path / "x.csv"
+    assert main(["export", f"read_text('{secret}')", "-o", str(out)]) == 2
+    assert "is not a table or view of the warehouse" in capsys.readouterr().err and not out.exists()
+    assert main(["export", f"select * from read_text('{secret}')", "-o", str(out)]) == 1
+    assert "disabled by configuration" in capsys.readouterr().err and not out.exists()
+    assert main(["export", f"select 1) to '{tmp_path / 'y.csv'}' (format csv); copy (select 1", "-o", str(out)]) == 1
+    assert not (tmp_path / "y.csv").exists()
+    assert main(["export", "runs", "-o", str(out)]) == 0 and "n1" in out.read_text()  # tables and views still export
+
+
+def test_fault_rebuild_keeps_a_run_loaded_with_skip_validation(tmp_path, capsys, monkeypatch):
+    from flows.cli import main
+    from tests.integration.test_faults_warehouse import night, per_run
+    from tests.integration.test_validate import set_inf_ttft
+
+    runs, db = tmp_path / "runs", tmp_path / "wh.duckdb"
+    monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(db))
+    bad = night(runs, "bad", set_inf_ttft)
+    assert main(["load", str(bad), "--skip-validation"]) == 0
+    full = per_run(db)["bad"]
+    for _ in range(2):  # before: the first rebuild kept its runs and variants rows, the second lost the file too
+        assert main(["warehouse", "rebuild", "--runs-dir", str(runs)]) == 0
+        assert per_run(db)["bad"] == full
+    assert "1 runs loaded (1 without validation" in capsys.readouterr().out
+
+
+def test_fault_truncated_parquet_part_is_named_in_the_error(tmp_path, capsys, monkeypatch):
+    from flows.cli import main
+    from tests.integration.test_faults_warehouse import night
+
+    monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(tmp_path / "wh.duckdb"))
+    run = night(tmp_path / "runs", "n1")
+    part = run / "results" / "perf_requests" / "part-0.parquet"
+    part.write_bytes(part.read_bytes()[:-100])
+    assert main(["load", str(run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: table perf_requests: part ") and str(part) in err and "\n" not in err, err
+
+
+def test_fault_warehouse_of_a_newer_schema_is_named_by_the_users_file(tmp_path):
+    import duckdb
+
+    from tests.integration.test_faults_warehouse import night
+    from warehouse.db import WarehouseError, load_run
+
+    db = tmp_path / "wh.duckdb"
+    load_run(night(tmp_path / "runs", "n1"), db)
+    with duckdb.connect(str(db)) as con:
+        con.execute("insert into schema_version values (999, 'from_the_future', now())")
+    with pytest.raises(WarehouseError) as e:
+        load_run(night(tmp_path / "runs", "n2"), db)
+    assert str(e.value).startswith(f"warehouse {db} has schema version 999") and ".tmp" not in str(e.value)
+
+
+# ---------------------------------------------------------------- 7. a newcomer without bubblewrap
+
+def test_fault_demo_without_bubblewrap_stops_before_any_work_with_one_line(capsys, monkeypatch):
+    import flows.cli as cli
+
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
+    monkeypatch.setattr(cli, "start_prefect_api", lambda: None)
+    monkeypatch.setattr(cli, "nightly", lambda **kw: pytest.fail("the nightly started without a jail for its code suite"))
+    assert cli.main(["run", str(ROOT / "configs" / "demo.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: quality.suites[") and "(code): code sandbox: bubblewrap (bwrap) is not installed; " \
+        "apt-get install bubblewrap" in err and "\n" not in err, err

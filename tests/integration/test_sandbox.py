@@ -45,7 +45,7 @@ def test_rlimits_are_set_in_the_jail():
 
 
 def test_tmp_is_the_only_writable_place_and_its_size_is_bounded():
-    script = ("for p in /tmp/a /etc/a /usr/a /a /proc/a /dev/shm/a; do (echo x > $p) 2>/dev/null && echo $p; done; "
+    script = ("for p in /tmp/a /etc/a /usr/a /a /proc/a /dev/a /dev/shm/a; do (echo x > $p) 2>/dev/null && echo $p; done; "
               "head -c 3000000 /dev/zero > /tmp/big 2>/dev/null || echo full")
     expr = f"__import__('subprocess').run(['/bin/sh', '-c', {script!r}], capture_output=True, text=True).stdout.split()"
     assert probe(expr, tmpfs_mb=2, file_size_mb=8) == ["/tmp/a", "full"]
