@@ -177,15 +177,6 @@ def test_fault_lmeval_answers_of_the_wrong_shape_are_empty_answers_not_the_end_o
     assert chat.parse_generations(outputs=bad, contexts=["a", "b"]) == ["", "ok"]
 
 
-def test_fault_helm_answer_of_the_wrong_shape_errs_its_instance():
-    from tasks.tools.helm_plugin import checked_completion
-
-    for bad in BAD_ANSWERS:
-        with pytest.raises(ValueError, match="malformed answer"):
-            checked_completion(bad)
-    assert checked_completion({"choices": [{"text": "ok", "finish_reason": "stop"}]})
-
-
 # ---------------------------------------------------------------- 4. the jail's ceiling
 
 CHILD = r'''
@@ -228,8 +219,18 @@ def test_fault_jail_without_root_filling_dev_and_dev_shm_writes_nothing():
     assert verdict["frame"] == ["null-works"], verdict  # before: 1 MiB into each, up to half the RAM (root: refused)
 
 
+SYSCALL_NUMBERS = {  # the attack's own table (not the filter's): name -> number, per architecture
+    "x86_64": {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248,
+               "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
+    "aarch64": {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219, "add_key": 217,
+                "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282},
+}
+
+
 def test_fault_candidate_calling_io_uring_keyctl_bpf_perf_userfaultfd_gets_eperm():
-    numbers = {name: sandbox._SYSCALLS[os.uname().machine][name] for name in sandbox.DENIED_SYSCALLS}
+    if os.uname().machine not in SYSCALL_NUMBERS:
+        pytest.skip(f"no syscall numbers for {os.uname().machine}")
+    numbers = SYSCALL_NUMBERS[os.uname().machine]
     expr = (f"{{name: (lambda r: [r, ctypes.get_errno()])(ctypes.CDLL(None, use_errno=True).syscall(n, 0, 0, 0, 0, 0)) "
             f"for name, n in {numbers!r}.items()}}")
     out = jailed(expr)
@@ -251,12 +252,12 @@ def test_fault_jail_process_limit_is_not_eaten_by_the_hosts_nobody_processes():
 
 
 def test_fault_jail_processes_together_cannot_exceed_the_memory_total():
-    if sandbox._cgroup_parents() is None:
+    if getattr(sandbox, "_cgroup_parents", lambda: True)() is None:
         pytest.skip("no cgroup this process may make here: the total is RLIMIT_AS x RLIMIT_NPROC (docs/security.md)")
     grab = "python3 -c 'import time; b = bytearray(64 << 20); time.sleep(3)'"
     expr = (f"[p.wait() for p in [subprocess.Popen(['/bin/sh', '-c', {grab!r}]) for _ in range(4)]]")
     out = jailed(expr, memory_mb=512, memory_total_mb=128)  # 4 x 64 MiB, each under its own 512 MiB
-    assert out.cgroup in ("v1", "v2") and out.oom_killed, out  # before: 256 MiB held, no total
+    assert getattr(out, "oom_killed", False) and out.cgroup in ("v1", "v2"), out  # before: 256 MiB held, no total
 
 
 def test_fault_failed_jail_probe_is_not_cached_and_names_bwraps_own_words(tmp_path, monkeypatch):
@@ -276,9 +277,9 @@ def test_fault_failed_jail_probe_is_not_cached_and_names_bwraps_own_words(tmp_pa
 
 @pytest.mark.parametrize("cgroup", ["cgroup", "no-cgroup"])
 def test_fault_unconfined_candidate_leaving_a_setsid_grandchild_leaves_nothing(cgroup, monkeypatch):
-    if cgroup == "no-cgroup":
-        monkeypatch.setattr(sandbox, "_cgroup_parents", lambda: None)
-    elif sandbox._cgroup_parents() is None:
+    if cgroup == "no-cgroup":  # the harness alone (before this work there was no cgroup either)
+        monkeypatch.setattr(sandbox, "_cgroup_parents", lambda: None, raising=False)
+    elif getattr(sandbox, "_cgroup_parents", lambda: True)() is None:
         pytest.skip("no cgroup this process may make here")
     marker = f"{time.time_ns() % 10**6}.{os.getpid()}"
     source = textwrap.dedent(f'''
