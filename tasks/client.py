@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import threading
 import time
 from typing import Any, Callable
@@ -32,7 +34,7 @@ import httpx
 
 from tasks.perf.metrics import RequestRecord
 
-HTTPError = httpx.HTTPError  # what the plain calls raise; suites catch it
+HTTPError = httpx.HTTPError  # what the plain calls raise, whatever went wrong with the request; suites catch it
 
 
 class NotReady(TimeoutError):
@@ -43,13 +45,117 @@ class NotReady(TimeoutError):
         super().__init__(f"{where} did not answer 200 within {timeout_s:.0f} s ({last})")
 
 
+class DeadlineExceeded(httpx.TimeoutException):
+    """A plain call that had no complete answer within its total deadline (connect to last byte)."""
+
+
+class BadResponse(httpx.HTTPError):
+    """An answer the plain calls cannot use: too large, not JSON, or JSON of the wrong shape (the message names it)."""
+
+
 def url(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + path
 
 
+class _Deadline:
+    """Ends a blocking request at its total deadline: shuts its socket down from a timer, so a server that drips
+    one byte at a time (each read in time, the whole never) is cut at the deadline, headers included."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.expired = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+
+    def trace(self, event: str, info: dict) -> None:
+        """httpcore's `trace` extension: keep a handle on each connection's socket as it is made."""
+        if event != "connection.connect_tcp.complete":
+            return
+        sock = getattr(info.get("return_value"), "get_extra_info", lambda _: None)("socket")
+        if sock is None:
+            return
+        dup = socket.socket(fileno=os.dup(sock.fileno()))  # the TLS wrapper keeps the same connection
+        with self._lock:
+            self._socks.append(dup)
+            if self.expired:
+                self._shutdown(dup)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._socks:
+                self._shutdown(sock)
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
+
+
+def request(method: str, base_url: str, path: str, timeout_s: float, json_body: Any = None,
+            headers: dict[str, str] | None = None) -> httpx.Response:
+    """One plain (non-streaming) call, its body read: the caps every call to an untrusted server gets.
+
+    `timeout_s` bounds the whole call, connect to last byte (as the perf client's request deadline);
+    a body (after content decoding) over MAX_RESPONSE_BYTES is refused, an error status's body is
+    cut at MAX_ERROR_BODY_BYTES. Raises HTTPError subclasses only: DeadlineExceeded, BadResponse,
+    httpx's own. `headers`: the endpoint's auth headers unless given.
+    """
+    timeout_s = max(timeout_s, 0.001)
+    headers = endpoint_headers(base_url) if headers is None else headers
+    with _Deadline(timeout_s) as deadline, httpx.Client(timeout=timeout_s) as client:
+        try:
+            with client.stream(method, url(base_url, path), json=json_body, headers=headers,
+                               extensions={"trace": deadline.trace}) as r:
+                ok = r.status_code < 400
+                limit = MAX_RESPONSE_BYTES if ok else MAX_ERROR_BODY_BYTES
+                declared = r.headers.get("content-length", "")
+                if ok and declared.isdigit() and int(declared) > limit:
+                    raise BadResponse(f"response body of {int(declared)} bytes is over the {limit}-byte limit")
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        if ok:
+                            raise BadResponse(f"response body over the {limit}-byte limit")
+                        del body[limit:]
+                        break
+                if deadline.expired:  # the shut-down socket read as the end of a body without a length
+                    raise httpx.ReadError("connection shut down at the deadline")
+        except httpx.HTTPError:
+            if deadline.expired:
+                raise DeadlineExceeded(f"no complete answer within the request deadline of {timeout_s:g} s") from None
+            raise
+    # The body as read (decoded): the content headers that described the wire no longer apply.
+    kept = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in ("content-encoding", "content-length",
+                                                                           "transfer-encoding")]
+    return httpx.Response(r.status_code, headers=kept, content=bytes(body), request=r.request)
+
+
+def json_of(r: httpx.Response) -> Any:
+    """The response's JSON; BadResponse when it is none (or nested deeper than the parser goes)."""
+    try:
+        return json.loads(r.content)
+    except (ValueError, RecursionError) as err:
+        raise BadResponse(f"answer is not JSON ({type(err).__name__}): {_excerpt(r.content)}") from None
+
+
 def get(base_url: str, path: str, timeout_s: float = 10.0) -> httpx.Response:
-    """GET `path` of an endpoint with its auth headers; the response, whatever its status."""
-    return httpx.get(url(base_url, path), headers=endpoint_headers(base_url), timeout=timeout_s)
+    """GET `path` of an endpoint with its auth headers, under the caps of `request`; the response, whatever its status."""
+    return request("GET", base_url, path, timeout_s)
 
 
 def wait_ready(base_url: str, path: str = "/v1/models", timeout_s: float = 10.0, interval_s: float = 0.25,
@@ -59,55 +165,78 @@ def wait_ready(base_url: str, path: str = "/v1/models", timeout_s: float = 10.0,
 
     `alive()` runs before each try and raises when waiting is pointless (the server process died);
     `final(response)` may raise on an answer that will not change (401, 403). After `timeout_s`
-    without a 200: NotReady with the last reason.
+    without a 200: NotReady with the last reason. Each try is one `request` (its caps), ended at
+    the overall deadline at the latest.
     """
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    with httpx.Client(timeout=min(10.0, max(timeout_s, 1.0))) as client:
-        while True:
-            if alive is not None:
-                alive()
-            try:
-                r = client.get(url(base_url, path), headers=headers if headers is not None else endpoint_headers(base_url))
-                if r.status_code == 200:
-                    return r
-                if final is not None:
-                    final(r)
-                last = f"HTTP {r.status_code}"
-            except httpx.HTTPError as err:
-                last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            if time.monotonic() + interval_s > deadline:
-                raise NotReady(url(base_url, path), timeout_s, last)
-            time.sleep(interval_s)
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            r = request("GET", base_url, path, min(10.0, max(deadline - time.monotonic(), 1.0)), headers=headers)
+            if r.status_code == 200:
+                return r
+            if final is not None:
+                final(r)
+            last = f"HTTP {r.status_code}"
+        except httpx.HTTPError as err:
+            last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if time.monotonic() + interval_s > deadline:
+            raise NotReady(url(base_url, path), timeout_s, last)
+        time.sleep(interval_s)
+
+
+def _answer(r: httpx.Response, kind: str, usage: dict | None) -> str:
+    """The text of a non-streaming completion or chat answer; BadResponse naming the field when its shape is wrong."""
+    r.raise_for_status()
+    obj = json_of(r)
+    try:
+        if not isinstance(obj, dict):
+            raise BadChunk(f"answer is a JSON {type(obj).__name__}, not an object")
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise BadChunk("choices is missing or empty" if not choices else
+                           f"choices is a {type(choices).__name__}, not a list")
+        c = choices[0]
+        if not isinstance(c, dict):
+            raise BadChunk(f"choices[0] is a {type(c).__name__}, not an object")
+        if kind == "chat":
+            message = c.get("message")
+            if not isinstance(message, dict):
+                raise BadChunk(f"choices[0].message is a {type(message).__name__}, not an object")
+            text = _text_field(message, "content", "choices[0].message.")
+        else:
+            text = _text_field(c, "text", "choices[0].")
+        if usage is not None:
+            usage.update(_usage(obj) or {})
+    except BadChunk as err:
+        raise BadResponse(f"malformed answer: {err}") from None
+    # A lone surrogate (JSON's "\ud800") is no text: it would fail every encoder after this (tokenizers, Parquet).
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
              timeout_s: float = 120.0, min_tokens: int | None = None, usage: dict | None = None) -> str:
-    """One greedy, non-streaming /v1/completions call; returns the text.
+    """One greedy, non-streaming /v1/completions call under `request`'s caps; returns the text.
 
     `min_tokens` (llama.cpp and vLLM honour it) keeps a long generation going past EOS. A
-    `usage` dict receives the server's token counts (what a hosted API bills).
+    `usage` dict receives the server's token counts (what a hosted API bills), checked as the
+    perf client checks them. Any answer that is not a completion raises BadResponse (an HTTPError).
     """
     body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
     if stop:
         body["stop"] = stop
     if min_tokens:
         body["min_tokens"] = min_tokens
-    r = httpx.post(url(base_url, "/v1/completions"), json=body, timeout=timeout_s, headers=endpoint_headers(base_url))
-    r.raise_for_status()
-    if usage is not None:
-        usage.update(r.json().get("usage") or {})
-    return r.json()["choices"][0].get("text") or ""
+    return _answer(request("POST", base_url, "/v1/completions", timeout_s, body), "completions", usage)
 
 
 def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeout_s: float = 120.0,
          temperature: float = 0.0) -> str:
-    """One non-streaming /v1/chat/completions call (greedy by default); returns the message text."""
+    """One non-streaming /v1/chat/completions call (greedy by default) under `request`'s caps; returns the message text."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
-    r = httpx.post(url(base_url, "/v1/chat/completions"), json=body, timeout=timeout_s,
-                   headers=endpoint_headers(base_url))
-    r.raise_for_status()
-    return r.json()["choices"][0]["message"].get("content") or ""
+    return _answer(request("POST", base_url, "/v1/chat/completions", timeout_s, body), "chat", None)
 
 
 def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
@@ -124,10 +253,14 @@ def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | N
     return body
 
 
-# What one response may send: a server is untrusted input (issue 18). No SSE line of a real
-# completions stream comes near 1 MiB, nor a response near 64 MiB (~4,000 tokens of chat chunks
-# are ~1 MB); past them the request is errored instead of growing memory without bound.
+# What one response may send, to the streaming client and the plain calls alike (`request`): a server is
+# untrusted input (issues 18, 26). No SSE line of a real completions stream comes near 1 MiB, nor a
+# response near 64 MiB (~4,000 tokens of chat chunks are ~1 MB); past them the request is errored
+# instead of growing memory without bound. A token count is an int32 column of the warehouse.
 MAX_SSE_LINE_BYTES = 1 << 20
+
+
+MAX_TOKEN_COUNT = 2**31 - 1
 
 
 MAX_RESPONSE_BYTES = 64 << 20
@@ -185,10 +318,10 @@ def _chunk_text(kind: str, obj: dict) -> tuple[str, str, str | None]:
 
 
 def _count(v: object, name: str) -> int | None:
-    """A token count from the server: a non-negative whole number, else BadChunk naming it."""
+    """A token count from the server: a whole number from 0 to MAX_TOKEN_COUNT, else BadChunk naming it."""
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or int(v) != v:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_TOKEN_COUNT or int(v) != v:
         raise BadChunk(f"{name} is {v!r}, not a token count")
     return int(v)
 
@@ -373,15 +506,14 @@ def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:
     """Model ids served at `base_url`; raises ConnectionError with one line after a bounded wait."""
     root = api_root(base_url)
     try:
-        r = wait_ready(root, "/v1/models", timeout_s, interval_s=0.5)
-        listing = r.json()
+        listing = json_of(wait_ready(root, "/v1/models", timeout_s, interval_s=0.5))
         models = listing.get("data", []) if isinstance(listing, dict) else None
         if not isinstance(models, list):
-            raise ValueError("GET /v1/models answered no model list")
+            raise BadResponse("GET /v1/models answered no model list")
     except NotReady as err:
         raise ConnectionError(f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({err.last}); "
                               "start the server or fix --endpoint") from None
-    except ValueError as err:
+    except BadResponse as err:
         raise ConnectionError(f"endpoint {base_url} answered GET /v1/models with no model list ({err}); "
                               "fix --endpoint") from None
     return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]

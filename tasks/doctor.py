@@ -19,6 +19,7 @@ from typing import Callable
 
 import tasks.loader  # noqa: F401  (the built-in engines and suites)
 from tasks.core.config import PackageFile
+from tasks.core.lifecycle import run_tied
 from tasks.core.process import ChildDied, ChildError, run_in_child
 from tasks.core.registry import ENGINES
 from tasks.perf.energy import _Nvml, _Rapl
@@ -152,8 +153,9 @@ def check_prefect(timeout_s: float = 180.0) -> Check:
             "    raise SystemExit(f'unhealthy: {err}' if err else 0)\n")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+        # Tied to this process: the ephemeral API it starts goes with it, on a timeout or a kill of doctor too.
+        proc = run_tied([sys.executable, "-c", code], capture_output=True, text=True, timeout_s=timeout_s,
+                        env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     except subprocess.TimeoutExpired:
         return Check("prefect", "broken", f"{target} not up after {timeout_s:.0f} s; "
                                           "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS or check the host's load")

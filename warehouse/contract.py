@@ -24,6 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warehouse.errors import WarehouseError
+
 # ------------------------------------------------------------------ vocabularies
 
 # Percentiles every latency distribution stores (more can be asked for in `tradeoff perf`'s JSON).
@@ -483,7 +485,21 @@ RENAMED: dict[str, dict[str, str]] = {
 
 
 def _read_part(path: Path, name: str) -> pa.Table:
-    """One part under the contract's schema; a column written under its old name (RENAMED) is read as the new."""
+    """One part under the contract's schema; a column written under its old name (RENAMED) is read as the new.
+    A part that does not read (truncated, not Parquet) is a PartUnreadable naming it."""
+    try:
+        return _read_schema_part(path, name)
+    except (OSError, pa.ArrowException) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise PartUnreadable(f"table {name}: part {path} is unreadable ({first}); restore it from the results "
+                             f"location, or delete it and re-run its variant (tradeoff run --run-id)") from None
+
+
+class PartUnreadable(WarehouseError):
+    """A result part that cannot be read; the message names the file."""
+
+
+def _read_schema_part(path: Path, name: str) -> pa.Table:
     renamed = RENAMED.get(name, {})
     got = pq.read_schema(path).names
     legacy = {old: new for new, old in renamed.items() if old in got and new not in got}

@@ -166,11 +166,13 @@ def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _settle(path: Path, retry_s: float = 10.0) -> None:
-    """Check that the warehouse opens (waiting for another writer); fold a WAL a crashed writer left into the file."""
+    """Check that the warehouse opens (waiting for another writer) and that this code knows its schema, naming the
+    user's file (the load then writes a temporary copy); fold a WAL a crashed writer left into the file."""
     if not path.exists():
         return
     con = _connect(path, read_only=not wal_of(path).exists(), retry_s=retry_s)
     try:
+        _migrate(con, path, read_only=True)  # only checks: a newer schema is refused here, not in the copy
         if not wal_of(path).exists():
             return
         con.execute("checkpoint")

@@ -14,6 +14,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       model_validator)
 
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
+from tasks.core.credentials import results_url_problem
 from tasks.core.errors import ConfigError
 from tasks.core.names import safe_name
 
@@ -220,7 +221,8 @@ class PerfSpec(_Strict):
     unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
     force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
         default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="seeds the prompts, arrival times and bootstraps (numpy takes no "
+                                                   "negative seed)")
     request_timeout_s: float = Field(
         default=300.0, gt=0, le=3_600, description="longest wait for a response's next bytes, the first included (seconds); "
                                          "a request that waits longer is errored (or incomplete after its first chunk)")
@@ -293,7 +295,7 @@ class SuiteSpec(_Strict):
                               description="name in the warehouse's suite column (default: name); "
                                           "lets one suite run twice, e.g. two lm_eval task sets")
     limit: int | None = Field(default=None, ge=1, le=100_000, description="number of samples")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="the suite's seed (numpy takes no negative seed)")
     params: dict[str, Any] = Field(default_factory=dict)
     variants: list[str] | None = Field(default=None, max_length=256, description="run only for these variants (default: all)")
 
@@ -364,6 +366,8 @@ class ScaleOutSpec(_Strict):
     @field_validator("results_url")
     @classmethod
     def _known_protocol(cls, v: str | None) -> str | None:
+        if v is not None and (problem := results_url_problem(v)):
+            raise ValueError(problem)
         if v is None or "://" not in v:
             return v
         import fsspec

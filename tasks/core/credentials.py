@@ -5,6 +5,11 @@
   patterns, replaces that list - an operator's setting, never a config's), or from a Prefect
   Secret block. A value that is not such a name is refused without being shown: it may be a key
   pasted in the wrong place.
+- A key goes only to the hosts the operator bound it to: `TRADEOFF_KEY_HOSTS` (an environment variable,
+  never a config field or a flow parameter) lists `SOURCE=HOST[,HOST...]` entries, SOURCE being the
+  variable's name or `secret:<block>`, HOST a host name or `*.domain` (its subdomains); loopback hosts
+  need no binding. A config (or a `variant` flow parameter) that would send a key elsewhere fails when
+  it loads, naming the field and the binding to add.
 - `base_url` must be https, unless its host is loopback (127.0.0.0/8, ::1, localhost); a URL
   holding credentials (user:password@), a query string or a fragment is refused, unshown.
 - lm-eval `model_args` that would weaken this (send requests or tokens elsewhere, turn TLS
@@ -23,6 +28,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 KEY_ENV_ALLOW_VAR = "TRADEOFF_API_KEY_ENV_ALLOW"
+KEY_HOSTS_VAR = "TRADEOFF_KEY_HOSTS"
+_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]{0,62})(\.[a-z0-9]([a-z0-9-]{0,62}))*")
 DEFAULT_KEY_ENV_PATTERNS = ("TRADEOFF_*", "*_API_KEY")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 _BLOCK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")  # Prefect block names: lowercase letters, digits, dashes
@@ -113,6 +120,26 @@ def url_problem(url: Any, field: str = "engine_args.base_url") -> str | None:
     return None
 
 
+def results_url_problem(url: str) -> str | None:
+    """Why a results location URL may not be used as given - a password, a query string or a fragment in it (where
+    storage tokens ride: SAS signatures, presigned keys) - in a line that does not show it; None when it may.
+
+    The URL is printed (logs, the flow runs' parameters in Prefect's UI), so it must hold no secret: the
+    storage's credentials come from its own environment (AWS_* variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS,
+    fsspec's config). A user name alone (sftp://user@host) is no secret.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "not a URL (not shown); give a folder or an fsspec URL such as s3://bucket/tradeoff"
+    if password is not None or parts.query or parts.fragment:
+        return ("a URL holding a password, a query string or a fragment is refused and not shown (it would be printed "
+                "and kept with the flow runs); give the storage's credentials through its environment (AWS_* "
+                "variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, fsspec config)")
+    return None
+
+
 def key_source_problem(api_key_env: str | None, api_key_secret: str | None) -> str | None:
     """Why a hosted variant's key may not come from where its config says, in a line that never shows a key."""
     if api_key_env is not None and (problem := key_env_problem(api_key_env)):
@@ -120,6 +147,55 @@ def key_source_problem(api_key_env: str | None, api_key_secret: str | None) -> s
     if api_key_secret is not None and (problem := secret_block_problem(api_key_secret)):
         return problem
     return None
+
+
+def key_hosts() -> dict[str, list[str]]:
+    """The operator's bindings of keys to hosts (TRADEOFF_KEY_HOSTS): source -> host patterns.
+
+    Entries are separated by ';' or newlines; each is SOURCE=HOST[,HOST...], SOURCE an environment
+    variable's name or `secret:<block>`. A malformed entry raises ValueError naming its position (never
+    its text: an operator may have pasted a key there).
+    """
+    out: dict[str, list[str]] = {}
+    entries = [e.strip() for e in re.split(r"[;\n]", os.environ.get(KEY_HOSTS_VAR, "")) if e.strip()]
+    for i, entry in enumerate(entries, 1):
+        source, sep, hosts = (part.strip() for part in entry.partition("="))
+        names = [h.strip().lower().rstrip(".") for h in hosts.split(",") if h.strip()]
+        secret = source.removeprefix("secret:")
+        good_source = (_BLOCK_NAME.fullmatch(secret) if source.startswith("secret:") else _ENV_NAME.fullmatch(source))
+        if not sep or not good_source or not names or not all(_HOST.fullmatch(h) for h in names):
+            raise ValueError(f"{KEY_HOSTS_VAR}: entry {i} is not SOURCE=HOST[,HOST...] (SOURCE: a variable name or "
+                             f"secret:<block>; HOST: a host name or *.domain); entry not shown; fix it")
+        out.setdefault(source, []).extend(names)
+    return out
+
+
+def host_matches(host: str, pattern: str) -> bool:
+    host = host.lower().rstrip(".")
+    return host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:]))
+
+
+def key_host_problem(api_key_env: str | None, api_key_secret: str | None, url: str) -> str | None:
+    """Why the key of `api_key_env` / `api_key_secret` may not be sent to `url`'s host, or None when it may.
+
+    Loopback is free; any other host must be bound to that key by the operator (TRADEOFF_KEY_HOSTS).
+    """
+    if not api_key_env and not api_key_secret:
+        return None
+    host = urlsplit(url).hostname or ""
+    if is_loopback(host):
+        return None
+    field, source = (("engine_args.api_key_env", api_key_env) if api_key_env
+                     else ("engine_args.api_key_secret", f"secret:{api_key_secret}"))
+    try:
+        bound = key_hosts().get(source, [])
+    except ValueError as err:
+        return f"{field}: {err}"
+    if any(host_matches(host, p) for p in bound):
+        return None
+    where = f"it is bound to {', '.join(bound)}" if bound else "it is bound to no host"
+    return (f"{field}: the key of {source} may not go to {host}: {where}; if {host} should get it, the operator adds "
+            f"'{source}={host}' to {KEY_HOSTS_VAR} (an environment variable, never a config), else fix base_url")
 
 
 def model_args_problem(model_args: dict[str, Any]) -> str | None:

@@ -15,6 +15,12 @@
   needs a client, and stops only from an `atexit` hook) is started by the CLI from its main thread,
   with the parent-death signal, in a session of its own.
 
+- Children run to completion (builds, quantisation, hub downloads, version and health probes) go
+  through `run_tied`: a small supervisor leads the child's own process group, carries the
+  parent-death signal, and takes the whole group down (SIGTERM, then SIGKILL after a grace) when
+  this process dies (even by SIGKILL), when it is stopped (SIGTERM, Ctrl-C, a Prefect timeout or
+  cancel) and when the child ends, so nothing the child started outlives it.
+
 Why a parent-death signal and not a reaper of recorded PIDs on the next start: it acts at once,
 on every way the parent can die, so a GPU server never keeps its memory until some later run; a
 reaper acts only if and when tradeoff runs again on that host, and a PID recorded hours earlier
@@ -34,11 +40,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
 PR_SET_PDEATHSIG = 1
+SUPERVISOR_PYTHON = sys.executable  # the supervisor's interpreter, whatever sys.executable is set to later
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
@@ -247,3 +255,134 @@ def start_prefect_api() -> str | None:
     server = SubprocessASGIServer()
     server.start()
     return server.api_url
+
+
+# The supervisor: the first process of a tied child (run with `python -I -S -c`; argv: grace seconds, command...).
+# It leads the group, forks the command into it (the command's own parent-death signal is the supervisor's
+# death), and on SIGTERM/SIGHUP/SIGINT - the parent-death signal included - sends SIGTERM to the group, waits
+# up to the grace for the command, then SIGKILLs every other live process of its session. When the command
+# ends, what it left in the session is killed and the supervisor ends as the command did (same exit code, or
+# same signal). A process that starts a session of its own (setsid) leaves it: builds and downloads do not.
+_SUPERVISOR = r'''
+import ctypes, os, signal, sys, time
+grace, argv, me = float(sys.argv[1]), sys.argv[2:], os.getpid()
+STOP = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+def members():
+    out = []
+    for e in os.listdir("/proc"):
+        if e.isdigit() and int(e) != me:
+            try:
+                f = open(f"/proc/{e}/stat").read().rsplit(")", 1)[1].split()
+                if f[0] != "Z" and int(f[3]) == me:  # alive, in this session (a setpgid child included)
+                    out.append(int(e))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+def sweep():
+    for _ in range(100):
+        left = members()
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+def stop(signum, frame):
+    for s in STOP:
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        os.killpg(me, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                break
+        except ChildProcessError:
+            break
+        time.sleep(0.05)
+    sweep()
+    os._exit(128 + signum)
+child = os.fork()
+if child == 0:
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: the supervisor's death
+        if os.getppid() != me:
+            os._exit(128 + signal.SIGTERM)
+        os.execvp(argv[0], argv)
+    except BaseException as err:
+        os.write(2, f"cannot run {argv[0]}: {err}\n".encode())
+    os._exit(127)
+for s in STOP:
+    signal.signal(s, stop)
+while True:
+    try:
+        _, status = os.waitpid(child, 0)
+        break
+    except ChildProcessError:
+        status = 127 << 8
+        break
+for s in STOP:
+    signal.signal(s, signal.SIG_IGN)
+sweep()
+if os.WIFSIGNALED(status):
+    if os.WTERMSIG(status) != signal.SIGKILL:
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(me, os.WTERMSIG(status))
+os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+'''
+
+
+def popen_tied(cmd: list[str], grace_s: float = 10.0, **kwargs: Any) -> subprocess.Popen:
+    """Start `cmd` (an argument list) under the supervisor, in its own process group and session, tied to this
+    process (see the module doc); Popen's keyword arguments otherwise. `proc.pid` is the group's id."""
+    if _LIBC is None:  # no parent-death signal here: still its own group, stopped by stop_tied
+        return subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    sup = [SUPERVISOR_PYTHON, "-I", "-S", "-c", _SUPERVISOR, f"{grace_s:g}", *cmd]
+    return subprocess.Popen(sup, start_new_session=True, preexec_fn=die_with_parent(), **kwargs)
+
+
+def stop_tied(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a tied child and everything in its group: SIGTERM (the supervisor passes it on), SIGKILL after the grace."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s + 5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):  # the group, should the supervisor itself be gone
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.1 if sig == signal.SIGTERM else 0)
+    proc.wait()
+
+
+def run_tied(cmd: list[str], timeout_s: float | None = None, grace_s: float = 10.0, capture_output: bool = False,
+             text: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run `cmd` to completion tied to this process (popen_tied), as subprocess.run does; stdin is /dev/null unless
+    given. On the timeout (subprocess.TimeoutExpired), Ctrl-C, SIGTERM or any exception while waiting, the child's
+    whole group is stopped first, then the exception goes on."""
+    kwargs.setdefault("stdin", subprocess.DEVNULL)
+    if capture_output:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    release = hold_stop_signals()  # Ctrl-C waits until `proc` is held inside the block that stops it
+    try:
+        proc = popen_tied(cmd, grace_s, text=text, **kwargs)
+    except BaseException:
+        release()
+        raise
+    try:
+        release()
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as timeout:
+        stop_tied(proc, grace_s)
+        raise subprocess.TimeoutExpired(cmd, timeout.timeout) from None
+    except BaseException:
+        stop_tied(proc, grace_s)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

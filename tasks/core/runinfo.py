@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks.core.errors import ConfigError
+from tasks.core.lifecycle import run_tied
 from tasks.core.names import check_run_id, contained
 
 # The checkout: where the engines' own environments (.venv-vllm, .venv-helm) and tools live.
@@ -110,8 +111,8 @@ def library_versions() -> dict[str, str]:
 
 def git_sha() -> str | None:
     try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                           cwd=Path(__file__).resolve().parent)
+        r = run_tied(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout_s=5,
+                     cwd=Path(__file__).resolve().parent)
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None

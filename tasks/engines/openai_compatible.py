@@ -3,7 +3,8 @@
 A variant names the endpoint (`base_url`, the server root; a trailing /v1 is dropped because
 the clients append /v1/...), the model it serves and where its API key comes from: an
 environment variable (`api_key_env`, checked when the config loads) or a Prefect Secret block
-(`api_key_secret`, read when the variant is served). The key goes only into the Authorization
+(`api_key_secret`, read when the variant is served), and goes only to a host the operator bound it to
+(`TRADEOFF_KEY_HOSTS`, tasks.core.credentials; loopback is free). The key goes only into the Authorization
 header of this process's requests (`tasks.engines.endpoint_headers`); it is never put in a
 command line, a log, the run folder or the warehouse. Prices come from the variant's `cost:`
 (USD per 1M input and output tokens) and end up in `v_cost`.
@@ -19,9 +20,9 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.client import NotReady, _set_headers, api_root, wait_ready
+from tasks.client import BadResponse, NotReady, _set_headers, api_root, json_of, wait_ready
 from tasks.core.config import ModelSpec, Variant
-from tasks.core.credentials import key_source_problem, remember_key, url_problem
+from tasks.core.credentials import key_host_problem, key_source_problem, remember_key, url_problem
 from tasks.engines.base import Artifact, Endpoint, Engine, check_args
 
 
@@ -49,7 +50,10 @@ class HostedError(RuntimeError):
 
 
 def read_key(args: HostedArgs) -> str | None:
-    """The API key from its environment variable or Prefect Secret block (None: the endpoint needs none)."""
+    """The API key from its environment variable or Prefect Secret block (None: the endpoint needs none), read only
+    for a host the operator bound it to (the config load checked that already; a caller that skipped it is refused)."""
+    if problem := key_host_problem(args.api_key_env, args.api_key_secret, args.base_url):
+        raise HostedError(problem)
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
         if not key:
@@ -91,6 +95,8 @@ class OpenAICompatible(Engine):
         if a.api_key_env and not os.environ.get(a.api_key_env):
             return (f"engine_args.api_key_env: environment variable {a.api_key_env} is not set; export it "
                     f"(the key is read at run time and never stored)")
+        if problem := key_host_problem(a.api_key_env, a.api_key_secret, a.base_url):  # bound by the operator
+            return problem
         if variant.speculative:
             return "speculative: a hosted endpoint's decoding is not configurable; remove speculative"
         return None
@@ -136,7 +142,12 @@ class OpenAICompatible(Engine):
         except NotReady as err:
             raise HostedError(f"hosted endpoint {a.base_url} did not answer GET /v1/models within {wait_s:.0f} s "
                               f"({err.last})") from None
-        served = [m.get("id") for m in (r.json().get("data") or []) if isinstance(m, dict)]
+        try:
+            listing = json_of(r)
+        except BadResponse as err:
+            raise HostedError(f"hosted endpoint {a.base_url} answered GET /v1/models with {err}") from None
+        data = listing.get("data") if isinstance(listing, dict) else None
+        served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         if served and a.model not in served:
             raise HostedError(f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
                               f"it serves {', '.join(map(str, served[:10]))}")

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks import client
 from tasks.core.config import ModelSpec, Variant
+from tasks.core.lifecycle import run_tied
 from tasks.engines.base import Artifact, Endpoint, Engine, EngineUnavailable, build_key, check_args, gpu_visible
 from tasks.engines.hub import calibration_command, download_command, is_local_data
 from tasks.engines.vllm import dir_digest, run_step
@@ -123,8 +124,8 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 def trtllm_version(python: str) -> str | None:
     """tensorrt_llm's version in that environment (read from package metadata), None when absent."""
     try:
-        out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('tensorrt_llm'))"],
-                             capture_output=True, text=True, timeout=120)
+        out = run_tied([python, "-c", "import importlib.metadata as m; print(m.version('tensorrt_llm'))"],
+                       capture_output=True, text=True, timeout_s=120)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None

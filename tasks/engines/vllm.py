@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.core.config import ModelSpec, Variant
+from tasks.core.lifecycle import run_tied
 from tasks.core.runinfo import TOOLS
 from tasks.engines.artifacts import decode_bytes, serving_digest
 from tasks.engines.base import Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root
@@ -103,7 +104,7 @@ def vllm_version(python: str) -> str | None:
             "    try:\n        v = m.version(n); print(v if s in v else v + s); break\n"
             "    except m.PackageNotFoundError: pass\n")
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+        out = run_tied([python, "-c", code], capture_output=True, text=True, timeout_s=60)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -115,14 +116,14 @@ def is_gguf(model: "ModelSpec") -> bool:
 
 
 def run_step(cmd: list[str], log: Path, timeout_s: float, what: str) -> None:
-    """Run one build command (argument list), its output appended to `log`; one-line error on failure."""
+    """Run one build command (argument list) tied to this process (its whole group stops with it), its output
+    appended to `log`; one-line error on failure."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         f.write(f"$ {' '.join(cmd)}\n".encode())
         f.flush()
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=timeout_s).returncode
+            rc = run_tied(cmd, stdout=f, stderr=subprocess.STDOUT, timeout_s=timeout_s).returncode
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"{what} took longer than {timeout_s:.0f} s (log: {log})") from None
     if rc != 0:

@@ -16,6 +16,7 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from tasks.core.credentials import results_url_problem
 from tasks.core.errors import ConfigError
 from tasks.core.names import contained, is_under, local_url_path
 from tasks.core.runinfo import RunPaths, runs_dir, valid_run_id
@@ -34,6 +35,8 @@ class ResultsLocation:
         """`url` (a folder or fsspec URL), or the local runs folder, as an absolute URL."""
         if not url:
             return cls(runs_dir().resolve().as_uri())
+        if problem := results_url_problem(url):  # checked before the URL is printed anywhere
+            raise ResultsLocationError(f"results_url: {problem}")
         try:
             local = local_url_path(url)  # plain paths and file:// name a local folder; checked like one
         except ValueError as err:

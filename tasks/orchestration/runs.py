@@ -16,15 +16,30 @@ from tasks.orchestration.failures import reported
 from tasks.orchestration.fanout import check_pool
 from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.variant import variant_row
+from tasks.quality.sandbox import unavailable_reason
 from tasks.report.notify import deliver, load_block
 from warehouse.contract import read_table, write_table
 
 
+def sandbox_problem(cfg: RunConfig) -> str | None:
+    """A code suite that will run in this process (no work pool) whose jail cannot start here: one line, with the
+    fix. On a work pool the workers' hosts run it: a variant whose suite fails there fails naming it."""
+    if cfg.scale_out.work_pool:
+        return None
+    for i, spec in enumerate(cfg.quality.suites):
+        if spec.name == "code" and spec.params.get("sandbox", "bwrap") != "none" and (reason := unavailable_reason()):
+            return f"quality.suites[{i}] ({spec.key}): code sandbox: {reason}; or remove the code suite from the config"
+    return None
+
+
 def preflight(cfg: RunConfig) -> tuple[ResultsLocation, str | None]:
-    """Fail before any variant starts: results location not writable, pool or deployment or notify block missing.
+    """Fail before any variant starts: results location not writable, pool or deployment or notify block missing,
+    a code suite whose jail cannot start on this host.
 
     Returns the results location and a warning (no worker online) or None.
     """
+    if problem := sandbox_problem(cfg):
+        raise ConfigError(problem)
     location = ResultsLocation.resolve(cfg.scale_out.location())
     location.check_writable()
     warning = check_pool(cfg.scale_out) if cfg.scale_out.work_pool else None

@@ -10,6 +10,7 @@ from typing import Any
 from tasks.core.config import RunConfig, Variant
 from tasks.engines.base import Artifact, engine_for
 from tasks.loader import load_config, parse_config
+from tasks.report.text import md_escape
 
 
 def engine_args_json(variant: Variant) -> str:
@@ -64,7 +65,7 @@ def summary_markdown(row: dict, outcome: dict | None, host: str, took_s: float) 
                      f"{row['artifact_bytes'] / 1e6:.1f} MB, {'cached' if row['build_cached'] else 'built'} "
                      f"in {row['build_s']:.1f} s")
     if row["error"]:
-        lines.append(f"- error: `{row['error'].splitlines()[0][:300]}`")
+        lines.append(f"- error: {md_escape(row['error'][:300])}")  # a server's or model's words, never markup
     if outcome:
         perf, quality = outcome["perf"], outcome["quality"]
         tps = ", ".join(f"{t:.1f}" for t in perf.get("output_throughput", []) if t is not None)

@@ -2,13 +2,15 @@
 
 A load holds the run folder's lock (tasks.orchestration.runlock), validates the results with the nightly's
 suites and counts (tasks.orchestration.run_gate) and refuses what the nightly refused, unless the expert says
---skip-validation. A rebuild builds a new warehouse file from every run folder (local, or
-fetched from a results URL), each through the same gate, and swaps it in for the old one,
-which it keeps beside it: the way back from a warehouse that cannot be opened.
+--skip-validation (recorded in the run folder as UNVALIDATED, so a rebuild loads that run the same way). A
+rebuild builds a new warehouse file from every run folder (local, or fetched from a results URL), each through
+the same gate, and swaps it in for the old one, which it keeps beside it: the way back from a warehouse that
+cannot be opened.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tempfile
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -33,6 +36,9 @@ from warehouse.swap import check_free_space, discard, replace_keeping_previous, 
 
 # A folder name under a results URL that may be a run id: nothing that walks out of the folder.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+# In a run folder: the expert loaded it with --skip-validation; a rebuild then loads it whole too (a later load
+# that passes the gate removes it).
+UNVALIDATED = "loaded-without-validation.json"
 
 
 class GateRefused(WarehouseError):
@@ -51,20 +57,27 @@ def load_checked(run_dir: str | Path, warehouse: str | Path, skip_validation: bo
         raise WarehouseError(f"run_dir: {run_dir} has no results/ folder; pass a run folder such as runs/<run_id>")
     with run_lock(run_dir, "load", warn=warn):
         if skip_validation:
-            warn(f"--skip-validation: loading run {run_dir.name} without the validation the nightly applies")
-        else:
-            gate = gate_run(run_dir)
-            if gate.note:
-                warn(gate.note)
-            if not gate.report.success:
-                raise GateRefused(gate.refusal(run_dir))
-        return load_run(run_dir, warehouse)
+            warn(f"--skip-validation: loading run {run_dir.name} without the validation the nightly applies "
+                 f"(recorded in {run_dir / UNVALIDATED}: `tradeoff warehouse rebuild` loads it the same way)")
+            counts = load_run(run_dir, warehouse)
+            (run_dir / UNVALIDATED).write_text(json.dumps({"loaded_at": datetime.now(timezone.utc).isoformat(),
+                                                           "warehouse": str(warehouse)}) + "\n")
+            return counts
+        gate = gate_run(run_dir)
+        if gate.note:
+            warn(gate.note)
+        if not gate.report.success:
+            raise GateRefused(gate.refusal(run_dir))
+        counts = load_run(run_dir, warehouse)
+        (run_dir / UNVALIDATED).unlink(missing_ok=True)  # validated now
+        return counts
 
 
 @dataclass
 class RebuildSummary:
     warehouse: Path
     loaded: list[str] = field(default_factory=list)
+    unvalidated: list[str] = field(default_factory=list)  # of `loaded`, those an expert loaded with --skip-validation
     failed_validation: list[str] = field(default_factory=list)  # runs and variants rows only, as the nightly loads them
     skipped: dict[str, str] = field(default_factory=dict)  # run -> why
     previous: Path | None = None  # where the replaced file is kept
@@ -72,7 +85,9 @@ class RebuildSummary:
 
     def line(self) -> str:
         kept = f"; the previous file is kept as {self.previous}" if self.previous else ""
-        return (f"rebuilt {self.warehouse} in {self.seconds:.1f} s: {len(self.loaded)} runs loaded, "
+        unvalidated = (f" ({len(self.unvalidated)} without validation, as `tradeoff load --skip-validation` loaded "
+                       f"them)") if self.unvalidated else ""
+        return (f"rebuilt {self.warehouse} in {self.seconds:.1f} s: {len(self.loaded)} runs loaded{unvalidated}, "
                 f"{len(self.failed_validation)} failed validation (recorded as failed, as the nightly does), "
                 f"{len(self.skipped)} skipped{kept}")
 
@@ -88,6 +103,13 @@ def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summ
     try:
         with run_lock(run_dir, "rebuild", warn=out) if lock else nullcontext():
             parts = read_run_parts(run_dir / "results")
+            if (run_dir / UNVALIDATED).is_file():  # the expert's --skip-validation load, kept as it was
+                counts = insert_run(con, parts)
+                summary.loaded.append(parts.run_id)
+                summary.unvalidated.append(parts.run_id)
+                out(f"{name}: loaded {sum(counts.values()):,} rows without validation, as `tradeoff load "
+                    f"--skip-validation` did ({UNVALIDATED} in the run folder)")
+                return
             try:
                 gate = gate_run(run_dir)
             except Exception as err:  # noqa: BLE001 - a gate that cannot judge the run lets nothing of it in

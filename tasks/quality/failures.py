@@ -1,4 +1,6 @@
-"""Failures are failures in the quality suites: errored requests are counted apart (`error_rate`), left unscored, and a suite above `quality.max_error_rate` is suite_failed."""
+"""Failures are failures in the quality suites: errored requests are counted apart (`error_rate`), left unscored, a
+suite above `quality.max_error_rate` (or one that raised) is suite_failed, and a variant with a suite_failed fails,
+naming the suite (`check_suites`), so the nightly does not end green."""
 
 from __future__ import annotations
 
@@ -64,6 +66,16 @@ def _rescored(score: Score, kept: list[dict], errored: int, total: int) -> Score
     else:
         note = left_out + (f"; the suite's note (all samples): {score.note}" if score.note else "")
     return replace(score, value=value, stderr=stderr, n=len(keep), note=note)
+
+
+class SuiteFailed(RuntimeError):
+    """A quality suite of the variant ended suite_failed (the message names each such suite and why)."""
+
+
+def check_suites(failed: dict[str, str]) -> None:
+    """Raise SuiteFailed naming every failed suite (suite -> its suite_failed note), after all of them ran."""
+    if failed:
+        raise SuiteFailed("; ".join(f"suite {key} failed: {why.splitlines()[0][:200]}" for key, why in failed.items()))
 
 
 def account_errors(result: SuiteResult, max_error_rate: float) -> tuple[SuiteResult, str | None]:

@@ -160,6 +160,7 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
     Writes quality_samples and quality_scores parts after each suite (a failure later loses no
     finished suite), and a quality_deltas part at the end. An adaptive suite (tasks.quality.adaptive)
     is extended right after its first run: by the reference up front, by a variant while its gate is undecided.
+    `failed_suites` (suite -> why) of the result fails the variant afterwards (tasks.quality.failures.check_suites).
     """
     samples: list[dict] = []
     scores: list[dict] = []
@@ -188,7 +189,8 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
     deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir, looks)
     return {"samples": len(samples), "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
             "deltas": {f"{d['suite']}.{d['metric']}": d["verdict"] for d in deltas},
-            "looks": {k: [f"n={n}: {g}" for n, g in v] for k, v in extended.items()}}
+            "looks": {k: [f"n={n}: {g}" for n, g in v] for k, v in extended.items()},
+            "failed_suites": {s["suite"]: s["note"] or "failed" for s in scores if s["metric"] == "suite_failed"}}
 
 
 def _write(results_dir: Path, part: str, samples: list[dict], scores: list[dict]) -> None:

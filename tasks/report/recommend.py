@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _warehouse_path
+from tasks.report.text import _warehouse_path, md_escape
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -508,14 +508,15 @@ def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """The nightly's `tradeoff-recommendation` artifact: the sentences, then one row per variant."""
     df = recommendation_frame(con, run_id)
-    lines = [f"**{summary_lines(df)[0]}**", ""] + [f"- {s}" for s in summary_lines(df)[1:]]
+    said = [md_escape(s) for s in summary_lines(df)]  # a failed variant's sentence quotes its error
+    lines = [f"**{said[0]}**", ""] + [f"- {s}" for s in said[1:]]
     lines += ["", "| variant | verdict | sustainable req/s | gate | retention (95 % CI) | reason |", "|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
         lo, hi, ret = _value(r["retention_ci_low"]), _value(r["retention_ci_high"]), _value(r["retention"])
         ci = f"{ret * 100:.1f} % ({lo * 100:.1f}-{hi * 100:.1f})" if None not in (lo, hi, ret) else ""
         rate = _value(r["sustainable_req_s"])
         lines.append(f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
-                     f"{_value(r['gate']) or ''} | {ci} | {(_value(r['verdict_reason']) or '').replace('|', '/')} |")
+                     f"{_value(r['gate']) or ''} | {ci} | {md_escape(_value(r['verdict_reason']) or '')} |")
     return "\n".join(lines)
 
 

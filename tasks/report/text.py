@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import duckdb
@@ -18,6 +19,17 @@ from rich.table import Table
 
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
+
+
+_MD_SPECIAL = re.compile(r"([\\`<>\[\]|&])")
+
+
+def md_escape(text: str) -> str:
+    """`text` (an error, a server's words) as literal Markdown inline text: its first line, with the marks that
+    open a code span, an HTML tag or entity, a link or image, or a table cell backslash-escaped, so a Prefect
+    artifact shows it and never renders markup of its own (emphasis marks are left: they change no meaning)."""
+    line = text.splitlines()[0] if text else ""
+    return _MD_SPECIAL.sub(r"\\\1", line)
 
 
 def _value(x: Any) -> Any:

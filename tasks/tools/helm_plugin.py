@@ -35,6 +35,19 @@ except ImportError:  # pragma: no cover
 ERROR_PREFIX = "tradeoff-endpoint-error: "
 
 
+def checked_completion(response: Any) -> Dict[str, Any]:
+    """The endpoint's JSON answer when it has a completion's shape; ValueError naming what is wrong (the instance
+    then errs, as for a broken connection, instead of an exception that ends the HELM run)."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        raise ValueError("malformed answer: choices[0] is not an object")
+    if not isinstance(choice.get("text"), (str, type(None))) or \
+            not isinstance(choice.get("finish_reason"), (str, type(None))):
+        raise ValueError("malformed answer: choices[0].text or finish_reason is not a string")
+    return response
+
+
 class CompletionsClient(CachingClient):  # type: ignore[misc,valid-type]
     """Greedy text completions from an OpenAI-compatible /v1/completions endpoint, without logprobs."""
 
@@ -70,11 +83,11 @@ class CompletionsClient(CachingClient):  # type: ignore[misc,valid-type]
             def do_it(raw: Dict[str, Any] = raw) -> Dict[str, Any]:
                 r = requests.post(self.url, json=raw, timeout=self.timeout_s)
                 r.raise_for_status()
-                return r.json()
+                return checked_completion(r.json())
 
             try:
                 response, cached = self.cache.get(key, wrap_request_time(do_it))
-            except (requests.RequestException, ValueError) as err:
+            except (requests.RequestException, ValueError, RecursionError) as err:
                 # Connection refused, timeout, HTTP error or a broken body: this instance errored.
                 error = ERROR_PREFIX + f"{type(err).__name__}: {err}".splitlines()[0][:300]
                 return RequestResult(success=False, cached=False, error=error, completions=[], embedding=[],

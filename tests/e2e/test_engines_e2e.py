@@ -203,6 +203,6 @@ def test_key_from_a_prefect_secret_block(prefect_harness) -> None:
     from tasks.engines.openai_compatible import HostedArgs, HostedError, read_key
 
     Secret(value="sk-from-block").save("tradeoff-test-key", overwrite=True)
-    assert read_key(HostedArgs(base_url="http://x", model="m", api_key_secret="tradeoff-test-key")) == "sk-from-block"
+    assert read_key(HostedArgs(base_url="http://127.0.0.1:9", model="m", api_key_secret="tradeoff-test-key")) == "sk-from-block"
     with pytest.raises(HostedError, match=r"^Prefect Secret block 'no-such-block' cannot be read"):
-        read_key(HostedArgs(base_url="http://x", model="m", api_key_secret="no-such-block"))
+        read_key(HostedArgs(base_url="http://127.0.0.1:9", model="m", api_key_secret="no-such-block"))

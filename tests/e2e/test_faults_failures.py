@@ -8,6 +8,7 @@ visibly, with the counts. One test per case, one line each:
 - every suite request errors (tradeoff quality) -> error_rate 1 and suite_failed, no accuracy
 - a quarter of the suite's requests error   -> errored samples unscored, accuracy over the answered ones
 - every suite request errors (the nightly's measure_quality) -> suite_failed, logged at ERROR
+- one variant's suite fails in a nightly          -> that variant failed naming the suite; nightly Partial, exit 1
 
 The erroring servers are tests/stubs/stub_engine.py (every POST answered 500) and tests/stubs/fault_proxy.py in
 front of a real llama.cpp server on SmolLM2-135M, which answers the requests it lets through.
@@ -234,3 +235,29 @@ def test_the_nightlys_suites_count_errors_apart(llama, proxy, tmp_path, prefect_
     assert scores.set_index("metric").loc["error_rate", "value"] == 1.0
     logged = error_logs(state.state_details.flow_run_id)
     assert any("suite arithmetic failed: 4 of 4 requests errored" in m for m in logged)
+
+
+class StreamOnlyEngine(StubTestEngine):
+    """tests/stubs/stub_engine.py: streams completions, and answers a plain (non-streaming) one with a stream that
+    never closes the connection: every quality request errs at its deadline, the perf sweep is fine."""
+
+    name: ClassVar[str] = "stub-stream-only"
+
+
+def test_a_failed_suite_fails_its_variant_and_makes_the_nightly_partial(prefect_harness, tmp_path, monkeypatch) -> None:
+    """Before (issue 26): a suite_failed score left the variant ok and the nightly Completed, exit 0."""
+    monkeypatch.setitem(ENGINES, "stub-stream-only", StreamOnlyEngine)
+    ok = {"model": "smol", "engine": "stub-stream-only", "quantization": "q4_1", "engine_args": {"mode": "die-after-1000000"}}
+    state = run_nightly_state({"name": "suite-fails", "models": {"smol": SMOL}, "perf": {**PERF, "request_timeout_s": 2},
+                               "variants": [{"name": "a", "reference": True, **ok}, {"name": "b", **ok}],
+                               "quality": {"suites": [{"name": "arithmetic", "limit": 2, "variants": ["b"]}]}},
+                              tmp_path, monkeypatch)
+    from tasks.orchestration.failures import run_summary
+
+    assert state.is_failed() and state.name == "Partial"
+    assert "1 of 2 variants failed: b: SuiteFailed: suite arithmetic failed: 2 of 2 requests errored" in state.message
+    assert run_summary(state)["status"] == "partial"
+    assert dict(q(tmp_path / "wh.duckdb", "select variant, status from variants")) == {"a": "ok", "b": "failed"}
+    # measured and kept: b's perf sweep and its failed suite are in the warehouse
+    assert q(tmp_path / "wh.duckdb", "select count(*) from perf_requests where variant = 'b'")[0][0] > 0
+    assert q(tmp_path / "wh.duckdb", "select metric from quality_scores where variant = 'b' and metric = 'suite_failed'")

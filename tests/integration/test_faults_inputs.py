@@ -185,6 +185,7 @@ def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_req
 
 def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(monkeypatch):
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
+    monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "TRADEOFF_TEST_API_KEY=api.example.com")
     cfg = demo()
     cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
                             "quantization": "unknown", "engine_args": {"base_url": "https://api.example.com",
@@ -348,6 +349,7 @@ def test_fault_api_key_env_allow_list_is_set_by_the_operator_not_the_config(monk
     monkeypatch.setenv("OPENAI_API_KEY", "k1")
     monkeypatch.setenv("GATEWAY_TOKEN", "k2")
     monkeypatch.setenv("TRADEOFF_API_KEY_ENV_ALLOW", "GATEWAY_TOKEN")
+    monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "GATEWAY_TOKEN=gw.example.com")
     assert parse_config(hosted({"base_url": "https://gw.example.com", "api_key_env": "GATEWAY_TOKEN"}))
     assert "allowed: GATEWAY_TOKEN " in load_error(hosted({"base_url": "https://api.example.com",
                                                            "api_key_env": "OPENAI_API_KEY"}))

@@ -304,6 +304,47 @@ def test_endpoint_dying_mid_run_keeps_the_done_instances(tmp_path, tokenizer_fol
     assert list((root / "benchmark_output" / "runs" / "helm-sr").glob("synthetic_reasoning*q4_1/stats.json"))
 
 
+class BadShapeEndpoint(BaseHTTPRequestHandler):
+    """/v1/completions answers every other request with JSON of the wrong shape (issue 26)."""
+
+    served = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        cls = type(self)
+        cls.served += 1
+        bad = [{"choices": [None]}, {"choices": [{"index": 0, "text": 5, "finish_reason": "stop"}]}]
+        answer = bad[(cls.served // 2) % 2] if cls.served % 2 else {
+            "choices": [{"text": " X", "index": 0, "finish_reason": "stop"}]}
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@needs_helm
+def test_fault_helm_answers_of_the_wrong_shape_err_their_instances_not_the_run(tmp_path, tokenizer_folder):
+    """Before: `{"choices": [null]}` or `"text": 5` raised inside the plugin and helm-run failed the whole suite."""
+    BadShapeEndpoint.served = 0
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BadShapeEndpoint)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        res = suite_for("helm:sr").run(suite_ctx(tmp_path, f"http://127.0.0.1:{srv.server_address[1]}",
+                                                 split="valid", run_entries=["synthetic_reasoning:mode=pattern_match"],
+                                                 tokenizer=tokenizer_folder))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    errors = [json.loads(s["details"])["error"] for s in res.samples if not s["valid"]]
+    assert len(res.samples) == 6 and len(errors) == 3, errors
+    assert all(e.startswith(helm.ERROR_PREFIX + "ValueError: malformed answer") for e in errors), errors
+
+
 @needs_helm
 def test_unknown_run_entry_fails_the_suite_alone(tmp_path, prefect_harness, tokenizer_folder):
     from prefect import flow

@@ -85,6 +85,7 @@ def test_a_body_beyond_the_size_cap_is_an_errored_request(stub, monkeypatch):
     ("odd-text", "choices[0].text is a int, not a string"),
     ("odd-finish", "choices[0].finish_reason is a int, not a string"),
     ("odd-details", "usage.completion_tokens_details is a list, not an object"),
+    ("odd-billions", "usage.completion_tokens is 3000000000, not a token count"),
 ])
 def test_odd_json_errs_the_request_with_the_reason(stub, mode, reason):
     r = one(stub, mode)

@@ -23,6 +23,7 @@ ODD = {
     "odd-text": {"choices": [{"index": 0, "text": 5, "finish_reason": None}]},
     "odd-finish": {"choices": [{"index": 0, "text": " t", "finish_reason": 3}]},
     "odd-details": {"choices": [], "usage": {"completion_tokens": 4, "completion_tokens_details": [1]}},
+    "odd-billions": {"choices": [], "usage": {"completion_tokens": 3_000_000_000}},  # over the int32 column (issue 26)
 }
 
 

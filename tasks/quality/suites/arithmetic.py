@@ -7,10 +7,9 @@ import random
 import re
 from typing import Any
 
-import httpx
 from pydantic import Field
 
-from tasks.client import complete
+from tasks.client import HTTPError, complete
 from tasks.core.errors import close_matches
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 
@@ -72,7 +71,7 @@ class Arithmetic(Suite):
             try:
                 text, error = complete(ctx.base_url, ctx.served_model, prompt, 12, stop=["\n", "Q:"],
                                        timeout_s=ctx.request_timeout_s, usage=usage), None
-            except (httpx.HTTPError, KeyError, ValueError) as err:
+            except HTTPError as err:
                 text, error = "", error_text(err)
             got = parse_int(text)
             valid = got is not None and error is None

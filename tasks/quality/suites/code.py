@@ -20,11 +20,12 @@ import random
 import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
+from urllib.parse import urlsplit
 
-import httpx
 from pydantic import Field
 
-from tasks.client import complete
+from tasks.client import HTTPError, complete
+from tasks.core.credentials import is_loopback
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
 from tasks.quality.sandbox import Limits, SandboxUnavailable, run_untrusted, unavailable_reason
 
@@ -203,11 +204,14 @@ def run_tests(source: str, name: str, tests: list[tuple[tuple, Any]], timeout_s:
     if confine and (reason := unavailable_reason()):
         raise SandboxUnavailable(f"code sandbox: {reason}")
     payload = json.dumps([source, name, [list(a) for a, _ in tests]])
-    out = run_untrusted(_CANDIDATE, payload, Limits(wall_s=timeout_s, cpu_s=max(1, math.ceil(timeout_s)),
-                                                   memory_mb=memory_mb), confine=confine)
+    limits = Limits(wall_s=timeout_s, cpu_s=max(1, math.ceil(timeout_s)), memory_mb=memory_mb,
+                    memory_total_mb=memory_mb)
+    out = run_untrusted(_CANDIDATE, payload, limits, confine=confine)
     verdict = out.verdict or {}
     status = verdict.get("exit")
-    if out.timed_out or status in (-signal.SIGKILL, -signal.SIGXCPU):
+    if out.oom_killed:
+        return 0, f"memory limit of {limits.memory_total_mb} MiB exceeded"
+    if out.timed_out or verdict.get("timed_out") or status in (-signal.SIGKILL, -signal.SIGXCPU):
         return 0, f"timeout after {timeout_s:g} s"  # the wall clock, or the CPU-time limit before it
     outputs = verdict.get("frame")
     if isinstance(outputs, list) and len(outputs) == len(tests):
@@ -219,9 +223,11 @@ def run_tests(source: str, name: str, tests: list[tuple[tuple, Any]], timeout_s:
 
 
 def parses(source: str, name: str) -> bool:
+    """Whether `source` parses and defines `name`; any way the parser refuses model output is False (a deep
+    expression is a RecursionError, a NUL byte a ValueError on some Pythons), never an exception."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
 
@@ -230,10 +236,20 @@ def parses(source: str, name: str) -> bool:
 UNCONFINED_ENGINES = frozenset({"llama.cpp", "vllm", "tensorrt-llm"})
 
 
-def unconfined_refused(sandbox: str, engine: str | None) -> str | None:
-    """Why `sandbox: none` may not run for `engine` (a hosted endpoint, a bare URL), or None."""
-    if sandbox != "none" or engine in UNCONFINED_ENGINES:
+def unconfined_refused(sandbox: str, engine: str | None, base_url: str | None = None) -> str | None:
+    """Why `sandbox: none` may not run for `engine` (a hosted endpoint, a bare URL) at `base_url`, or None.
+
+    The engine says whose model writes the code; the URL, when known (at run time), that it is served on
+    this host: a label (`tradeoff quality --gguf` says llama.cpp) never makes a remote endpoint local.
+    """
+    if sandbox != "none":
         return None
+    if engine in UNCONFINED_ENGINES:
+        host = urlsplit(base_url).hostname if base_url else None
+        if base_url is None or is_loopback(host):
+            return None
+        return (f"params.sandbox: 'none' would run code written at {host} (not this host's loopback) unconfined on "
+                f"this host; allowed only for a local engine's own server; remove sandbox: none")
     return (f"params.sandbox: 'none' would run code written by {f'engine {engine}' if engine else 'a bare endpoint'} "
             f"unconfined on this host; allowed only for {', '.join(sorted(UNCONFINED_ENGINES))}; remove sandbox: none")
 
@@ -254,7 +270,7 @@ class Code(Suite):
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
-        problem = unconfined_refused(p.sandbox, ctx.engine) or (p.sandbox == "bwrap" and unavailable_reason())
+        problem = unconfined_refused(p.sandbox, ctx.engine, ctx.base_url) or (p.sandbox == "bwrap" and unavailable_reason())
         if problem:  # before any request: a suite that cannot run its code safely fails with the reason
             raise SandboxUnavailable(problem if p.sandbox == "none" else f"code sandbox: {problem}")
         res = SuiteResult()
@@ -265,7 +281,7 @@ class Code(Suite):
                                        # Lines at column 0 end the body: stop there, not at max_tokens.
                                        stop=["\ndef ", "\nclass ", "\nif ", "\n#", "\nprint", "\nassert", "\n```", "\n\n\n"],
                                        timeout_s=ctx.request_timeout_s), None
-            except (httpx.HTTPError, KeyError, ValueError) as err:
+            except HTTPError as err:
                 text, error = "", error_text(err)
             body = extract_body(text)
             source = prob.header + "\n" + body + "\n"

@@ -17,11 +17,10 @@ import re
 from functools import lru_cache
 from typing import Any
 
-import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.client import chat, complete
+from tasks.client import HTTPError, chat, complete
 from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
 
@@ -181,7 +180,7 @@ class Coherence(Suite):
                 text, error = complete(ctx.base_url, ctx.served_model, prompt, p.max_tokens,
                                        min_tokens=p.max_tokens if p.force_length else None,
                                        timeout_s=ctx.request_timeout_s, usage=usage), None
-            except (httpx.HTTPError, KeyError, ValueError) as err:
+            except HTTPError as err:
                 text, error = "", error_text(err)
             tokens = tok.encode(text) if tok is not None else text.split()
             # token_unit model: counted with the tokenizer the variant's server uses (`tokenizer` names it);
@@ -199,7 +198,7 @@ class Coherence(Suite):
             if tokens and judge_down is None:
                 try:
                     d["judge"] = judge_rating(p.judge, story_prompt, text)
-                except (httpx.HTTPError, KeyError, ValueError) as err:
+                except HTTPError as err:
                     # Down is down: do not wait out the timeout for every story.
                     judge_down = f"judge endpoint {p.judge.base_url} failed: {error_text(err)}"
             res.samples.append({"sample_id": f"story-{i}", "prompt": prompt, "target": None, "response": text,

@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 from pydantic import Field
 
-from tasks.client import endpoint_headers
+from tasks.client import BadResponse, endpoint_headers, json_of, request
 from tasks.core.process import run_in_child
 from tasks.core.registry import ENGINES
 from tasks.engines.tokenizer import HFTokenizer
@@ -216,13 +216,15 @@ def prompt_topk(base_url: str, model: str, ids: list[int], k: int, timeout_s: fl
     """The endpoint's prompt log-probabilities for token ids: per position, {token id: logprob} of its top k and the
     actual token (position 0 has none). Untrusted: a malformed answer is a ValueError naming what is wrong."""
     body = {"model": model, "prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
-    r = httpx.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout_s, headers=headers or {})
+    r = request("POST", base_url, "/v1/completions", timeout_s, body, headers=headers or {})
     if r.status_code >= 400:
         raise ValueError(f"endpoint refused prompt_logprobs: HTTP {r.status_code}: {r.text[:200]}")
     try:
-        choice = r.json()["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ValueError("endpoint's completion is not OpenAI-shaped JSON") from None
+        choice = json_of(r)["choices"][0]
+    except (BadResponse, KeyError, IndexError, TypeError):
+        choice = None
+    if not isinstance(choice, dict):
+        raise ValueError("endpoint's completion is not OpenAI-shaped JSON")
     entries = choice.get("prompt_logprobs")
     if not isinstance(entries, list):
         raise ValueError("endpoint returned no prompt_logprobs (the engine does not expose prompt log-probabilities)")

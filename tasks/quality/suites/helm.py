@@ -31,7 +31,6 @@ out of the means; without errors the means are HELM's own `stats.json` figures.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -39,7 +38,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -49,7 +47,7 @@ import numpy as np
 import yaml
 from pydantic import Field
 
-from tasks.core.lifecycle import die_with_parent, hold_stop_signals
+from tasks.core.lifecycle import run_tied
 from tasks.core.runinfo import PROJECT_ROOT, TOOLS
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult
 
@@ -178,8 +176,8 @@ def helm_version(python: Path) -> str:
     found = sorted(python.parent.parent.glob("lib/python*/site-packages/crfm_helm-*.dist-info"))
     if found:
         return found[-1].name.removeprefix("crfm_helm-").removesuffix(".dist-info")
-    out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('crfm-helm'))"],
-                         capture_output=True, text=True, timeout=60)
+    out = run_tied([str(python), "-c", "import importlib.metadata as m; print(m.version('crfm-helm'))"],
+                   capture_output=True, text=True, timeout_s=60)
     return out.stdout.strip() or "unknown"
 
 
@@ -194,29 +192,13 @@ def helm_env(plugin_dir: Path, hf_home: Path, offline: bool) -> dict[str, str]:
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> int:
-    """Run `cmd` with stdout and stderr into `log`; on timeout stop its process group and raise HelmError."""
+    """Run `cmd` tied to this process with stdout and stderr into `log`; on timeout (and Ctrl-C, SIGTERM, a Prefect
+    timeout) its whole process group stops; a timeout raises HelmError."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        release = hold_stop_signals()  # Ctrl-C waits until `proc` is held inside the block that stops it
         try:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=die_with_parent())
-        except BaseException:
-            release()
-            raise
-        try:
-            release()
-            return proc.wait(timeout=timeout_s)
-        except BaseException as err:  # the timeout, or Ctrl-C / SIGTERM / a Prefect timeout: helm-run stops too
-            with contextlib.suppress(ProcessLookupError):  # (already reaped when the signal came)
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if not isinstance(err, subprocess.TimeoutExpired):
-                raise
+            return run_tied(cmd, timeout_s=timeout_s, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        except subprocess.TimeoutExpired:
             raise HelmError(f"{Path(cmd[0]).name} did not finish in {timeout_s:g} s; stopped (log: {log})") from None
 
 

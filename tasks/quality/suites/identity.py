@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import numpy as np
 from pydantic import Field
 
-from tasks.client import complete
+from tasks.client import HTTPError, complete
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
 from tasks.quality.suites.coherence import STORY_PROMPTS, STORY_TEMPLATE
 from tasks.quality.suites.fidelity import FIDELITY_TEXT
@@ -59,13 +58,13 @@ class GreedyIdentity(Suite):
         for prompt in prompts:
             try:
                 spec_out.append((ask(ctx.base_url, prompt), None))
-            except (httpx.HTTPError, KeyError, ValueError) as err:
+            except HTTPError as err:
                 spec_out.append(("", error_text(err)))
         with sibling_server(ctx, "no-speculation", speculative=None) as plain_url:
             for i, (prompt, (spec_text, spec_err)) in enumerate(zip(prompts, spec_out)):
                 try:
                     plain_text, err = ask(plain_url, prompt), spec_err
-                except (httpx.HTTPError, KeyError, ValueError) as e:
+                except HTTPError as e:
                     plain_text, err = "", error_text(e)
                 a = tok.encode(spec_text) if tok else spec_text.split()
                 b = tok.encode(plain_text) if tok else plain_text.split()

@@ -29,13 +29,13 @@ import math
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.client import endpoint_headers
+from tasks.client import HTTPError, endpoint_headers, get
 from tasks.core.credentials import model_args_problem
 from tasks.core.errors import close_matches
 from tasks.core.process import ChildWorker
@@ -47,6 +47,7 @@ from tasks.quality.suites.loglik_records import find_record, new_record, same_we
 # Whether an engine's endpoint scores log-likelihood right is not hard-coded: `loglik_check` records its
 # result per engine, version and artifact (tasks.quality.suites.loglik_records) and `lm_eval` follows it.
 # Engine settings that make a server return prompt logprobs at all (the check starts such a sibling).
+LOG = logging.getLogger("tradeoff.quality")
 PROMPT_LOGPROB_ARGS: dict[str, dict[str, Any]] = {"llama.cpp": {"logits_all": True}}
 INVALID_RESPONSES = ("", "[invalid]")  # lm-eval's regex filters answer "[invalid]" when nothing matches
 
@@ -252,13 +253,37 @@ class LlamaCppScorer:
             self._logits = None
 
 
+def contained_generations(parse: Callable[..., list], outputs: Any, **kwargs: Any) -> list[str]:
+    """lm-eval's `parse_generations` answer by answer: one whose JSON has the wrong shape (`{"choices": [null]}`,
+    `"text": 5`) becomes an empty answer, counted invalid, instead of an exception that ends the whole suite."""
+    res: list[str] = []
+    for out in outputs if isinstance(outputs, list) else [outputs]:
+        try:
+            got = parse(out, **kwargs)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
+            LOG.warning("lm-eval: malformed answer from the endpoint (%s: %s); scored as an empty answer",
+                        type(err).__name__, err)
+            got = [""]
+        res += [g if isinstance(g, str) else "" for g in got]
+    return res
+
+
 def _register_model() -> None:
-    """Register `tradeoff-llama-cpp` with lm-eval (on first use: importing lm-eval takes seconds)."""
+    """Register `tradeoff-llama-cpp` with lm-eval, and lm-eval's API models with answers contained one by one (on
+    first use: importing lm-eval takes seconds)."""
     from lm_eval.api.registry import register_model
-    from lm_eval.models.openai_completions import LocalCompletionsAPI
+    from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
+
+    class Completions(LocalCompletionsAPI):
+        def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
+            return contained_generations(super().parse_generations, outputs, **kwargs)
+
+    class Chat(LocalChatCompletion):
+        def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
+            return contained_generations(super().parse_generations, outputs, **kwargs)
 
     @register_model("tradeoff-llama-cpp")
-    class TradeoffLlamaCpp(LocalCompletionsAPI):
+    class TradeoffLlamaCpp(Completions):
         """lm-eval's local-completions with the GGUF's own tokenizer, and log-likelihood from either path.
 
         loglikelihood="endpoint": lm-eval's echo=True prompt-logprob request to the server;
@@ -300,7 +325,7 @@ def _register_model() -> None:
                 return super()._loglikelihood_tokens(requests, **kwargs)
             return [self.scorer.logprob(list(ctx), list(cont)) for _, ctx, cont in requests]
 
-    globals()["TradeoffLlamaCpp"] = TradeoffLlamaCpp
+    globals().update(TradeoffLlamaCpp=TradeoffLlamaCpp, ContainedCompletions=Completions, ContainedChat=Chat)
 
 
 @lru_cache(maxsize=1)
@@ -313,24 +338,21 @@ def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihoo
             concurrency: int, timeout_s: int, model_args: dict[str, Any], hf: Path | None = None):
     """An lm-eval API model for the endpoint: local-chat-completions, local-completions or tradeoff-llama-cpp
     (with the variant's GGUF, or its HF checkpoint's tokenizer `hf`)."""
-    from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
-
-
+    _model_registered()
     headers = endpoint_headers(base_url)  # a hosted endpoint's Authorization; lm-eval sends `header` as is
     # Never empty: without a header lm-eval sends OPENAI_API_KEY from the environment to any base_url.
     common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s,
                   header=headers or {"User-Agent": "tradeoff (lm-eval)"}, **model_args)
     url = base_url.rstrip("/")
     if api == "chat":
-        return LocalChatCompletion(base_url=url + "/v1/chat/completions", tokenizer_backend=None,
+        return globals()["ContainedChat"](base_url=url + "/v1/chat/completions", tokenizer_backend=None,
                                    tokenized_requests=False, **common)
     if gguf is not None or (hf is not None and "tokenizer_backend" not in model_args):
-        _model_registered()
         return globals()["TradeoffLlamaCpp"](base_url=url + "/v1/completions", gguf=str(gguf) if gguf else None,
                                              hf=str(hf) if hf else None, loglikelihood=loglikelihood, n_ctx=n_ctx,
                                              **common)
     # A bare endpoint: no tokenizer, so generate-only tasks (lm-eval's own offline setting).
-    return LocalCompletionsAPI(base_url=url + "/v1/completions", **{"tokenizer_backend": None,
+    return globals()["ContainedCompletions"](base_url=url + "/v1/completions", **{"tokenizer_backend": None,
                                                                      "tokenized_requests": False, **common})
 
 
@@ -491,12 +513,9 @@ class LoglikDecider:
 
 
 def endpoint_reachable(base_url: str) -> bool:
-    import httpx
-
-
     try:
-        httpx.get(base_url.rstrip("/") + "/v1/models", headers=endpoint_headers(base_url), timeout=10.0)
-    except httpx.TransportError:
+        get(base_url, "/v1/models", timeout_s=10.0)
+    except HTTPError:
         return False
     return True
 

@@ -12,10 +12,9 @@ import json
 import random
 from typing import Annotated
 
-import httpx
 from pydantic import Field
 
-from tasks.client import complete
+from tasks.client import HTTPError, complete
 from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 from tasks.quality.suites.arithmetic import parse_int
@@ -88,7 +87,7 @@ class LongContext(Suite):
             try:
                 text, error = complete(ctx.base_url, ctx.served_model, prompt, ANSWER_TOKENS, stop=["\n"],
                                        timeout_s=ctx.request_timeout_s, usage=usage), None
-            except (httpx.HTTPError, KeyError, ValueError) as err:
+            except HTTPError as err:
                 text, error = "", error_text(err)
             got = parse_int(text)
             valid = got is not None and error is None

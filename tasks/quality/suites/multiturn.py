@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import random
 
-import httpx
 from pydantic import Field
 
-from tasks.client import chat
+from tasks.client import HTTPError, chat
 from tasks.quality.base import Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 
 NAMES = ["Alice", "Marco", "Priya", "Tomasz", "Yuki", "Fatima", "Oscar", "Lena", "Kwame", "Ines"]
@@ -79,7 +78,7 @@ class MultiTurn(Suite):
                 if p.live_turns:
                     messages = self._live(ctx, messages)
                 answer = chat(ctx.base_url, ctx.served_model, messages, p.max_tokens, timeout_s=ctx.request_timeout_s)
-            except (httpx.HTTPError, KeyError, ValueError, IndexError) as err:
+            except HTTPError as err:
                 answer, error = "", error_text(err)
             valid = bool(answer.strip()) and error is None
             res.samples.append({"sample_id": f"conv-{i}", "prompt": json.dumps(messages), "target": expected,
