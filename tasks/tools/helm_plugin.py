@@ -1,4 +1,4 @@
-"""Code that runs inside HELM's own environment, never in tradeoff's (see tasks/helm.py).
+"""Code that runs inside HELM's own environment, never in tradeoff's (see tasks/quality/suites/helm.py).
 
 helm-run loads this file with `--plugins`; the generated model_deployments.yaml names
 `CompletionsClient` as the client of every variant. Run as a script it exports a GGUF's

@@ -2,7 +2,7 @@
 
 Run as a script by the Python of an environment with torch, transformers and gguf (the vLLM
 environment; it imports nothing of tradeoff):
-    python tasks/engines/hf_from_gguf.py GGUF OUT_DIR [--dtype float32]
+    python tasks/tools/hf_from_gguf.py GGUF OUT_DIR [--dtype float32]
 
 transformers maps the GGUF's metadata to a config, its vocabulary to a tokenizer (with the
 GGUF's chat template) and dequantizes every tensor; quantized blocks become their exact

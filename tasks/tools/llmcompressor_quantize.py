@@ -2,7 +2,7 @@
 
 Run as a script by the Python of the vLLM environment with llmcompressor installed (it imports
 nothing of tradeoff):
-    python tasks/engines/llmcompressor_quantize.py MODEL OUT_DIR --scheme {fp8,awq,gptq,w8a8}
+    python tasks/tools/llmcompressor_quantize.py MODEL OUT_DIR --scheme {fp8,awq,gptq,w8a8}
         [--samples 512] [--seq-len 2048] [--dataset HuggingFaceH4/ultrachat_200k] [--split train_sft]
 
 Schemes (llm-compressor's recipes as in its examples):

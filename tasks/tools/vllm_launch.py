@@ -1,7 +1,7 @@
 """Start vLLM's OpenAI-compatible server (`vllm serve ...`) from the Python of a vLLM environment.
 
 Run as a script by the vLLM environment's own interpreter (it imports nothing of tradeoff):
-    <venv>/bin/python tasks/engines/vllm_launch.py [--env NAME=VALUE ...] serve MODEL [vLLM options]
+    <venv>/bin/python tasks/tools/vllm_launch.py [--env NAME=VALUE ...] serve MODEL [vLLM options]
 `--env` sets vLLM environment settings (e.g. VLLM_CPU_KVCACHE_SPACE) in the command itself, so
 the command alone reproduces the server.
 

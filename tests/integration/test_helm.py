@@ -1,4 +1,4 @@
-"""HELM suites (tasks/helm.py): run entries, prod_env, HELM's output -> rows, and real helm-run runs.
+"""HELM suites (tasks/quality/suites/helm.py): run entries, prod_env, HELM's output -> rows, and real helm-run runs.
 
 Unit tests need no HELM. The others run the real `helm-run` of `.venv-helm` (`make helm`; they
 skip without it): against a local stub endpoint that dies after a few answers, and (marked e2e)

@@ -100,7 +100,7 @@ def test_migrations_applied_once(db: Path) -> None:
 
 
 def test_tables_match_contract(db: Path) -> None:
-    """Every column of tasks/tables.py, in order, with a compatible type."""
+    """Every column of warehouse/contract.py, in order, with a compatible type."""
     with open_warehouse(db) as con:
         for name, schema in {**SCHEMAS, **{t.name: t.schema() for t in DERIVED_TABLES}}.items():
             got = con.sql(f"select * from {name}").to_arrow_table().schema
@@ -285,7 +285,7 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
         "status", "error", "peak_output_tok_s", "best_output_tok_s", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
         "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "goodput_req_s", "mbu_pct",
         "ttft_ms_mean_ci_low", "ttft_ms_mean_ci_high",
-        # 007_timing: jitter per repeat of the fixed-length jitter workload (tasks/jitter.py)
+        # 007_timing: jitter per repeat of the fixed-length jitter workload (tasks/perf/jitter.py)
         "ttft_cv_pct", "ttft_cv_pct_ci_low", "ttft_cv_pct_ci_high", "itl_cv_pct", "itl_cv_pct_ci_low", "itl_cv_pct_ci_high",
         "jitter_scenario", "jitter_note", "speedup_vs_reference",
         "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "itl_jitter_ratio_vs_reference",

@@ -9,7 +9,7 @@ without `model=` (the variant is added), `limit` as HELM's `--max-eval-instances
 
 Per run, `runs/<run_id>/helm/` holds what HELM reads and writes, never the user's home:
 - `prod_env/`: model_metadata, model_deployments and tokenizer_configs entries of every
-  variant served so far (model `tradeoff/<variant>`, client `tasks/helm_plugin.py`'s
+  variant served so far (model `tradeoff/<variant>`, client `tasks/tools/helm_plugin.py`'s
   CompletionsClient on the variant's base URL), HELM's request cache, the plugin;
 - `tokenizers/`: the model's own tokenizer exported from its GGUF as a Hugging Face folder,
   which HELM loads offline;
