@@ -318,7 +318,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     stop = StopSignals(owns_process=argv is None)  # argv None: the `tradeoff` command's own process
     try:
         # SIGTERM and SIGHUP stop as Ctrl-C does (servers stopped, Prefect's API too); a second signal exits at once.
@@ -329,9 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         return stopped(stop) if stop.signum is not None else code
     except KeyboardInterrupt:
         return stopped(stop)
-    except Exception as err:  # noqa: BLE001 - users get one line; TRADEOFF_DEBUG=1 shows the traceback
-        if stop.signum is not None:  # the stop, turned into its own error by a library (DuckDB: 'Query interrupted')
+    except BaseException as err:  # users get one line; TRADEOFF_DEBUG=1 shows the traceback
+        # The stop, turned into its own error by a library: DuckDB's 'Query interrupted', or pydantic_core's pyo3
+        # PanicException (a BaseException) when Ctrl-C lands inside its import of the datetime C API.
+        if stop.signum is not None:
             return stopped(stop)
+        if not isinstance(err, Exception):
+            raise
         return error_line(err)
     finally:
         if stop.owns_process:
