@@ -161,8 +161,12 @@ def notify_crash(flow, run, state) -> None:
         return  # the run's own outcome (Partial or Failed): notify_outcome told the block already
     try:
         config = run.parameters.get("config", "configs/demo.yaml")
-        # A path (a deployment's parameter), or what a CheckedRun is recorded as (`tradeoff run`): its mapping.
-        cfg = parse_config(config["config"]) if isinstance(config, dict) else load_config(config)
+        if isinstance(config, CheckedRun):
+            cfg = config.cfg
+        elif isinstance(config, dict):  # a CheckedRun as Prefect records it (`tradeoff run`): path and mapping
+            cfg = parse_config(config["config"])
+        else:  # a path: a deployment's parameter
+            cfg = load_config(config)
         if cfg.notify is not None:
             deliver(cfg.notify.block, f"tradeoff nightly {run.name}: {state.type.value.lower()}",
                     (state.message or state.type.value).splitlines()[0][:1000])
