@@ -41,17 +41,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flows.nightly import nightly
     from tasks.core.lifecycle import start_prefect_api, tie_prefect_api
     from tasks.core.runinfo import valid_run_id
-    from tasks.loader import load_config
+    from tasks.loader import load_config_file
     from tasks.orchestration.failures import run_summary
-    from tasks.orchestration.runs import preflight, with_work_pool
+    from tasks.orchestration.runs import checked_run
 
     valid_run_id(args.run_id, "--run-id")
-    cfg = load_config(args.config)  # bad input fails here, before Prefect or any engine starts
+    text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
 
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
-    preflight(with_work_pool(cfg, args.work_pool))  # results location, work pool, notify block: one line each
+    # Results location, work pool, notify block: one line each. The nightly takes the checked run as it is.
+    checked = checked_run(args.config, text, raw, cfg, args.run_id, args.work_pool)
     start_prefect_api()  # now, from this thread (not lazily from one of Prefect's worker threads)
-    summary = run_summary(nightly(config=args.config, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
+    summary = run_summary(nightly(config=checked, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
     print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
     return 0 if summary["status"] == "ok" else 1
 

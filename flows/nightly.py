@@ -17,27 +17,28 @@ from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from pydantic.json_schema import SkipJsonSchema
 
 from flows.variant import variant_flow
-from tasks.core.config import RunConfig, Variant, read_config
+from tasks.core.config import RunConfig, Variant
+from tasks.core.errors import ConfigError
 from tasks.core.lifecycle import raise_if_stopping, stop_requested
-from tasks.core.runinfo import RunPaths, make_run_paths, valid_run_id
-from tasks.loader import parse_config
+from tasks.core.runinfo import RunPaths, make_run_paths
 from tasks.orchestration.failures import run_outcome
 from tasks.orchestration.fanout import submit_variant, wait_for_runs
 from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.run_gate import expected_rows
 from tasks.orchestration.runlock import run_lock
 from tasks.orchestration.runs import (
+    CheckedRun,
+    check_run,
     collect_rows,
     default_run_id,
     first_started_at,
     measured_variants,
     measurement_order,
     notify_crash,
-    preflight,
     record_config,
-    with_work_pool,
 )
 from tasks.orchestration.tasks import (
     load_results_task,
@@ -48,11 +49,11 @@ from tasks.orchestration.tasks import (
 )
 
 
-def run_in_process(raw: dict, paths: RunPaths, todo: list[Variant], location: ResultsLocation) -> dict[str, str]:
-    """Each variant as a subflow, one after another; variant -> what its flow run ended with."""
+def run_in_process(cfg: RunConfig, paths: RunPaths, todo: list[Variant], location: ResultsLocation) -> dict[str, str]:
+    """Each variant as a subflow, one after another (given the validated config); variant -> how its flow run ended."""
     ended: dict[str, str] = {}
     for v in todo:
-        state = variant_flow(config=raw, variant=v.name, run_id=paths.run_id, results_url=location.url,
+        state = variant_flow(config=cfg, variant=v.name, run_id=paths.run_id, results_url=location.url,
                              return_state=True)
         ended[v.name] = f"flow run {state.name}: {state.message or state.type.value}"
         report_variant(v.name, state.is_completed(), ended[v.name])
@@ -85,28 +86,35 @@ def report_variant(name: str, ok: bool, ended: str) -> None:
 
 
 @flow(name="nightly", log_prints=True, on_failure=[notify_crash], on_crashed=[notify_crash])
-def nightly(config: str = "configs/demo.yaml", run_id: str | None = None, work_pool: str | None = None) -> dict:
-    """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report."""
-    valid_run_id(run_id)  # a flow parameter: checked before anything is read or written
-    # One read of the file: the validated config, the mapping each variant's flow run gets and the
-    # copy in the run folder are then the same config even if the file changes meanwhile.
-    text, raw = read_config(config)
-    cfg = with_work_pool(parse_config(raw), work_pool)
-    location, warning = preflight(cfg)
-    if warning:
-        get_run_logger().warning(warning)
+def nightly(config: str | SkipJsonSchema[CheckedRun] = "configs/demo.yaml", run_id: str | None = None,
+            work_pool: str | None = None) -> dict:
+    """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report.
+
+    CONFIG is a path (a deployment's parameter: checked here, once), or the CheckedRun that `tradeoff run` built
+    from the same three parameters (checked there, not again).
+    """
+    if isinstance(config, CheckedRun):
+        checked = config
+        if (run_id, work_pool) != (checked.run_id, checked.work_pool):
+            raise ConfigError(f"nightly: run_id {run_id!r} and work_pool {work_pool!r} are not those the config was "
+                              f"checked with ({checked.run_id!r}, {checked.work_pool!r})")
+    else:
+        checked = check_run(config, run_id, work_pool)
+    cfg, location = checked.cfg, checked.location
+    if checked.warning:
+        get_run_logger().warning(checked.warning)
     paths = make_run_paths(run_id or default_run_id(cfg.name))
     # One writer per run folder: a second attempt at this run id is refused naming the holder (issue 18).
     with run_lock(paths.root, "nightly", warn=get_run_logger().warning):
         try:
-            return measure_validate_load(cfg, raw, text, paths, location)
+            return measure_validate_load(cfg, checked.raw, checked.text, paths, location)
         except BaseException as err:
             if isinstance(err, Exception) and stop_requested() is None:
                 raise  # the run failed: Prefect records why
             # Stopped (Ctrl-C, a stop signal, a cancelled flow run): the run is Crashed, what it finished is kept.
             get_run_logger().warning("run %s stopped: the variants measured so far are kept in %s; "
                                      "`tradeoff run %s --run-id %s` measures the rest", paths.run_id, paths.root,
-                                     config, paths.run_id)
+                                     checked.path, paths.run_id)
             raise_if_stopping()  # a stop that a library turned into its own error is recorded as the stop
             raise
 
@@ -126,7 +134,7 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     if cfg.scale_out.work_pool:
         ended = run_fanned_out(cfg, raw, paths, todo, location)
     else:
-        ended = run_in_process(raw, paths, todo, location)
+        ended = run_in_process(cfg, paths, todo, location)
     location.fetch(paths)
     rows = collect_rows(cfg, paths, location, ended)
     failed = [r["variant"] for r in rows if r["status"] == "failed"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from pydantic.json_schema import SkipJsonSchema
 
 from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
@@ -72,9 +73,10 @@ def measure(cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Art
 
 
 @flow(name="variant", flow_run_name="measure-{variant}", log_prints=True)
-def variant_flow(config: str | dict[str, Any], variant: str, run_id: str | None = None,
+def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], variant: str, run_id: str | None = None,
                  results_url: str | None = None) -> dict:
-    """Build, serve and measure one VARIANT of CONFIG (a path on this host, or the config mapping) into RUN_ID."""
+    """Build, serve and measure one VARIANT of CONFIG (a path on this host, the config mapping, or - from the
+    nightly in-process - the config it validated) into RUN_ID."""
     t0 = time.monotonic()
     valid_run_id(run_id)  # flow parameters: checked before anything is read or written
     location = ResultsLocation.resolve(results_url) if results_url else None

@@ -135,6 +135,13 @@ def parse_config(data: Any) -> RunConfig:
     return cfg
 
 
+def load_config_file(path: str | Path) -> tuple[str, Any, RunConfig]:
+    """A config file read once and validated once: its text (kept in the run folder), its mapping as written
+    (what a fanned-out variant's flow run receives) and the RunConfig; ConfigError with one line on any problem."""
+    text, raw = read_config(path)
+    return text, raw, parse_config(raw)
+
+
 def load_config(path: str | Path) -> RunConfig:
     """Load and validate a YAML config file; raises ConfigError with one line on any problem."""
-    return parse_config(read_config(path)[1])
+    return load_config_file(path)[2]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
 from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
-from tasks.core.runinfo import RunPaths, new_run_id
-from tasks.loader import load_config
+from tasks.core.runinfo import RunPaths, new_run_id, valid_run_id
+from tasks.loader import load_config, load_config_file, parse_config
 from tasks.orchestration.failures import reported
 from tasks.orchestration.fanout import check_pool
 from tasks.orchestration.results import ResultsLocation
@@ -46,6 +48,43 @@ def preflight(cfg: RunConfig) -> tuple[ResultsLocation, str | None]:
     if cfg.notify:
         load_block(cfg.notify.block)
     return location, warning
+
+
+class CheckedRun:
+    """A nightly's input, checked once where it entered: the run id, the config file's text and mapping, the
+    validated config (work pool applied) and the preflight's results location and warning.
+
+    `tradeoff run` builds it and hands it to the nightly flow in-process, which then reads and checks nothing
+    again; a deployment's flow run passes a path, and the flow builds it (check_run). It is no mapping a
+    caller could send from the UI: Prefect checks an argument of this type by isinstance only.
+    """
+
+    def __init__(self, path: str, text: str, raw: dict[str, Any], cfg: RunConfig, run_id: str | None,
+                 work_pool: str | None, location: ResultsLocation, warning: str | None) -> None:
+        self.path, self.text, self.raw, self.cfg = path, text, raw, cfg
+        self.run_id, self.work_pool, self.location, self.warning = run_id, work_pool, location, warning
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        # What Prefect records as the flow run's `config` parameter (fastapi's jsonable_encoder calls dict() on it):
+        # the path and the mapping, as a deployment would have passed them.
+        return iter({"path": self.path, "config": self.raw}.items())
+
+
+def checked_run(path: str, text: str, raw: dict[str, Any], cfg: RunConfig, run_id: str | None,
+                work_pool: str | None) -> CheckedRun:
+    """The preflight of an already validated config (work pool not yet applied): a CheckedRun, or ConfigError."""
+    cfg = with_work_pool(cfg, work_pool)
+    location, warning = preflight(cfg)
+    return CheckedRun(path, text, raw, cfg, run_id, work_pool, location, warning)
+
+
+def check_run(config: str, run_id: str | None, work_pool: str | None) -> CheckedRun:
+    """A nightly's parameters checked: the run id, the config read and validated once, the preflight."""
+    valid_run_id(run_id)  # checked before anything is read or written
+    # One read of the file: the validated config, the mapping each variant's flow run gets and the
+    # copy in the run folder are then the same config even if the file changes meanwhile.
+    text, raw, cfg = load_config_file(config)
+    return checked_run(config, text, raw, cfg, run_id, work_pool)
 
 
 def with_work_pool(cfg: RunConfig, work_pool: str | None) -> RunConfig:
@@ -121,7 +160,13 @@ def notify_crash(flow, run, state) -> None:
     if reported(state):
         return  # the run's own outcome (Partial or Failed): notify_outcome told the block already
     try:
-        cfg = load_config(run.parameters.get("config", "configs/demo.yaml"))
+        config = run.parameters.get("config", "configs/demo.yaml")
+        if isinstance(config, CheckedRun):
+            cfg = config.cfg
+        elif isinstance(config, dict):  # a CheckedRun as Prefect records it (`tradeoff run`): path and mapping
+            cfg = parse_config(config["config"])
+        else:  # a path: a deployment's parameter
+            cfg = load_config(config)
         if cfg.notify is not None:
             deliver(cfg.notify.block, f"tradeoff nightly {run.name}: {state.type.value.lower()}",
                     (state.message or state.type.value).splitlines()[0][:1000])

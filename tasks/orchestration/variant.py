@@ -21,8 +21,10 @@ class VariantFailed(RuntimeError):
     """The variant was recorded as failed (its row says why)."""
 
 
-def config_from(config: str | dict[str, Any]) -> RunConfig:
-    """A config path on this host, or the config mapping the nightly sent."""
+def config_from(config: str | dict[str, Any] | RunConfig) -> RunConfig:
+    """A config path on this host, the config mapping the nightly sent, or the config it validated (in-process)."""
+    if isinstance(config, RunConfig):
+        return config
     return load_config(config) if isinstance(config, str) else parse_config(config)
 
 

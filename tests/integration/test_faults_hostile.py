@@ -494,10 +494,14 @@ def test_fault_warehouse_of_a_newer_schema_is_named_by_the_users_file(tmp_path):
 
 def test_fault_demo_without_bubblewrap_stops_before_any_work_with_one_line(capsys, monkeypatch):
     import flows.cli as cli
+    import flows.nightly
+    import tasks.core.lifecycle
 
     monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
-    monkeypatch.setattr(cli, "start_prefect_api", lambda: None)
-    monkeypatch.setattr(cli, "nightly", lambda **kw: pytest.fail("the nightly started without a jail for its code suite"))
+    # cmd_run imports these when it runs (flows/cli.py): patched where it takes them from.
+    monkeypatch.setattr(tasks.core.lifecycle, "start_prefect_api", lambda: None)
+    monkeypatch.setattr(flows.nightly, "nightly",
+                        lambda **kw: pytest.fail("the nightly started without a jail for its code suite"))
     assert cli.main(["run", str(ROOT / "configs" / "demo.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: quality.suites[") and "(code): code sandbox: bubblewrap (bwrap) is not installed; " \
