@@ -14,7 +14,6 @@ from tasks.client import api_root, check_endpoint
 from tasks.core.config import ModelSpec, PerfSpec, Variant
 from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
-from tasks.engines.artifacts import roofline_inputs
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
@@ -24,7 +23,7 @@ from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
-from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct
+from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
 from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload

@@ -41,11 +41,11 @@ from tasks.core.errors import close_matches
 from tasks.core.process import ChildWorker
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
 from tasks.quality.hf_logits import TransformersScorer, hf_logits_worker
-from tasks.quality.suites.fidelity import FIDELITY_TEXT
-from tasks.quality.suites.loglik_records import find_record, new_record, same_weights_reference, save_record
+from tasks.quality.loglik_records import find_record, new_record, same_weights_reference, save_record
+from tasks.quality.texts import FIDELITY_TEXT
 
 # Whether an engine's endpoint scores log-likelihood right is not hard-coded: `loglik_check` records its
-# result per engine, version and artifact (tasks.quality.suites.loglik_records) and `lm_eval` follows it.
+# result per engine, version and artifact (tasks.quality.loglik_records) and `lm_eval` follows it.
 # Engine settings that make a server return prompt logprobs at all (the check starts such a sibling).
 LOG = logging.getLogger("tradeoff.quality")
 PROMPT_LOGPROB_ARGS: dict[str, dict[str, Any]] = {"llama.cpp": {"logits_all": True}}
