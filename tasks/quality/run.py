@@ -196,6 +196,8 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
 
 
 def _write(results_dir: Path, part: str, samples: list[dict], scores: list[dict]) -> None:
+    # `_details` is not a column: the deltas cache a sample's parsed details under it (tasks.quality.deltas._field)
+    samples = [{k: v for k, v in s.items() if k != "_details"} for s in samples]
     write_table(results_dir, "quality_samples", part, samples)
     write_table(results_dir, "quality_scores", part, scores)
 
