@@ -42,12 +42,12 @@ CLIENTS = ("tradeoff perf", "vllm bench serve", "curl")
 def curl_client(url: str, model: str, prompts: Path, n: int, output_len: int, work: Path) -> dict:
     """One `curl` per request, one after another, with the body tradeoff perf sends; TTFT and TPOT from curl's
     own stream read in Python (the client here is curl; this script only waits for it)."""
-    from tasks.client import _payload
+    from tasks.client import request_body
 
     convs = json.loads(prompts.read_text())[:n]
     ttfts, tpots = [], []
     for i, c in enumerate(convs):
-        body = _payload("completions", model, c["conversations"][0]["value"], output_len, "min_tokens")
+        body = request_body("completions", model, c["conversations"][0]["value"], output_len, "min_tokens")
         f = work / f"curl-body-{i}.json"
         f.write_text(json.dumps(body))
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import httpx
 import numpy as np
 
-from tasks.client import _payload, endpoint_url, stream_request
+from tasks.client import endpoint_url, request_body, stream_request
 from tasks.perf.metrics import cv_pct
 from tasks.perf.workload import Prompt
 from tests.stubs import paced_server
@@ -31,7 +31,7 @@ async def _measure(url: str, model: str, kind: str, prompts: list[Prompt], concu
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 1)) as session:
         async def one(i: int, p: Prompt):
             async with sem:
-                return await stream_request(session, endpoint_url(url, kind), _payload(kind, model, p.text, tokens, None),
+                return await stream_request(session, endpoint_url(url, kind), request_body(kind, model, p.text, tokens, None),
                                             kind, i, 0, None, p.tokens)
         return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 

@@ -209,6 +209,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def cmd_quality(args: argparse.Namespace) -> int:
     """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
+    import tasks.loader  # noqa: F401  (registers the built-in engines and suites)
     from tasks.quality.run import format_summary, load_suite_spec, parse_param
     from tasks.quality.run import run_standalone as run_quality_standalone
 

@@ -22,17 +22,62 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
+import ssl
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import aiohttp
 import httpx
 
-from tasks.perf.metrics import RequestRecord
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it (times relative to the scenario's start, in ms)."""
+
+    index: int
+    status: str  # ok | error | incomplete
+    start_ms: float
+    ttft_ms: float | None = None
+    e2el_ms: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_source: str | None = None  # usage | max_tokens | tokenizer | approx_chunks
+    chunk_offsets_ms: list[float] = field(default_factory=list)  # each text chunk, from send
+    error: str | None = None
+    text: str = ""
+    is_warmup: bool = False
+    prompt_tokens_source: str | None = None  # usage | tokenizer | approx_words
+    finish_reason: str | None = None  # the server's: length | stop | ...
+    max_tokens: int | None = None  # output tokens asked for
+    repeat: int = 0
+    # 007_timing: reasoning-aware timing (chat with a reasoning parser), and when the request returned
+    ttft_answer_ms: float | None = None  # send -> first answer (non-reasoning) chunk; None: all reasoning
+    reasoning_tokens: int | None = None  # output tokens that were reasoning (0 when no reasoning delta came)
+    answer_tokens: int | None = None  # output tokens that were the answer: output_tokens - reasoning_tokens
+    reasoning_tokens_source: str | None = None  # usage | tokenizer | approx_chunks; None without reasoning
+    end_ms: float | None = None  # when the request returned, whatever its status (ms from the scenario's start)
+    vllm_success: bool | None = None  # would `vllm bench serve` count it as successful (its `completed`)?
+    # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
+    # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
+    choice_offsets_ms: list[float] = field(default_factory=list)
+
+    @property
+    def itl_ms(self) -> list[float]:
+        c = self.chunk_offsets_ms
+        return [b - a for a, b in zip(c, c[1:])]
+
+    @property
+    def tpot_ms(self) -> float | None:
+        if self.status != "ok" or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.e2el_ms - self.ttft_ms) / (self.output_tokens - 1)
+
 
 HTTPError = httpx.HTTPError  # what the plain calls raise, whatever went wrong with the request; suites catch it
 
@@ -105,6 +150,13 @@ class _Deadline:
             self._socks.clear()
 
 
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS settings every plain call verifies with, built once: httpx builds the same default context
+    (certifi's roots, SSL_CERT_FILE / SSL_CERT_DIR when set) per client otherwise, ~20 ms of CPU per call."""
+    return httpx.create_ssl_context()
+
+
 def request(method: str, base_url: str, path: str, timeout_s: float, json_body: Any = None,
             headers: dict[str, str] | None = None) -> httpx.Response:
     """One plain (non-streaming) call, its body read: the caps every call to an untrusted server gets.
@@ -116,7 +168,7 @@ def request(method: str, base_url: str, path: str, timeout_s: float, json_body: 
     """
     timeout_s = max(timeout_s, 0.001)
     headers = endpoint_headers(base_url) if headers is None else headers
-    with _Deadline(timeout_s) as deadline, httpx.Client(timeout=timeout_s) as client:
+    with _Deadline(timeout_s) as deadline, httpx.Client(timeout=timeout_s, verify=_ssl_context()) as client:
         try:
             with client.stream(method, url(base_url, path), json=json_body, headers=headers,
                                extensions={"trace": deadline.trace}) as r:
@@ -239,7 +291,8 @@ def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeo
     return _answer(request("POST", base_url, "/v1/chat/completions", timeout_s, body), "chat", None)
 
 
-def _payload(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
+def request_body(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
+    """The JSON body of one streamed, greedy perf request (`force`: how the output length is forced)."""
     body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
                   "stream_options": {"include_usage": True}}
     if kind == "chat":
@@ -345,6 +398,14 @@ def _usage(obj: dict) -> dict[str, int] | None:
 
 def _excerpt(data: bytes) -> str:
     return repr(data[:80].decode(errors="replace"))
+
+
+def stream_session(base_url: str, slots: int, timeout_s: float) -> aiohttp.ClientSession:
+    """The session a perf step streams its requests in: `slots` connections, `timeout_s` per wait for bytes
+    (per read, not per request), 10 s to connect, and the endpoint's bound headers. Use it with `async with`."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots), timeout=timeout,
+                                 headers=endpoint_headers(api_root(base_url)))
 
 
 async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, kind: str, index: int,
@@ -531,7 +592,8 @@ def endpoint_headers(base_url: str) -> dict[str, str]:
         return dict(_HEADERS.get(base_url.rstrip("/"), {}))
 
 
-def _set_headers(base_url: str, headers: dict[str, str] | None) -> None:
+def set_endpoint_headers(base_url: str, headers: dict[str, str] | None) -> None:
+    """Bind extra headers (a hosted endpoint's Authorization) to `base_url`; None or {} forgets them."""
     with _HEADERS_LOCK:
         if headers:
             _HEADERS[base_url.rstrip("/")] = dict(headers)

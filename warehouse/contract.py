@@ -15,6 +15,7 @@ verdicts) are declared here too, and the code that writes them imports them from
 
 from __future__ import annotations
 
+import difflib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -446,9 +447,28 @@ TABLES = tuple(CONTRACT)
 
 # ------------------------------------------------------------------ Parquet parts
 
+class UnknownColumns(ValueError):
+    """Rows carry a key the table's contract does not declare (a misspelt column would be written as NULL)."""
+
+
+def unknown_columns_message(name: str, unknown: list[str], known: list[str]) -> str:
+    """One line naming the table, each unknown key and its closest declared column."""
+    def one(key: str) -> str:
+        close = difflib.get_close_matches(key, known, n=1)
+        return f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+
+    return (f"table {name}: {len(unknown)} key{'s' if len(unknown) != 1 else ''} not in its contract: "
+            f"{', '.join(map(one, unknown))}; declare the column in warehouse/contract.py or drop the key")
+
+
 def to_table(name: str, rows: list[dict]) -> pa.Table:
-    """Rows -> Arrow table with exactly the contract's columns (missing ones NULL)."""
+    """Rows -> Arrow table with exactly the contract's columns (missing ones NULL); a key the contract does
+    not declare raises UnknownColumns (never dropped silently: a misspelt column would become NULL)."""
     schema = SCHEMAS[name]
+    known = set(schema.names)
+    unknown = sorted({k for r in rows for k in r if k not in known})
+    if unknown:
+        raise UnknownColumns(unknown_columns_message(name, unknown, schema.names))
     cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
     return pa.Table.from_pydict(cols, schema=schema)
 

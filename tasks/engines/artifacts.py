@@ -11,7 +11,7 @@
   scale; embeddings, lm_head and norms stay in the checkpoint's dtype), bitsandbytes' 4-bit NF4
   0.5 byte per Linear weight plus a float32 absmax per 64 weights. Read from the safetensors
   headers (shapes and dtypes), no weight is loaded. With tensor parallelism every rank reads its
-  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks (`tasks.perf.roofline`).
+  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks (`tasks.perf.roofline.roofline_inputs`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import struct
 from pathlib import Path
 
 from tasks.engines.base import sha256_file
-from tasks.perf.roofline import Bandwidth, cpu_bandwidth, host_bandwidth
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".engine", ".gguf")
 NOT_SERVED_DIRS = ("original",)  # Llama checkpoints' consolidated copy for Meta's own code
@@ -106,22 +105,3 @@ def model_bytes(artifact) -> tuple[int | None, str | None]:
     kind = "TensorRT engine files (rank*.engine)" if artifact.path.is_dir() and any(
         artifact.path.glob("rank*.engine")) else "artifact weight files"
     return artifact.bytes, kind
-
-
-def engine_bandwidth(bandwidth: Bandwidth | None, gpus: int | None) -> Bandwidth | None:
-    """The memory bandwidth an engine decodes with: per-GPU bandwidth x its tensor-parallel GPUs."""
-    if bandwidth is None or not gpus or gpus <= 1 or not bandwidth.method.startswith("gpu"):
-        return bandwidth
-    return Bandwidth(bandwidth.gb_s * gpus,
-                     f"{bandwidth.method}; x {gpus} GPUs (tensor parallel: every rank reads its share at once)")
-
-
-def roofline_inputs(engine, variant, artifact) -> tuple[int | None, str | None, Bandwidth | None]:
-    """(model bytes, how counted, bandwidth) for the variant's MBU: none for a remote engine; the CPU's
-    bandwidth for a CPU engine (not a GPU's); a GPU's x tensor parallelism for a GPU engine."""
-    if not engine.runs_on_host:
-        return None, None, None
-    gpus = engine.gpu_count(variant, artifact)
-    bandwidth = cpu_bandwidth() if gpus == 0 else host_bandwidth()
-    nbytes, how = model_bytes(artifact)
-    return nbytes, how, engine_bandwidth(bandwidth, gpus)

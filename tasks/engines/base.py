@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Iterator
 from pydantic import BaseModel, ValidationError
 
 from tasks import client
-from tasks.client import _set_headers
+from tasks.client import set_endpoint_headers
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.errors import validation_line
 from tasks.core.registry import ENGINES
@@ -195,7 +195,7 @@ class Engine:
 
     def stop(self, endpoint: Endpoint) -> None:
         """Stop what `serve` started (by PID) and forget the endpoint's headers."""
-        _set_headers(endpoint.base_url, None)
+        set_endpoint_headers(endpoint.base_url, None)
         if endpoint.server is not None:
             stop_server(endpoint.server, grace_s=self.stop_grace_s)
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.client import BadResponse, NotReady, _set_headers, api_root, json_of, wait_ready
+from tasks.client import BadResponse, NotReady, api_root, json_of, set_endpoint_headers, wait_ready
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.credentials import key_host_problem, key_source_problem, remember_key, url_problem
 from tasks.engines.base import Artifact, Endpoint, Engine, check_args
@@ -151,5 +151,5 @@ class OpenAICompatible(Engine):
         if served and a.model not in served:
             raise HostedError(f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
                               f"it serves {', '.join(map(str, served[:10]))}")
-        _set_headers(a.base_url, headers)
+        set_endpoint_headers(a.base_url, headers)
         return Endpoint(a.base_url, a.model, None, time.monotonic() - t0)

@@ -35,57 +35,14 @@ Only requests with status 'ok' enter any statistic; errors and incomplete ones a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from tasks.client import RequestRecord  # made by the client, read here
 from tasks.core.percentiles import interval as percentile_interval
 from tasks.core.stat_tests import t_interval
 from warehouse.contract import PERCENTILES
-
-
-@dataclass
-class RequestRecord:
-    """One request as the client saw it (times relative to the scenario's start, in ms)."""
-
-    index: int
-    status: str  # ok | error | incomplete
-    start_ms: float
-    ttft_ms: float | None = None
-    e2el_ms: float | None = None
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    output_tokens_source: str | None = None  # usage | max_tokens | tokenizer | approx_chunks
-    chunk_offsets_ms: list[float] = field(default_factory=list)  # each text chunk, from send
-    error: str | None = None
-    text: str = ""
-    is_warmup: bool = False
-    prompt_tokens_source: str | None = None  # usage | tokenizer | approx_words
-    finish_reason: str | None = None  # the server's: length | stop | ...
-    max_tokens: int | None = None  # output tokens asked for
-    repeat: int = 0
-    # 007_timing: reasoning-aware timing (chat with a reasoning parser), and when the request returned
-    ttft_answer_ms: float | None = None  # send -> first answer (non-reasoning) chunk; None: all reasoning
-    reasoning_tokens: int | None = None  # output tokens that were reasoning (0 when no reasoning delta came)
-    answer_tokens: int | None = None  # output tokens that were the answer: output_tokens - reasoning_tokens
-    reasoning_tokens_source: str | None = None  # usage | tokenizer | approx_chunks; None without reasoning
-    end_ms: float | None = None  # when the request returned, whatever its status (ms from the scenario's start)
-    vllm_success: bool | None = None  # would `vllm bench serve` count it as successful (its `completed`)?
-    # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
-    # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
-    choice_offsets_ms: list[float] = field(default_factory=list)
-
-    @property
-    def itl_ms(self) -> list[float]:
-        c = self.chunk_offsets_ms
-        return [b - a for a, b in zip(c, c[1:])]
-
-    @property
-    def tpot_ms(self) -> float | None:
-        if self.status != "ok" or not self.output_tokens or self.output_tokens < 2:
-            return None
-        return (self.e2el_ms - self.ttft_ms) / (self.output_tokens - 1)
 
 
 def pct_name(p: float) -> str:

@@ -16,6 +16,9 @@ Bandwidth, and how it was obtained (`method`, stored with every MBU):
 - GPU (NVML sees one): a device-to-device copy with torch when it is installed with
   CUDA; otherwise NVML's data-sheet figure, memory bus width x maximum memory clock x 2
   (double data rate), labelled as a specification, not a measurement.
+
+`roofline_inputs` gathers a variant's MBU inputs: the bytes decoding reads per token
+(tasks.engines.artifacts.model_bytes) and the bandwidth its engine decodes with.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from tasks.engines.artifacts import model_bytes
 
 
 @dataclass(frozen=True)
@@ -118,3 +123,22 @@ def mbu_pct(tpot_ms: float | None, model_bytes: int | None, bandwidth_gb_s: floa
     if not tpot_ms or not model_bytes or not bandwidth_gb_s or tpot_ms <= 0:
         return None
     return (1000.0 / tpot_ms) * model_bytes / (bandwidth_gb_s * 1e9) * 100.0
+
+
+def engine_bandwidth(bandwidth: Bandwidth | None, gpus: int | None) -> Bandwidth | None:
+    """The memory bandwidth an engine decodes with: per-GPU bandwidth x its tensor-parallel GPUs."""
+    if bandwidth is None or not gpus or gpus <= 1 or not bandwidth.method.startswith("gpu"):
+        return bandwidth
+    return Bandwidth(bandwidth.gb_s * gpus,
+                     f"{bandwidth.method}; x {gpus} GPUs (tensor parallel: every rank reads its share at once)")
+
+
+def roofline_inputs(engine, variant, artifact) -> tuple[int | None, str | None, Bandwidth | None]:
+    """(model bytes, how counted, bandwidth) for the variant's MBU: none for a remote engine; the CPU's
+    bandwidth for a CPU engine (not a GPU's); a GPU's x tensor parallelism for a GPU engine."""
+    if not engine.runs_on_host:
+        return None, None, None
+    gpus = engine.gpu_count(variant, artifact)
+    bandwidth = cpu_bandwidth() if gpus == 0 else host_bandwidth()
+    nbytes, how = model_bytes(artifact)
+    return nbytes, how, engine_bandwidth(bandwidth, gpus)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,6 @@ from tasks.client import api_root, check_endpoint
 from tasks.core.config import ModelSpec, PerfSpec, Variant
 from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
-from tasks.engines.artifacts import roofline_inputs
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
@@ -24,11 +24,11 @@ from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
-from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct
+from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
 from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
-from warehouse.contract import write_table
+from warehouse.contract import SCHEMAS, write_table
 
 # The decision's sustainable-load search (tasks.perf.load_search): after the sweep, more steps as Scenarios.
 # Called with keywords energy_off_reason and meter_opener too: its steps are metered as the sweep's.
@@ -120,10 +120,19 @@ def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:
     return rows
 
 
+# Statistics a summary holds that perf_summary has no column for: the answer-TTFT's spread and percentiles
+# asked for beyond the warehouse's (`tradeoff perf --percentiles`); `tradeoff perf`'s JSON keeps them.
+_UNSTORED_STAT = re.compile(r"(ttft_ms|tpot_ms|itl_ms|e2el_ms|ttft_answer_ms)_(mean|std|min|max|p\d+(\.\d+)?)")
+_SUMMARY_COLUMNS = frozenset(SCHEMAS["perf_summary"].names)
+
+
 def summary_row(run_id: str, variant: str, summary: dict) -> dict:
     by_device = summary.get("energy_by_device_j")
-    return {"run_id": run_id, "variant": variant, **summary,
-            "energy_by_device_j": json.dumps(by_device, sort_keys=True) if by_device is not None else None}
+    row = {"run_id": run_id, "variant": variant, **summary,
+           "energy_by_device_j": json.dumps(by_device, sort_keys=True) if by_device is not None else None}
+    # Dropped here on purpose (the contract refuses unknown keys): only those statistics; any other key
+    # the table does not declare still fails the write.
+    return {k: v for k, v in row.items() if k in _SUMMARY_COLUMNS or not _UNSTORED_STAT.fullmatch(k)}
 
 
 def output_force(perf: PerfSpec, engine_forces: str | None) -> str | None:

@@ -29,10 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import aiohttp
 import numpy as np
 
-from tasks.client import _payload, api_root, endpoint_headers, endpoint_url, stream_request
+from tasks.client import endpoint_url, request_body, stream_request, stream_session
 from tasks.core.config import PerfSpec
 from tasks.core.lifecycle import run_async
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
@@ -247,9 +246,7 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
     sem = asyncio.Semaphore(concurrency) if concurrency else None
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots), timeout=timeout,
-                                     headers=endpoint_headers(api_root(base_url))) as client:
+    async with stream_session(base_url, slots, timeout_s) as client:
         origin = time.perf_counter_ns()
         deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
 
@@ -265,7 +262,7 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
             async with sem or contextlib.nullcontext():
                 if late():
                     return None
-                body = _payload(kind, model, p.text, p.output_len or max_tokens, force)
+                body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
                 rec = await stream_request(client, url, body, kind, i, origin, count_tokens, p.tokens,
                                            p.tokens_source, repeat, deadline_s)
             if on_record:

@@ -11,6 +11,9 @@ seed, params: as an entry of a config's quality.suites). Results are written in 
 table contract (`DIR/results/quality_samples/`, `quality_scores/` as Parquet, `tradeoff load`
 needs a run around them, so they are plain files here), a `scores.json` summary, and each
 suite's own outputs (lm-eval's results and samples files) under `DIR/quality/<suite>/`.
+
+Suites are looked up by name in the registry: the entry point registers the built-ins (tasks.loader)
+before it calls in here; this module sits below the loader and never imports it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from typing import Any, Callable
 
 import yaml
 
-import tasks.loader  # noqa: F401  (the built-in engines and suites)
 from tasks.client import api_root
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.config import RunConfig, SuiteSpec, Variant
@@ -194,6 +196,8 @@ def run_suites(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact
 
 
 def _write(results_dir: Path, part: str, samples: list[dict], scores: list[dict]) -> None:
+    # `_details` is not a column: the deltas cache a sample's parsed details under it (tasks.quality.deltas._field)
+    samples = [{k: v for k, v in s.items() if k != "_details"} for s in samples]
     write_table(results_dir, "quality_samples", part, samples)
     write_table(results_dir, "quality_scores", part, scores)
 

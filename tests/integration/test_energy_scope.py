@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks.engines.artifacts import decode_bytes, engine_bandwidth, model_bytes, roofline_inputs, serving_digest
+from tasks.engines.artifacts import decode_bytes, model_bytes, serving_digest
 from tasks.engines.base import Artifact, engine_for
 from tasks.loader import parse_config
 from tasks.perf.energy import EnergyWindow, _Rapl
 from tasks.perf.energy_scope import HOSTED_NOTE, EnergyScope, idle_baseline, idle_columns, scope_for
-from tasks.perf.roofline import Bandwidth, mbu_pct
+from tasks.perf.roofline import Bandwidth, engine_bandwidth, mbu_pct, roofline_inputs
 
 
 class FakePci:
@@ -236,7 +236,7 @@ def test_fp8_and_bitsandbytes_bytes_come_from_the_quantized_weights(tmp_path: Pa
 
 
 def test_vllm_fp8_variant_reports_the_bytes_decoding_reads(tmp_path: Path, monkeypatch) -> None:
-    import tasks.engines.artifacts as artifacts
+    import tasks.perf.roofline as roofline
     import tasks.engines.vllm as mod
 
     ckpt = tmp_path / "ckpt"
@@ -247,7 +247,7 @@ def test_vllm_fp8_variant_reports_the_bytes_decoding_reads(tmp_path: Path, monke
     monkeypatch.setattr(mod, "vllm_python", lambda: "/py")
     monkeypatch.setattr(mod, "vllm_version", lambda py: "0.32.0")
     monkeypatch.setattr(mod.Vllm, "_fetch", lambda self, source, cache_dir, python: ckpt)
-    monkeypatch.setattr(artifacts, "host_bandwidth", lambda: Bandwidth(4800.0, "gpu0: torch device copy"))
+    monkeypatch.setattr(roofline, "host_bandwidth", lambda: Bandwidth(4800.0, "gpu0: torch device copy"))
     cfg = parse_config({"models": {"m": {"hub": "org/model"}}, "variants": [
         {"name": "fp8", "model": "m", "engine": "vllm", "quantization": "fp8", "reference": True,
          "engine_args": {"tensor_parallel_size": 2}}]})

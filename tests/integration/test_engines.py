@@ -277,9 +277,9 @@ def test_headers_live_in_this_process_only() -> None:
     """An Endpoint (a task result Prefect may persist) carries no key; the clients read it from the registry."""
     import pickle
 
-    from tasks.client import _set_headers
+    from tasks.client import set_endpoint_headers
 
-    _set_headers("http://x/", {"Authorization": "Bearer sk-secret"})
+    set_endpoint_headers("http://x/", {"Authorization": "Bearer sk-secret"})
     try:
         assert endpoint_headers("http://x") == {"Authorization": "Bearer sk-secret"}
         assert b"sk-secret" not in pickle.dumps(Endpoint("http://x", "m"))

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from tasks.client import _payload
+from tasks.client import request_body
 from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError
 from tasks.orchestration.run_gate import expected_perf_rows
@@ -123,7 +123,7 @@ def test_bad_server_answers_are_errors_and_the_sweep_goes_on(stub):
     ("both", {"min_tokens": 7, "ignore_eos": True}),
 ])
 def test_payload_forces_output_length(force, body):
-    p = _payload("completions", "m", "hi", 7, force)
+    p = request_body("completions", "m", "hi", 7, force)
     assert {k: p[k] for k in ("min_tokens", "ignore_eos") if k in p} == body and p["max_tokens"] == 7
 
 

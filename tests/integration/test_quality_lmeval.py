@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks.client import request
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
@@ -117,6 +118,26 @@ def test_lm_eval_suite_per_sample_rows_scores_and_files(oracle, tmp_path):
     out = tmp_path / "lm_eval"
     assert len(list(out.glob("oracle/results_*.json"))) == 1 and len(list(out.glob("oracle/samples_*.jsonl"))) == 2
     assert (out / "tasks" / "gsm8k.yaml").is_file()
+
+
+@needs_shared
+def test_lm_evals_requests_go_through_the_one_client(oracle, tmp_path, monkeypatch):
+    """lm-eval builds, retries and parses; tasks.client.request sends (its deadline and caps), nothing else posts."""
+    import tasks.quality.suites.lm_eval as mod
+
+    sent = []
+
+    def counted(method, base_url, path, timeout_s, json_body=None, headers=None):
+        sent.append((method, base_url + path))
+        return request(method, base_url, path, timeout_s, json_body, headers=headers)
+
+    monkeypatch.setattr(mod, "request", counted)
+    ctx = SuiteContext(variant="v", base_url=oracle, served_model="oracle", artifact_path=None,
+                       reference_artifact_path=None, limit=2, seed=0, work_dir=tmp_path, n_ctx=2048,
+                       params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}})
+    res = suite_for("lm_eval").run(ctx)
+    assert {s.metric: s.value for s in res.scores}["gsm8k.exact_match.strict-match"] == 1.0
+    assert sent == [("POST", oracle.rstrip("/") + "/v1/completions")] * 2
 
 
 @needs_shared

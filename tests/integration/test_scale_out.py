@@ -58,8 +58,8 @@ def _paths(root: Path, run_id: str = "r1") -> RunPaths:
 
 def test_results_location_publishes_fetches_and_clears_a_variant(tmp_path: Path) -> None:
     host = _paths(tmp_path / "host-a")  # a worker's own run folder
-    for table in ("perf_summary", "variants"):
-        write_table(host.results, table, "q2_k", [{"run_id": "r1", "variant": "q2_k", "status": "ok"}])
+    write_table(host.results, "perf_summary", "q2_k", [{"run_id": "r1", "variant": "q2_k"}])
+    write_table(host.results, "variants", "q2_k", [{"run_id": "r1", "variant": "q2_k", "status": "ok"}])
     write_table(host.results, "perf_summary", "q4_1", [{"run_id": "r1", "variant": "q4_1"}])
     (host.logs / "q2_k.server.log").write_text("log")
     loc = ResultsLocation.resolve((tmp_path / "shared").as_uri())

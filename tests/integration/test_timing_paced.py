@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tasks.client import _payload, endpoint_url, stream_request
+from tasks.client import endpoint_url, request_body, stream_request
 from tasks.perf.metrics import RequestRecord, cv_pct, summarize
 from tasks.perf.sweep import run_load
 from tasks.perf.workload import Prompt
@@ -48,7 +48,7 @@ def measure(url: str, model: str, kind: str, tag: str, n: int = 8, concurrency: 
             async def one(i: int, p: Prompt) -> RequestRecord:
                 async with sem:
                     return await stream_request(session, endpoint_url(url, kind),
-                                                _payload(kind, model, p.text, N_TOKENS, None), kind, i, 0,
+                                                request_body(kind, model, p.text, N_TOKENS, None), kind, i, 0,
                                                 count_tokens, p.tokens)
             return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 

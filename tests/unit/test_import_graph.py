@@ -14,6 +14,26 @@ from tests.helpers import ROOT
 
 PACKAGES = ("tasks", "flows", "warehouse")
 
+# The layers, lowest first, written down once: a module may import its own package and the packages of
+# lower layers, never a package of its own layer or a higher one. A module belongs to the longest entry
+# that prefixes its name; `tasks` (the bare package) is above nothing and below everything.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tasks.core", "warehouse", "tasks.tools"),  # vocabulary, the store, tools that run in other venvs
+    ("tasks.client",),  # the one HTTP client
+    ("tasks.engines",),  # servers: build, launch, scrape
+    ("tasks.perf", "tasks.quality"),  # measurement: load sweeps; quality framework and suites
+    ("tasks.loader", "tasks.report"),  # built-ins registered, configs parsed; reports read the warehouse
+    ("tasks.orchestration", "tasks.doctor", "tasks.config_limits"),  # the nightly's steps; checks and docs
+    ("flows",),  # Prefect flows and the CLI compose everything
+)
+
+# The HTTP libraries, imported by the client alone, and by the tools that run elsewhere (listed with why).
+HTTP_LIBRARIES = ("httpx", "requests", "aiohttp", "urllib.request", "http.client", "urllib3")
+HTTP_ALLOWED = {
+    "tasks.client": "the one client: every request of the project goes through it",
+    "tasks.tools.helm_plugin": "HELM's client, run inside HELM's own venv, not the project's",
+}
+
 
 def module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -116,6 +136,93 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def layer_of(mod: str) -> tuple[int, str] | None:
+    """(layer index, package entry) of a module: the longest LAYERS entry that is it or a package above it."""
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for pkg in layer:
+            if (mod == pkg or mod.startswith(pkg + ".")) and (best is None or len(pkg) > len(best[1])):
+                best = (i, pkg)
+    return best
+
+
+def up_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of a module of another package on the same or a higher layer."""
+    out = []
+    for mod, deps in edges.items():
+        me = layer_of(mod)
+        for dep in deps:
+            other = layer_of(dep)
+            if me is None or other is None or other[1] == me[1]:
+                continue
+            if other[0] >= me[0]:
+                out.append((mod, dep))
+    return sorted(out)
+
+
+def suite_modules(root: Path) -> set[str]:
+    return {m for m in modules(root) if m.startswith("tasks.quality.suites.")}
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every absolute module name a file imports, at any depth (relative imports are project modules)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(m for m in modules(ROOT) if m != "tasks" and layer_of(m) is None) == []
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    """No module imports a module of a package on its own layer or a higher one (LAYERS)."""
+    assert up_arrows(graph(ROOT)) == []
+
+
+def test_up_arrow_is_found() -> None:
+    """The check itself: a core module importing the client, or perf importing quality, is an up-arrow."""
+    edges = {"tasks.core.x": {"tasks.client"}, "tasks.perf.a": {"tasks.quality.b", "tasks.perf.c"},
+             "flows.cli": {"tasks.core.x", "warehouse.db"}, "tasks.client": set(), "tasks.quality.b": set(),
+             "tasks.perf.c": set(), "warehouse.db": set()}
+    assert up_arrows(edges) == [("tasks.core.x", "tasks.client"), ("tasks.perf.a", "tasks.quality.b")]
+
+
+def test_suites_never_import_suites() -> None:
+    """A suite says what to ask and how to score; what suites share lives outside suites/ (tasks.quality.texts)."""
+    suites = suite_modules(ROOT)
+    edges = graph(ROOT)
+    found = sorted((m, d) for m in suites for d in edges[m] if d in suites)
+    assert found == []
+
+
+def test_http_libraries_only_in_the_client() -> None:
+    """httpx, requests, aiohttp, urllib.request, http.client: imported by tasks/client.py alone (and HTTP_ALLOWED)."""
+    found = []
+    for mod, path in modules(ROOT).items():
+        if mod in HTTP_ALLOWED:
+            continue
+        for name in imported_names(path):
+            if any(name == lib or name.startswith(lib + ".") for lib in HTTP_LIBRARIES):
+                found.append((mod, name))
+    assert sorted(set(found)) == []
+
+
+def test_no_private_names_of_the_client_imported() -> None:
+    """Other modules use the client's public functions, not its `_private` ones."""
+    found = []
+    for mod, path in modules(ROOT).items():
+        if mod == "tasks.client":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "tasks.client":
+                found += [(mod, a.name) for a in node.names if a.name.startswith("_")]
+    assert found == []
 
 
 def test_no_import_cycles() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from typing import Any
 
 from pydantic import Field
@@ -12,6 +11,7 @@ from pydantic import Field
 from tasks.client import HTTPError, complete
 from tasks.core.errors import close_matches
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
+from tasks.quality.texts import parse_int
 
 _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
 
@@ -20,9 +20,6 @@ _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (l
 ARITH_TASKS = {"1D+": (1, "plus"), "1D-": (1, "minus"), "1Dx": (1, "times"), "2D+": (2, "plus"), "2D-": (2, "minus"), "3D+": (3, "plus"), "3D-": (3, "minus"),
                "4D+": (4, "plus"), "4D-": (4, "minus"), "5D+": (5, "plus"), "5D-": (5, "minus"),
                "2Dx": (2, "times")}
-
-
-_INT = re.compile(r"-?\d[\d,]*")
 
 
 def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, Any]]:
@@ -35,11 +32,6 @@ def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, A
         a, b = (rng.randint(10 ** (digits - 1), 10**digits - 1) for _ in range(2))
         out.append({"id": f"{task}-{i}", "task": task, "question": f"What is {a} {op} {b}?", "answer": _OPS[op](a, b)})
     return out
-
-
-def parse_int(text: str) -> int | None:
-    m = _INT.search(text or "")
-    return int(m.group().replace(",", "")) if m else None
 
 
 class ArithmeticParams(SuiteParams):

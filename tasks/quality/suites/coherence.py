@@ -23,18 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.client import HTTPError, chat, complete
 from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
-
-STORY_PROMPTS = [
-    "Write a long story about a lighthouse keeper who finds a message in a bottle.",
-    "Write a long story about two children who build a raft and sail down the river to the sea.",
-    "Write a long story about a baker in a small mountain village who bakes bread that makes people remember.",
-    "Write a long story about an old robot that repairs clocks in a city where time has stopped.",
-    "Write a long story about a girl who trains a young dragon to carry letters between villages.",
-    "Write a long story about a fisherman who is caught in a storm and washes up on an unknown island.",
-    "Write a long story about a librarian who discovers that one book in her library rewrites itself every night.",
-    "Write a long story about a musician who travels across the desert to play at a festival.",
-]
-STORY_TEMPLATE = "{prompt}\n\nStory:\n"
+from tasks.quality.texts import STORY_PROMPTS, STORY_TEMPLATE
 
 JUDGE_RUBRIC = (
     "You are grading a story written by a language model. Rate its coherence from 1 to 10:\n"

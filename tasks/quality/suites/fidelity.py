@@ -28,32 +28,16 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import numpy as np
 from pydantic import Field
 
-from tasks.client import BadResponse, endpoint_headers, json_of, request
+from tasks.client import BadResponse, HTTPError, endpoint_headers, json_of, request
 from tasks.core.process import run_in_child
 from tasks.core.registry import ENGINES
 from tasks.engines.tokenizer import HFTokenizer
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, mean_stderr
 from tasks.quality.hf_logits import TransformersLogits, is_hf_checkpoint, log_softmax
-
-FIDELITY_TEXT = (
-    "The river town woke slowly. Before the sun cleared the hills, the baker had already lit his ovens, "
-    "and the smell of bread drifted down the narrow streets toward the water. Fishermen checked their nets "
-    "and argued about the weather, as they did every morning, while the ferry waited at the dock for the "
-    "first passengers of the day. A schoolteacher crossed the square with a stack of books under her arm. "
-    "She had promised her students a lesson about the stars, and she had spent the evening reading about "
-    "how sailors once used them to find their way across the sea. At the market, a farmer arranged apples "
-    "in neat rows and told anyone who would listen that this year's harvest was the best in a decade. "
-    "Children ran past him on their way to school, laughing, and a dog followed them as far as the bridge "
-    "before deciding to return home. By noon the town was busy: carts rolled over the stones, bells rang "
-    "from the tower, and the river carried small boats loaded with wood, grain and cloth to the city in the "
-    "south. In the evening, when the work was done, people gathered by the water to watch the light fade, "
-    "and the old men told the same stories they had told for forty years, about floods and fires, about "
-    "weddings and storms, and about the winter when the river froze so hard that a horse could cross it."
-)
+from tasks.quality.texts import FIDELITY_TEXT
 
 
 def next_token_logprobs(model_path: Path, text: str, max_tokens: int, n_ctx: int) -> tuple[np.ndarray, list[int]]:
@@ -316,7 +300,7 @@ class Fidelity(GGUFFidelity):
         try:
             topk = prompt_topk(ctx.base_url, ctx.served_model, ids, p.top_k, ctx.request_timeout_s,
                                endpoint_headers(ctx.base_url))
-        except (httpx.HTTPError, ValueError) as err:
+        except (HTTPError, ValueError) as err:
             return null_result(f"fidelity not measured: {str(err).splitlines()[0][:240]}")
         note = (f"lower bound: the endpoint's top-{p.top_k} prompt log-probabilities, the rest of the vocabulary "
                 f"pooled into one bin (reference: {ref_how}, full vocabulary)")

@@ -16,8 +16,7 @@ from pydantic import Field
 
 from tasks.client import HTTPError, complete
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
-from tasks.quality.suites.coherence import STORY_PROMPTS, STORY_TEMPLATE
-from tasks.quality.suites.fidelity import FIDELITY_TEXT
+from tasks.quality.texts import FIDELITY_TEXT, STORY_PROMPTS, STORY_TEMPLATE
 
 
 class IdentityParams(SuiteParams):

@@ -23,10 +23,14 @@ for generation, llama.cpp logits for log-likelihood) where the engine's path is 
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import logging
 import math
 import os
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -35,17 +39,17 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.client import HTTPError, endpoint_headers, get
+from tasks.client import HTTPError, endpoint_headers, get, json_of, request
 from tasks.core.credentials import model_args_problem
 from tasks.core.errors import close_matches
 from tasks.core.process import ChildWorker
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
 from tasks.quality.hf_logits import TransformersScorer, hf_logits_worker
-from tasks.quality.suites.fidelity import FIDELITY_TEXT
-from tasks.quality.suites.loglik_records import find_record, new_record, same_weights_reference, save_record
+from tasks.quality.loglik_records import find_record, new_record, same_weights_reference, save_record
+from tasks.quality.texts import FIDELITY_TEXT
 
 # Whether an engine's endpoint scores log-likelihood right is not hard-coded: `loglik_check` records its
-# result per engine, version and artifact (tasks.quality.suites.loglik_records) and `lm_eval` follows it.
+# result per engine, version and artifact (tasks.quality.loglik_records) and `lm_eval` follows it.
 # Engine settings that make a server return prompt logprobs at all (the check starts such a sibling).
 LOG = logging.getLogger("tradeoff.quality")
 PROMPT_LOGPROB_ARGS: dict[str, dict[str, Any]] = {"llama.cpp": {"logits_all": True}}
@@ -268,17 +272,83 @@ def contained_generations(parse: Callable[..., list], outputs: Any, **kwargs: An
     return res
 
 
+class _ClientAnswer:
+    """The part of an aiohttp response lm-eval's `amodel_call` reads, over tasks.client's answer."""
+
+    def __init__(self, r: Any):
+        self.r, self.status, self.ok = r, r.status_code, r.status_code < 400
+
+    async def text(self) -> str:
+        return self.r.text
+
+    async def json(self) -> Any:
+        return json_of(self.r)
+
+    def raise_for_status(self) -> None:
+        self.r.raise_for_status()
+
+
+class _ClientPost:
+    """`async with session.post(...) as response`: the POST sent by tasks.client in a worker thread."""
+
+    def __init__(self, send: Callable[[], Any], pool: ThreadPoolExecutor):
+        self.send, self.pool = send, pool
+
+    async def __aenter__(self) -> _ClientAnswer:
+        return _ClientAnswer(await asyncio.get_running_loop().run_in_executor(self.pool, self.send))
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+
+class _ClientSession:
+    """Stands in for lm-eval's aiohttp session: every POST goes through tasks.client.request (its total deadline
+    and response caps), `concurrency` at a time as lm-eval's own connector allowed."""
+
+    def __init__(self, timeout_s: float, concurrency: int):
+        self.timeout_s = timeout_s
+        self.pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="lm-eval-request")
+
+    def post(self, url: str, json: Any = None, headers: dict[str, str] | None = None) -> _ClientPost:
+        return _ClientPost(lambda: request("POST", url, "", self.timeout_s, json, headers=headers or {}), self.pool)
+
+
+class ThroughClient:
+    """lm-eval's API calls (`model_call`, `amodel_call`) sent by tasks.client, not by lm-eval's requests/aiohttp:
+    lm-eval still builds each payload, retries and parses; the client sends it."""
+
+    def _client_session(self) -> _ClientSession:
+        if getattr(self, "_tradeoff_session", None) is None:
+            self._tradeoff_session = _ClientSession(self.timeout, self._concurrent)
+            weakref.finalize(self, self._tradeoff_session.pool.shutdown, wait=False)  # its threads end with the model
+        return self._tradeoff_session
+
+    def model_call(self, messages: Any, *, generate: bool = True, gen_kwargs: dict | None = None,
+                   **kwargs: Any) -> dict | None:
+        gen_kwargs = copy.deepcopy(gen_kwargs)  # as lm-eval: the dict is shared between requests
+        payload = self._create_payload(self.create_message(messages), generate=generate, gen_kwargs=gen_kwargs,
+                                       seed=self._seed, eos=self.eos_string, **kwargs)
+        r = request("POST", self.base_url, "", self.timeout, payload, headers=self.header or {})
+        if r.status_code >= 400:
+            LOG.warning("lm-eval: API request failed with error message: %s. Retrying...", r.text[:200])
+        r.raise_for_status()
+        return json_of(r)
+
+    async def amodel_call(self, session: Any, sem: asyncio.Semaphore, messages: Any, **kwargs: Any) -> Any:
+        return await super().amodel_call(self._client_session(), sem, messages, **kwargs)
+
+
 def _register_model() -> None:
     """Register `tradeoff-llama-cpp` with lm-eval, and lm-eval's API models with answers contained one by one (on
     first use: importing lm-eval takes seconds)."""
     from lm_eval.api.registry import register_model
     from lm_eval.models.openai_completions import LocalChatCompletion, LocalCompletionsAPI
 
-    class Completions(LocalCompletionsAPI):
+    class Completions(ThroughClient, LocalCompletionsAPI):
         def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
             return contained_generations(super().parse_generations, outputs, **kwargs)
 
-    class Chat(LocalChatCompletion):
+    class Chat(ThroughClient, LocalChatCompletion):
         def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
             return contained_generations(super().parse_generations, outputs, **kwargs)
 

@@ -17,7 +17,7 @@ from pydantic import Field
 from tasks.client import HTTPError, complete
 from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
-from tasks.quality.suites.arithmetic import parse_int
+from tasks.quality.texts import parse_int
 
 HEADER = ("There is an important pass key hidden inside a lot of irrelevant text. "
           "Find it and memorize it. I will quiz you about the pass key.\n\n")
