@@ -1,4 +1,5 @@
-"""What extending an adaptive suite costs: seconds per arithmetic item on the demo's variants, served as the nightly serves them.
+"""What extending an adaptive suite costs: seconds per arithmetic item on the demo's variants, served as the nightly
+serves them.
 
 Runs the demo's arithmetic suite (3-shot, greedy, its tasks) through the suite's own code against each
 variant's llama.cpp server: the first `--first` items, then an extension to `--to` items (the suite's
@@ -45,9 +46,17 @@ def main() -> None:
                 with variant_server(Path(tmp) / f"{v}-{r}.log", variant=v) as (url, model, _):
                     startup[v].append(time.monotonic() - t0)
                     server = server_pid(url)
-                    ctx = SuiteContext(variant=v, base_url=url, served_model=model, artifact_path=None,
-                                       reference_artifact_path=None, limit=args.first, seed=spec.seed,
-                                       params=spec.params, work_dir=Path(tmp))
+                    ctx = SuiteContext(
+                        variant=v,
+                        base_url=url,
+                        served_model=model,
+                        artifact_path=None,
+                        reference_artifact_path=None,
+                        limit=args.first,
+                        seed=spec.seed,
+                        params=spec.params,
+                        work_dir=Path(tmp),
+                    )
                     t1 = time.monotonic()
                     first = suite.run(ctx)
                     t2, cpu2, client2 = time.monotonic(), cpu_s(server), time.process_time()
@@ -57,15 +66,20 @@ def main() -> None:
                 assert len(first.samples) == args.first and len(more.samples) == k
                 per_item[v].append((t3 - t2) / k)
                 cpu[v].append(((cpu3 - cpu2) / k, (client3 - client2) / k))
-                print(f"round {r + 1} {v}: start-up {startup[v][-1]:.1f} s, first {args.first} items "
-                      f"{(t2 - t1) / args.first * 1000:.0f} ms/item, extension to {args.to} "
-                      f"{per_item[v][-1] * 1000:.0f} ms/item wall, CPU {cpu[v][-1][0] * 1000:.0f} ms server + "
-                      f"{cpu[v][-1][1] * 1000:.0f} ms client per item", flush=True)
+                print(
+                    f"round {r + 1} {v}: start-up {startup[v][-1]:.1f} s, first {args.first} items "
+                    f"{(t2 - t1) / args.first * 1000:.0f} ms/item, extension to {args.to} "
+                    f"{per_item[v][-1] * 1000:.0f} ms/item wall, CPU {cpu[v][-1][0] * 1000:.0f} ms server + "
+                    f"{cpu[v][-1][1] * 1000:.0f} ms client per item",
+                    flush=True,
+                )
     for v in args.variants:
-        print(f"{v}: {statistics.median(per_item[v]) * 1000:.0f} ms per extension item wall, "
-              f"{statistics.median(c[0] for c in cpu[v]) * 1000:.0f} ms server CPU + "
-              f"{statistics.median(c[1] for c in cpu[v]) * 1000:.0f} ms client CPU (medians of {args.rounds}), "
-              f"server start-up {statistics.median(startup[v]):.1f} s")
+        print(
+            f"{v}: {statistics.median(per_item[v]) * 1000:.0f} ms per extension item wall, "
+            f"{statistics.median(c[0] for c in cpu[v]) * 1000:.0f} ms server CPU + "
+            f"{statistics.median(c[1] for c in cpu[v]) * 1000:.0f} ms client CPU (medians of {args.rounds}), "
+            f"server start-up {statistics.median(startup[v]):.1f} s"
+        )
 
 
 def server_pid(url: str) -> int:

@@ -49,9 +49,17 @@ def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> 
 
     tok = load_tokenizer(str(gguf))
     prompts = synthetic_prompts(n, input_len, seed, True, tok.encode, tok.decode)
-    path.write_text(json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": p.text},
-                                                                 {"from": "gpt", "value": "ok " * 8}]}
-                                for i, p in enumerate(prompts)]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "id": str(i),
+                    "conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "ok " * 8}],
+                }
+                for i, p in enumerate(prompts)
+            ]
+        )
+    )
 
 
 def main() -> None:
@@ -60,12 +68,23 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=12)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--cooldown-s", type=float, default=20.0,
-                    help="idle seconds before each tool's run, so both find the server equally rested")
-    ap.add_argument("--server", choices=("llama", "paced"), default="llama",
-                    help="llama: the demo's llama.cpp server; paced: the tests' paced SSE server (no drift)")
-    ap.add_argument("--pacing", default="ttft=150,ttft_jitter=20,itl=18,jitter=4,finish=1,usage=1",
-                    help="the paced server's timing (tests/stubs/paced_server.py)")
+    ap.add_argument(
+        "--cooldown-s",
+        type=float,
+        default=20.0,
+        help="idle seconds before each tool's run, so both find the server equally rested",
+    )
+    ap.add_argument(
+        "--server",
+        choices=("llama", "paced"),
+        default="llama",
+        help="llama: the demo's llama.cpp server; paced: the tests' paced SSE server (no drift)",
+    )
+    ap.add_argument(
+        "--pacing",
+        default="ttft=150,ttft_jitter=20,itl=18,jitter=4,finish=1,usage=1",
+        help="the paced server's timing (tests/stubs/paced_server.py)",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-b-"))
     log = work / "llama_cpp.server.log"
@@ -76,8 +95,23 @@ def main() -> None:
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
         n, out_len = str(args.num_prompts), str(args.output_len)
         # One request first, so neither tool's first run pays for a cold server.
-        tradeoff_perf(["--endpoint", url, "--model", model, "--concurrency", "1", "--num-prompts", "1",
-                       "--warmup", "0", "--output-len", "8"], work / "warm.json")
+        tradeoff_perf(
+            [
+                "--endpoint",
+                url,
+                "--model",
+                model,
+                "--concurrency",
+                "1",
+                "--num-prompts",
+                "1",
+                "--warmup",
+                "0",
+                "--output-len",
+                "8",
+            ],
+            work / "warm.json",
+        )
         runs: dict[str, list[tuple[float, float]]] = {"tradeoff perf": [], "vllm bench serve": []}
         results: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
         prefill: dict[str, list[float]] = {"tradeoff perf": [], "vllm bench serve": []}
@@ -94,19 +128,68 @@ def main() -> None:
                 time.sleep(args.cooldown_s)
                 t0 = time.perf_counter()
                 if tool == "tradeoff":
-                    (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
-                                          "--output-len", out_len, "--num-prompts", n, "--concurrency", "1",
-                                          "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf),
-                                          "--jitter", "off", "--detailed"],  # the same single scenario as vLLM's
-                                         work / f"tradeoff-{run}.json")
+                    (r,) = tradeoff_perf(
+                        [
+                            "--endpoint",
+                            url,
+                            "--model",
+                            model,
+                            "--dataset",
+                            str(prompts),
+                            "--seed",
+                            "0",
+                            "--output-len",
+                            out_len,
+                            "--num-prompts",
+                            n,
+                            "--concurrency",
+                            "1",
+                            "--warmup",
+                            "0",
+                            "--force-output-len",
+                            "min_tokens",
+                            "--tokenizer",
+                            str(gguf),
+                            "--jitter",
+                            "off",
+                            "--detailed",
+                        ],  # the same single scenario as vLLM's
+                        work / f"tradeoff-{run}.json",
+                    )
                 else:
-                    v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
-                                          str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                                          "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", "1",
-                                          "--temperature", "0", "--seed", "0",
-                                          "--percentile-metrics", "ttft,tpot,itl,e2el",
-                                          "--ready-check-timeout-sec", "0", "--extra-body",
-                                          json.dumps({"min_tokens": args.output_len})], work / f"vllm-{run}.json")
+                    v = vllm_bench_serve(
+                        [
+                            "--backend",
+                            "openai",
+                            "--base-url",
+                            url,
+                            "--model",
+                            model,
+                            "--tokenizer",
+                            str(tok_dir),
+                            "--dataset-name",
+                            "sharegpt",
+                            "--dataset-path",
+                            str(prompts),
+                            "--sharegpt-output-len",
+                            out_len,
+                            "--num-prompts",
+                            n,
+                            "--max-concurrency",
+                            "1",
+                            "--temperature",
+                            "0",
+                            "--seed",
+                            "0",
+                            "--percentile-metrics",
+                            "ttft,tpot,itl,e2el",
+                            "--ready-check-timeout-sec",
+                            "0",
+                            "--extra-body",
+                            json.dumps({"min_tokens": args.output_len}),
+                        ],
+                        work / f"vllm-{run}.json",
+                    )
                 took[tool] = time.perf_counter() - t0
                 name = "tradeoff perf" if tool == "tradeoff" else "vllm bench serve"
                 if log.exists():
@@ -118,38 +201,56 @@ def main() -> None:
                         client_share[name] += [t * 1000 - p for t, p in zip(ttfts, pre)]
             runs["tradeoff perf"].append((r["median_ttft_ms"], r["mean_tpot_ms"]))
             ok = [i for i, e in enumerate(v["errors"]) if not e]
-            counts.append(f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, output tokens counted "
-                          f"{statistics.mean(v['output_lens'][i] for i in ok):.1f} (re-tokenized) vs "
-                          f"{statistics.mean(len(v['itls'][i]) + 1 for i in ok):.1f} chunks (the last one empty, with finish_reason)")
+            counts.append(
+                f"vllm run {run + 1}: {v['completed']} ok, {v['failed']} failed, output tokens counted "
+                f"{statistics.mean(v['output_lens'][i] for i in ok):.1f} (re-tokenized) vs "
+                f"{statistics.mean(len(v['itls'][i]) + 1 for i in ok):.1f} chunks (the last one empty, with "
+                f"finish_reason)"
+            )
             runs["vllm bench serve"].append((v["median_ttft_ms"], v["mean_tpot_ms"]))
             results["tradeoff perf"].append(r)
             results["vllm bench serve"].append(v)
-            print(f"run {run + 1}/{args.runs} ({' then '.join(order)}): tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms "
-                  f"TPOT {r['mean_tpot_ms']:.2f} ms ({took['tradeoff']:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} "
-                  f"ms TPOT {v['mean_tpot_ms']:.2f} ms ({took['vllm']:.0f} s)", file=sys.stderr)
-    med = {tool: (statistics.median(t for t, _ in rs), statistics.median(p for _, p in rs)) for tool, rs in runs.items()}
+            print(
+                f"run {run + 1}/{args.runs} ({' then '.join(order)}): tradeoff TTFT p50 {r['median_ttft_ms']:.1f} ms "
+                f"TPOT {r['mean_tpot_ms']:.2f} ms ({took['tradeoff']:.0f} s); vllm TTFT p50 {v['median_ttft_ms']:.1f} "
+                f"ms TPOT {v['mean_tpot_ms']:.2f} ms ({took['vllm']:.0f} s)",
+                file=sys.stderr,
+            )
+    med = {
+        tool: (statistics.median(t for t, _ in rs), statistics.median(p for _, p in rs)) for tool, rs in runs.items()
+    }
     (tt, tp), (vt, vp) = med["tradeoff perf"], med["vllm bench serve"]
     where = "llama.cpp (SmolLM2-135M Q4_1)" if args.server == "llama" else f"the paced server ({args.pacing})"
-    print(f"agreement on {where}: {args.num_prompts} prompts x {args.input_len} -> "
-          f"{args.output_len} tokens, concurrency 1, median of {args.runs} runs in ABBA order")
+    print(
+        f"agreement on {where}: {args.num_prompts} prompts x {args.input_len} -> "
+        f"{args.output_len} tokens, concurrency 1, median of {args.runs} runs in ABBA order"
+    )
     sp = {tool: statistics.median(ms) if ms else float("nan") for tool, ms in prefill.items()}
     sd = {tool: statistics.mean(ms) if ms else float("nan") for tool, ms in decode.items()}
-    print(f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15} {'server prefill p50 (ms)':>24} "
-          f"{'server decode ms/token':>23}")
+    print(
+        f"{'tool':<18} {'median TTFT (ms)':>17} {'mean TPOT (ms)':>15} {'server prefill p50 (ms)':>24} "
+        f"{'server decode ms/token':>23}"
+    )
     for tool, (t, p) in med.items():
         print(f"{tool:<18} {t:>17.2f} {p:>15.3f} {sp[tool]:>24.2f} {sd[tool]:>23.3f}")
     pct = {k: (d["tradeoff perf"] / d["vllm bench serve"] - 1) * 100 for k, d in (("sp", sp), ("sd", sd))}
-    print(f"{'difference':<18} {(tt / vt - 1) * 100:>16.1f}% {(tp / vp - 1) * 100:>14.1f}% {pct['sp']:>23.1f}% "
-          f"{pct['sd']:>22.1f}%   (tradeoff vs vllm)")
-    print(f"server columns: llama.cpp's own timer over the {len(decode['tradeoff perf'])} and "
-          f"{len(decode['vllm bench serve'])} requests of each tool's runs (warm-up excluded): where they differ, "
-          "the server ran at a different speed, not the tools measured differently. TTFT also holds the HTTP "
-          "path; TPOT also holds the HTTP path's time per token")
+    print(
+        f"{'difference':<18} {(tt / vt - 1) * 100:>16.1f}% {(tp / vp - 1) * 100:>14.1f}% {pct['sp']:>23.1f}% "
+        f"{pct['sd']:>22.1f}%   (tradeoff vs vllm)"
+    )
+    print(
+        f"server columns: llama.cpp's own timer over the {len(decode['tradeoff perf'])} and "
+        f"{len(decode['vllm bench serve'])} requests of each tool's runs (warm-up excluded): where they differ, "
+        "the server ran at a different speed, not the tools measured differently. TTFT also holds the HTTP "
+        "path; TPOT also holds the HTTP path's time per token"
+    )
     if all(client_share.values()):
         share = {k: statistics.median(v) for k, v in client_share.items()}
-        print(f"client's share of TTFT (TTFT minus the server's own prompt time, median over "
-              f"{len(client_share['tradeoff perf'])} and {len(client_share['vllm bench serve'])} requests): "
-              f"tradeoff perf {share['tradeoff perf']:.2f} ms, vllm bench serve {share['vllm bench serve']:.2f} ms")
+        print(
+            f"client's share of TTFT (TTFT minus the server's own prompt time, median over "
+            f"{len(client_share['tradeoff perf'])} and {len(client_share['vllm bench serve'])} requests): "
+            f"tradeoff perf {share['tradeoff perf']:.2f} ms, vllm bench serve {share['vllm bench serve']:.2f} ms"
+        )
     print("; ".join(counts))
     shared_keys(results)
     print(f"(raw results in {work})")
@@ -161,9 +262,12 @@ INPUTS = {"num_prompts", "request_rate", "burstiness", "max_concurrency"}  # wha
 def shared_keys(results: dict[str, list[dict]]) -> None:
     """Every numeric key both tools write: the median over runs per tool and the difference in %."""
     t_runs, v_runs = results["tradeoff perf"], results["vllm bench serve"]
-    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
-    keys = sorted(k for k in set(t_runs[0]) & set(v_runs[0]) - INPUTS
-                  if all(number(r.get(k)) for r in t_runs) and all(number(r.get(k)) for r in v_runs))
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+    keys = sorted(
+        k
+        for k in set(t_runs[0]) & set(v_runs[0]) - INPUTS
+        if all(number(r.get(k)) for r in t_runs) and all(number(r.get(k)) for r in v_runs)
+    )
     print(f"every shared key, median over {len(t_runs)} runs of each tool (vLLM's definitions on both sides):")
     print(f"{'key':<28} {'tradeoff perf':>14} {'vllm bench serve':>17} {'difference':>11}")
     outside = []
@@ -173,8 +277,10 @@ def shared_keys(results: dict[str, list[dict]]) -> None:
         if abs(diff) > 5:
             outside.append(k)
         print(f"{k:<28} {t:>14.4g} {v:>17.4g} {diff:>10.1f}%")
-    print(f"{len(keys) - len(outside)} of {len(keys)} shared keys within 5 %"
-          + (f"; outside: {', '.join(outside)}" if outside else ""))
+    print(
+        f"{len(keys) - len(outside)} of {len(keys)} shared keys within 5 %"
+        + (f"; outside: {', '.join(outside)}" if outside else "")
+    )
 
 
 if __name__ == "__main__":

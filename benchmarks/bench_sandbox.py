@@ -27,14 +27,14 @@ from tasks.core.bounds import load_yaml  # noqa: E402
 from tasks.quality.sandbox import Limits, run_untrusted, unavailable_reason  # noqa: E402
 from tasks.quality.suites.code import _CANDIDATE, code_problems, run_tests  # noqa: E402
 
-HOSTILE = '''
+HOSTILE = """
 import os, time
 if os.fork() == 0:
     os.setsid()
     os.execv("/usr/bin/sleep", ["sleep", "600"])
 def f(x):
     time.sleep(60)
-'''
+"""
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -63,22 +63,27 @@ def main() -> int:
     source = prob.header + "\n    return a + b\n"
     times: dict[str, list[float]] = {"bwrap": [], "none": []}
     for i in range(args.calls):
-        for mode in (("bwrap", "none") if i % 2 == 0 else ("none", "bwrap")):
+        for mode in ("bwrap", "none") if i % 2 == 0 else ("none", "bwrap"):
             t = time.perf_counter()
             assert run_tests(source, prob.name, prob.tests, 5.0, sandbox=mode) == (len(prob.tests), None)
             times[mode].append(time.perf_counter() - t)
     for mode, ts in times.items():
         ts.sort()
-        print(f"run_tests, 5 tests, sandbox {mode}: median {1000 * statistics.median(ts):.0f} ms, "
-              f"p90 {1000 * ts[int(0.9 * (len(ts) - 1))]:.0f} ms ({len(ts)} calls)")
+        print(
+            f"run_tests, 5 tests, sandbox {mode}: median {1000 * statistics.median(ts):.0f} ms, "
+            f"p90 {1000 * ts[int(0.9 * (len(ts) - 1))]:.0f} ms ({len(ts)} calls)"
+        )
     for confine in (True, False):
         t = time.perf_counter()
         out = run_untrusted(_CANDIDATE, json.dumps([HOSTILE, "f", [[1]]]), Limits(wall_s=1.0, cpu_s=1), confine=confine)
         left = [p for p in Path("/proc").glob("[0-9]*") if b"sleep\x00600" in _cmdline(p)]
-        print(f"hostile candidate, 1 s timeout, {'jail' if confine else 'sandbox: none'}: returned after "
-              f"{time.perf_counter() - t:.2f} s; the harness ended it at the deadline ({(out.verdict or {}).get('timed_out')}) "
-              f"and killed {(out.verdict or {}).get('killed')} other process(es); {len(out.survivors) + len(left)} left; "
-              f"cgroup {out.cgroup or 'none (rlimits only)'}")
+        print(
+            f"hostile candidate, 1 s timeout, {'jail' if confine else 'sandbox: none'}: returned after "
+            f"{time.perf_counter() - t:.2f} s; the harness ended it at the deadline "
+            f"({(out.verdict or {}).get('timed_out')}) "
+            f"and killed {(out.verdict or {}).get('killed')} other process(es); {len(out.survivors) + len(left)} left; "
+            f"cgroup {out.cgroup or 'none (rlimits only)'}"
+        )
     for levels in (6, 9):
         t = time.perf_counter()
         try:
@@ -91,8 +96,10 @@ def main() -> int:
 
     t = time.perf_counter()
     size = len(json.dumps(yaml.safe_load(bomb(6))))
-    print(f"before: the 10^6 bomb through yaml.safe_load + json.dumps: {time.perf_counter() - t:.2f} s, "
-          f"{size / 1e6:.1f} MB (10^9: ~1000x that)")
+    print(
+        f"before: the 10^6 bomb through yaml.safe_load + json.dumps: {time.perf_counter() - t:.2f} s, "
+        f"{size / 1e6:.1f} MB (10^9: ~1000x that)"
+    )
     return 0
 
 

@@ -33,8 +33,10 @@ def starting_warehouse(db: Path, run_dir: Path, n_runs: int) -> None:
     for i in range(n_runs):
         for table in ("runs", "variants", "perf_requests"):
             files = sorted((res / table).glob("*.parquet"))
-            con.execute(f"insert into {table} by name select * replace ('night{i}' as run_id) "
-                        f"from read_parquet({[str(f) for f in files]})")
+            con.execute(
+                f"insert into {table} by name select * replace ('night{i}' as run_id) "
+                f"from read_parquet({[str(f) for f in files]})"
+            )
     refresh_views(con)
     con.execute("checkpoint")
     con.close()
@@ -87,10 +89,15 @@ def main() -> None:
         start = tmp / "start.duckdb"
         starting_warehouse(start, run_dir, args.runs)
         parquet = sum(p.stat().st_size for p in (run_dir / "results").rglob("*.parquet"))
-        print(f"starting warehouse: {args.runs} runs x {args.rows:,} perf_requests rows, "
-              f"{start.stat().st_size / 2**20:,.0f} MiB; the new run's Parquet {parquet / 2**20:,.0f} MiB")
-        for name, fn in (("in place (unprotected)", in_place), ("copy and swap", copy_and_swap),
-                         ("snapshot, then in place", snapshot_then_in_place)):
+        print(
+            f"starting warehouse: {args.runs} runs x {args.rows:,} perf_requests rows, "
+            f"{start.stat().st_size / 2**20:,.0f} MiB; the new run's Parquet {parquet / 2**20:,.0f} MiB"
+        )
+        for name, fn in (
+            ("in place (unprotected)", in_place),
+            ("copy and swap", copy_and_swap),
+            ("snapshot, then in place", snapshot_then_in_place),
+        ):
             walls, cpus, size = [], [], 0
             for _ in range(args.repeat):
                 db = tmp / "work" / "tradeoff.duckdb"
@@ -102,9 +109,11 @@ def main() -> None:
                 walls.append(time.perf_counter() - w)
                 cpus.append(time.process_time() - c)
                 size = db.stat().st_size
-            print(f"{name:24s}: {statistics.median(walls):6.2f} s wall, {statistics.median(cpus):6.2f} s CPU "
-                  f"(median of {args.repeat}; runs {', '.join(f'{w:.2f}' for w in walls)} s); "
-                  f"file after {size / 2**20:,.0f} MiB")
+            print(
+                f"{name:24s}: {statistics.median(walls):6.2f} s wall, {statistics.median(cpus):6.2f} s CPU "
+                f"(median of {args.repeat}; runs {', '.join(f'{w:.2f}' for w in walls)} s); "
+                f"file after {size / 2**20:,.0f} MiB"
+            )
 
 
 if __name__ == "__main__":

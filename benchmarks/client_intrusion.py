@@ -51,8 +51,10 @@ def curl_client(url: str, model: str, prompts: Path, n: int, output_len: int, wo
         f = work / f"curl-body-{i}.json"
         f.write_text(json.dumps(body))
         t0 = time.perf_counter()
-        proc = subprocess.Popen(["curl", "-sN", "-H", "Content-Type: application/json", "--data-binary", f"@{f}",
-                                 f"{url}/v1/completions"], stdout=subprocess.PIPE)
+        proc = subprocess.Popen(
+            ["curl", "-sN", "-H", "Content-Type: application/json", "--data-binary", f"@{f}", f"{url}/v1/completions"],
+            stdout=subprocess.PIPE,
+        )
         stamps = []
         for line in proc.stdout:  # a line per SSE event, read as curl writes it
             if line.startswith(b"data:") and b'"text"' in line and b'"text":""' not in line:
@@ -64,21 +66,79 @@ def curl_client(url: str, model: str, prompts: Path, n: int, output_len: int, wo
     return {"median_ttft_ms": statistics.median(ttfts), "mean_tpot_ms": statistics.mean(tpots)}
 
 
-def run_client(client: str, url: str, model: str, gguf: Path, tok_dir: Path | None, prompts: Path, n: int,
-               output_len: int, work: Path, run: int) -> dict:
+def run_client(
+    client: str,
+    url: str,
+    model: str,
+    gguf: Path,
+    tok_dir: Path | None,
+    prompts: Path,
+    n: int,
+    output_len: int,
+    work: Path,
+    run: int,
+) -> dict:
     if client == "tradeoff perf":
-        (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
-                              "--output-len", str(output_len), "--num-prompts", str(n), "--concurrency", "1",
-                              "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf),
-                              "--jitter", "off"], work / f"tradeoff-{run}.json")
+        (r,) = tradeoff_perf(
+            [
+                "--endpoint",
+                url,
+                "--model",
+                model,
+                "--dataset",
+                str(prompts),
+                "--seed",
+                "0",
+                "--output-len",
+                str(output_len),
+                "--num-prompts",
+                str(n),
+                "--concurrency",
+                "1",
+                "--warmup",
+                "0",
+                "--force-output-len",
+                "min_tokens",
+                "--tokenizer",
+                str(gguf),
+                "--jitter",
+                "off",
+            ],
+            work / f"tradeoff-{run}.json",
+        )
         return r
     if client == "vllm bench serve":
-        return vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
-                                 str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                                 "--sharegpt-output-len", str(output_len), "--num-prompts", str(n),
-                                 "--max-concurrency", "1", "--temperature", "0", "--seed", "0",
-                                 "--ready-check-timeout-sec", "0",
-                                 "--extra-body", json.dumps({"min_tokens": output_len})], work / f"vllm-{run}.json")
+        return vllm_bench_serve(
+            [
+                "--backend",
+                "openai",
+                "--base-url",
+                url,
+                "--model",
+                model,
+                "--tokenizer",
+                str(tok_dir),
+                "--dataset-name",
+                "sharegpt",
+                "--dataset-path",
+                str(prompts),
+                "--sharegpt-output-len",
+                str(output_len),
+                "--num-prompts",
+                str(n),
+                "--max-concurrency",
+                "1",
+                "--temperature",
+                "0",
+                "--seed",
+                "0",
+                "--ready-check-timeout-sec",
+                "0",
+                "--extra-body",
+                json.dumps({"min_tokens": output_len}),
+            ],
+            work / f"vllm-{run}.json",
+        )
     return curl_client(url, model, prompts, n, output_len, work)
 
 
@@ -96,7 +156,10 @@ def one_setting(n_threads: int, args: argparse.Namespace, clients: tuple[str, ..
         for client in clients[k:] + clients[:k]:  # rotate: every client goes first, second, ... alike
             log = work / f"llama_cpp.t{n_threads}.{run}.{client.split()[0]}.server.log"
             with variant_server(log, verbose=True, n_threads=n_threads, stock_llama_server=args.server == "stock") as (
-                    url, model, art):
+                url,
+                model,
+                art,
+            ):
                 if not prompts.exists():
                     write_prompts(art.path, prompts, args.num_prompts, args.input_len, seed=0)
                 tok_dir = hf_tokenizer_dir(art.path, work / "hf-tokenizer") if "vllm bench serve" in clients else None
@@ -104,43 +167,61 @@ def one_setting(n_threads: int, args: argparse.Namespace, clients: tuple[str, ..
                 offset = server_timings(log, 0)[2]
                 time.sleep(args.cooldown_s)
                 t0 = time.perf_counter()
-                r = run_client(client, url, model, art.path, tok_dir, prompts, args.num_prompts, args.output_len,
-                               work, run)
+                r = run_client(
+                    client, url, model, art.path, tok_dir, prompts, args.num_prompts, args.output_len, work, run
+                )
                 took = time.perf_counter() - t0
                 prefill, decode, _ = server_timings(log, offset)
-            per_run[client].append({"eval_ms_tok": statistics.median(decode) if decode else float("nan"),
-                                    "prompt_ms_tok": statistics.median(prefill) / args.input_len if prefill
-                                    else float("nan"),
-                                    "tpot_ms": r["mean_tpot_ms"], "ttft_ms": r["median_ttft_ms"],
-                                    "eval_ms_tok_each": decode, "requests": len(decode)})
+            per_run[client].append(
+                {
+                    "eval_ms_tok": statistics.median(decode) if decode else float("nan"),
+                    "prompt_ms_tok": statistics.median(prefill) / args.input_len if prefill else float("nan"),
+                    "tpot_ms": r["mean_tpot_ms"],
+                    "ttft_ms": r["median_ttft_ms"],
+                    "eval_ms_tok_each": decode,
+                    "requests": len(decode),
+                }
+            )
             x = per_run[client][-1]
-            print(f"  n_threads {n_threads} run {run + 1}/{args.runs} {client:<16} server eval "
-                  f"{x['eval_ms_tok']:.2f} ms/tok, prompt {x['prompt_ms_tok']:.3f} ms/tok; client TPOT "
-                  f"{x['tpot_ms']:.2f} ms, TTFT p50 {x['ttft_ms']:.1f} ms ({took:.0f} s)", file=sys.stderr)
+            print(
+                f"  n_threads {n_threads} run {run + 1}/{args.runs} {client:<16} server eval "
+                f"{x['eval_ms_tok']:.2f} ms/tok, prompt {x['prompt_ms_tok']:.3f} ms/tok; client TPOT "
+                f"{x['tpot_ms']:.2f} ms, TTFT p50 {x['ttft_ms']:.1f} ms ({took:.0f} s)",
+                file=sys.stderr,
+            )
     return per_run
 
 
 def report(n_threads: int, cores: int, per_run: dict, args: argparse.Namespace) -> None:
-    print(f"\nllama.cpp ({args.server} server) n_threads={n_threads} on {cores} cores: {args.num_prompts} prompts x {args.input_len} -> "
-          f"{args.output_len} tokens, concurrency 1, {args.runs} rotated runs per client; median over runs "
-          f"(spread: min-max of the run medians)")
-    print(f"{'client':<17} {'server eval ms/tok':>19} {'spread':>12} {'prompt ms/tok':>14} {'spread':>12} "
-          f"{'client TPOT ms':>15} {'spread':>12} {'TTFT p50 ms':>12} {'spread':>14}")
+    print(
+        f"\nllama.cpp ({args.server} server) n_threads={n_threads} on {cores} cores: {args.num_prompts} prompts x "
+        f"{args.input_len} -> "
+        f"{args.output_len} tokens, concurrency 1, {args.runs} rotated runs per client; median over runs "
+        f"(spread: min-max of the run medians)"
+    )
+    print(
+        f"{'client':<17} {'server eval ms/tok':>19} {'spread':>12} {'prompt ms/tok':>14} {'spread':>12} "
+        f"{'client TPOT ms':>15} {'spread':>12} {'TTFT p50 ms':>12} {'spread':>14}"
+    )
     med = {}
     for client, runs in per_run.items():
         cols = {k: [r[k] for r in runs] for k in ("eval_ms_tok", "prompt_ms_tok", "tpot_ms", "ttft_ms")}
         med[client] = {k: statistics.median(v) for k, v in cols.items()}
-        print(f"{client:<17} {med[client]['eval_ms_tok']:>19.2f} {spread(cols['eval_ms_tok']):>12} "
-              f"{med[client]['prompt_ms_tok']:>14.3f} {spread(cols['prompt_ms_tok']):>12} "
-              f"{med[client]['tpot_ms']:>15.2f} {spread(cols['tpot_ms']):>12} {med[client]['ttft_ms']:>12.1f} "
-              f"{spread(cols['ttft_ms']):>14}")
+        print(
+            f"{client:<17} {med[client]['eval_ms_tok']:>19.2f} {spread(cols['eval_ms_tok']):>12} "
+            f"{med[client]['prompt_ms_tok']:>14.3f} {spread(cols['prompt_ms_tok']):>12} "
+            f"{med[client]['tpot_ms']:>15.2f} {spread(cols['tpot_ms']):>12} {med[client]['ttft_ms']:>12.1f} "
+            f"{spread(cols['ttft_ms']):>14}"
+        )
     ref = med.get("vllm bench serve")
     if ref:
         for client, m in med.items():
             if client != "vllm bench serve":
                 d = {k: (m[k] / ref[k] - 1) * 100 for k in m}
-                print(f"{client} vs vllm bench serve: server eval {d['eval_ms_tok']:+.1f} %, prompt "
-                      f"{d['prompt_ms_tok']:+.1f} %, client TPOT {d['tpot_ms']:+.1f} %, TTFT p50 {d['ttft_ms']:+.1f} %")
+                print(
+                    f"{client} vs vllm bench serve: server eval {d['eval_ms_tok']:+.1f} %, prompt "
+                    f"{d['prompt_ms_tok']:+.1f} %, client TPOT {d['tpot_ms']:+.1f} %, TTFT p50 {d['ttft_ms']:+.1f} %"
+                )
 
 
 def main() -> None:
@@ -151,9 +232,13 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--cooldown-s", type=float, default=2.0, help="idle seconds before each client's run")
     ap.add_argument("--threads", default="all,less1", help="server decode threads: all (every core), less1, or numbers")
-    ap.add_argument("--server", choices=("nightly", "stock"), default="nightly",
-                    help="nightly: the server as the nightly runs it (tasks/engines/llama_cpp_server.py); stock: "
-                         "llama-cpp-python's own `python -m llama_cpp.server`")
+    ap.add_argument(
+        "--server",
+        choices=("nightly", "stock"),
+        default="nightly",
+        help="nightly: the server as the nightly runs it (tasks/engines/llama_cpp_server.py); stock: "
+        "llama-cpp-python's own `python -m llama_cpp.server`",
+    )
     ap.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated subset of: " + ", ".join(CLIENTS))
     args = ap.parse_args()
     clients = tuple(c.strip() for c in args.clients.split(","))

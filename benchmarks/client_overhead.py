@@ -38,10 +38,13 @@ def figures(result: dict) -> dict[str, float]:
     itls_s, ttfts_s = result["itls"], result["ttfts"]
     gaps = np.array([g for r in itls_s for g in r]) * 1e6
     rates = [len(r) / sum(r) for r in itls_s if r and sum(r) > 0]
-    return {"output_tok_s": float(result["output_throughput"]), "itl_median_us": float(np.median(gaps)),
-            "itl_p99_us": float(np.percentile(gaps, 99)),
-            "chunk_rate_per_s": float(np.median(rates)) if rates else float("nan"),
-            "ttft_median_ms": float(np.median(ttfts_s)) * 1e3}
+    return {
+        "output_tok_s": float(result["output_throughput"]),
+        "itl_median_us": float(np.median(gaps)),
+        "itl_p99_us": float(np.percentile(gaps, 99)),
+        "chunk_rate_per_s": float(np.median(rates)) if rates else float("nan"),
+        "ttft_median_ms": float(np.median(ttfts_s)) * 1e3,
+    }
 
 
 def main() -> None:
@@ -56,40 +59,90 @@ def main() -> None:
     from tasks.engines.launcher import free_port
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sse_server.py"), str(port)],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "sse_server.py"), str(port)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}"
         results: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
         for run in range(args.runs):
             t0 = time.perf_counter()
-            (r,) = tradeoff_perf(["--endpoint", url, "--model", "sse", "--concurrency", "1", "--num-prompts",
-                                  str(args.requests), "--warmup", "1", "--input-len", "16", "--output-len",
-                                  str(args.chunks), "--detailed", "--force-output-len", "ignore_eos"],
-                                 work / f"tradeoff-{run}.json")
+            (r,) = tradeoff_perf(
+                [
+                    "--endpoint",
+                    url,
+                    "--model",
+                    "sse",
+                    "--concurrency",
+                    "1",
+                    "--num-prompts",
+                    str(args.requests),
+                    "--warmup",
+                    "1",
+                    "--input-len",
+                    "16",
+                    "--output-len",
+                    str(args.chunks),
+                    "--detailed",
+                    "--force-output-len",
+                    "ignore_eos",
+                ],
+                work / f"tradeoff-{run}.json",
+            )
             results["tradeoff perf"].append(figures(r))
             t1 = time.perf_counter()
-            v = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", "sse", "--tokenizer",
-                                  str(tok_dir), "--dataset-name", "random", "--random-input-len", "16",
-                                  "--random-output-len", str(args.chunks), "--num-prompts", str(args.requests),
-                                  "--max-concurrency", "1", "--num-warmups", "1", "--ignore-eos", "--seed", str(run)],
-                                 work / f"vllm-{run}.json")
+            v = vllm_bench_serve(
+                [
+                    "--backend",
+                    "openai",
+                    "--base-url",
+                    url,
+                    "--model",
+                    "sse",
+                    "--tokenizer",
+                    str(tok_dir),
+                    "--dataset-name",
+                    "random",
+                    "--random-input-len",
+                    "16",
+                    "--random-output-len",
+                    str(args.chunks),
+                    "--num-prompts",
+                    str(args.requests),
+                    "--max-concurrency",
+                    "1",
+                    "--num-warmups",
+                    "1",
+                    "--ignore-eos",
+                    "--seed",
+                    str(run),
+                ],
+                work / f"vllm-{run}.json",
+            )
             results["vllm bench serve"].append(figures(v))
-            print(f"run {run + 1}/{args.runs}: tradeoff {t1 - t0:.0f} s, vllm {time.perf_counter() - t1:.0f} s",
-                  file=sys.stderr)
+            print(
+                f"run {run + 1}/{args.runs}: tradeoff {t1 - t0:.0f} s, vllm {time.perf_counter() - t1:.0f} s",
+                file=sys.stderr,
+            )
     finally:
         server.terminate()
         server.wait(10)
-    print(f"client overhead against a zero-latency SSE server: {args.requests} requests x {args.chunks} chunks, "
-          f"concurrency 1, median of {args.runs} alternating runs")
-    print(f"{'tool':<18} {'output tok/s':>13} {'us per chunk':>13} {'ITL p50 (us)':>13} {'ITL p99 (us)':>13} "
-          f"{'chunks/s in req':>16} {'TTFT p50 (ms)':>14}")
+    print(
+        f"client overhead against a zero-latency SSE server: {args.requests} requests x {args.chunks} chunks, "
+        f"concurrency 1, median of {args.runs} alternating runs"
+    )
+    print(
+        f"{'tool':<18} {'output tok/s':>13} {'us per chunk':>13} {'ITL p50 (us)':>13} {'ITL p99 (us)':>13} "
+        f"{'chunks/s in req':>16} {'TTFT p50 (ms)':>14}"
+    )
     for tool, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"{tool:<18} {med['output_tok_s']:>13,.0f} {1e6 / med['output_tok_s']:>13.2f} "
-              f"{med['itl_median_us']:>13.1f} {med['itl_p99_us']:>13.1f} {med['chunk_rate_per_s']:>16,.0f} "
-              f"{med['ttft_median_ms']:>14.2f}")
+        print(
+            f"{tool:<18} {med['output_tok_s']:>13,.0f} {1e6 / med['output_tok_s']:>13.2f} "
+            f"{med['itl_median_us']:>13.1f} {med['itl_p99_us']:>13.1f} {med['chunk_rate_per_s']:>16,.0f} "
+            f"{med['ttft_median_ms']:>14.2f}"
+        )
     print(f"(raw results in {work})")
 
 

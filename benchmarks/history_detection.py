@@ -96,24 +96,32 @@ class Tally:
         def say(text: str) -> None:
             print(text, file=out, flush=True)
 
-        say(f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; {seconds:.0f} s wall on "
-            f"{args.jobs} processes (host shared)")
+        say(
+            f"{n} histories of {args.nights} nights, noise {args.noise:.0%}; {METHOD}; {seconds:.0f} s wall on "
+            f"{args.jobs} processes (host shared)"
+        )
         for (variant, metric), field in PLANTED.items():
             for rule in ("otava", "band"):
                 key = (variant, metric, rule)
-                say(f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
+                say(
+                    f"  {variant} {metric} step at night {getattr(Plan(), field)}, {rule}: found at that night in "
                     f"{self.exact[key]}/{n} ({self.exact[key] / n:.0%}), within one night in {self.near[key]}/{n} "
-                    f"({self.near[key] / n:.0%})")
+                    f"({self.near[key] / n:.0%})"
+                )
             lags = sorted(self.delay.get((variant, metric), []))
             if lags:
-                say(f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
-                    f"min {lags[0]}, max {lags[-1]})")
+                say(
+                    f"    otava first reported it {lags[len(lags) // 2]} nights after the step (median; "
+                    f"min {lags[0]}, max {lags[-1]})"
+                )
         for rule in ("otava", "band"):
             where = ", ".join(f"{v} {m} {k}" for (v, m, r), k in self.false_by_series.most_common() if r == rule)
-            say(f"  false alarms, {rule}: {self.false[rule]} in {n} histories ({self.false[rule] / n:.2f} per history, "
+            say(
+                f"  false alarms, {rule}: {self.false[rule]} in {n} histories ({self.false[rule] / n:.2f} per history, "
                 f"over all its series{': ' + where if where else ''}); histories with one on the unchanged "
                 f"reference: {self.ref_alarmed[rule]}/{n}; the same step flagged again a night later: "
-                f"{self.repeats[rule]}")
+                f"{self.repeats[rule]}"
+            )
 
 
 def main() -> int:

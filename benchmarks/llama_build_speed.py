@@ -51,9 +51,17 @@ def probe(python: str, gguf: str, threads: int) -> dict:
 
 
 def build_of(python: str) -> str:
-    out = subprocess.run([python, "-c", "import sys, json, pathlib; p = pathlib.Path(sys.prefix, 'llama-cpp-build.json');"
-                          "r = json.loads(p.read_text()) if p.exists() else {}; print(r.get('mode', 'unknown'))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys, json, pathlib; p = pathlib.Path(sys.prefix, 'llama-cpp-build.json');"
+            "r = json.loads(p.read_text()) if p.exists() else {}; print(r.get('mode', 'unknown'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -76,8 +84,10 @@ def main() -> int:
     for threads in sorted({1, cores}):
         for figure in ("decode_tok_s", "prompt_tok_s"):
             med = {w: statistics.median(r[figure] for r in results[(w, threads)]) for w in "ab"}
-            print(f"{figure:<13} threads={threads}: {names['a']} {med['a']:8.1f}   {names['b']} {med['b']:8.1f}   "
-                  f"B/A {med['b'] / med['a']:.3f}")
+            print(
+                f"{figure:<13} threads={threads}: {names['a']} {med['a']:8.1f}   {names['b']} {med['b']:8.1f}   "
+                f"B/A {med['b'] / med['a']:.3f}"
+            )
     return 0
 
 

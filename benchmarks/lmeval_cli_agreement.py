@@ -48,23 +48,62 @@ def main() -> int:
     bindir = Path(sys.executable).parent
     suite = ROOT / "configs" / "suites" / "gsm8k-local.yaml"
     with demo_server(out) as (url, model, _):
-        ours_s = run([bindir / "tradeoff", "quality", "--endpoint", url, "--model", model, "--suite", suite,
-                      "--limit", args.limit, "--output", out / "ours"], env, ROOT)
+        ours_s = run(
+            [
+                bindir / "tradeoff",
+                "quality",
+                "--endpoint",
+                url,
+                "--model",
+                model,
+                "--suite",
+                suite,
+                "--limit",
+                args.limit,
+                "--output",
+                out / "ours",
+            ],
+            env,
+            ROOT,
+        )
         tasks_dir = out / "ours" / "quality" / "gsm8k" / "lm_eval" / "tasks"
-        cli_s = run([bindir / "lm-eval", "run", "--model", "local-completions", "--model_args",
-                     f"base_url={url}/v1/completions,model={model},tokenizer_backend=None,tokenized_requests=False",
-                     "--tasks", "gsm8k", "--include_path", tasks_dir, "--limit", args.limit, "--log_samples",
-                     "--output_path", out / "cli"], env, ROOT)
+        cli_s = run(
+            [
+                bindir / "lm-eval",
+                "run",
+                "--model",
+                "local-completions",
+                "--model_args",
+                f"base_url={url}/v1/completions,model={model},tokenizer_backend=None,tokenized_requests=False",
+                "--tasks",
+                "gsm8k",
+                "--include_path",
+                tasks_dir,
+                "--limit",
+                args.limit,
+                "--log_samples",
+                "--output_path",
+                out / "cli",
+            ],
+            env,
+            ROOT,
+        )
     r = compare_lmeval_samples(out / "ours", out / "cli", "gsm8k")
-    print(f"GSM8K (shared local copy, first {args.limit} test questions, lm-eval's gsm8k task: 5-shot, greedy) "
-          f"on llama.cpp SmolLM2-135M Q4_1")
+    print(
+        f"GSM8K (shared local copy, first {args.limit} test questions, lm-eval's gsm8k task: 5-shot, greedy) "
+        f"on llama.cpp SmolLM2-135M Q4_1"
+    )
     print(f"{'tool':<20} {'strict-match':>13} {'flexible-extract':>17} {'wall s':>7}")
     for tool, scores, secs in (("tradeoff quality", r["ours"], ours_s), ("lm-eval CLI", r["theirs"], cli_s)):
-        print(f"{tool:<20} {scores.get('strict-match', float('nan')):>13.3f} "
-              f"{scores.get('flexible-extract', float('nan')):>17.3f} {secs:>7.0f}")
-    print(f"per-sample records (doc x filter): ours {r['samples']}, CLI {r['samples_other']}; "
-          f"identical (prompt hash, response, filtered answer, {r['metric']}): "
-          f"{r['samples'] - len(r['differ'])}/{r['samples']}" + (f"; differ: {r['differ'][:10]}" if r["differ"] else ""))
+        print(
+            f"{tool:<20} {scores.get('strict-match', float('nan')):>13.3f} "
+            f"{scores.get('flexible-extract', float('nan')):>17.3f} {secs:>7.0f}"
+        )
+    print(
+        f"per-sample records (doc x filter): ours {r['samples']}, CLI {r['samples_other']}; "
+        f"identical (prompt hash, response, filtered answer, {r['metric']}): "
+        f"{r['samples'] - len(r['differ'])}/{r['samples']}" + (f"; differ: {r['differ'][:10]}" if r["differ"] else "")
+    )
     print(f"outputs kept in {out}")
     return 0 if r["same"] else 1
 

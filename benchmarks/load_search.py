@@ -29,14 +29,25 @@ def one(case: dict) -> None:
     true = md1_highest_rate(service / 1000, limit / 1000, pct)
     srv, url = start_paced_stub(service)
     try:
-        cfg = RunConfig.model_validate({
-            "models": {"m": {"path": __file__}},
-            "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
-            "perf": {"rates": list(case["rates"]), "num_prompts": 8, "warmup_requests": 1, "input_len": 8,
-                     "output_len": 4, "slo": {"ttft_ms": limit}},
-            "decision": {"percentile": pct, "min_requests": case["requests"],
-                         "search": {"budget_s": 600, "max_steps": case["max_steps"],
-                                    "tolerance_pct": case["tolerance_pct"]}}})
+        cfg = RunConfig.model_validate(
+            {
+                "models": {"m": {"path": __file__}},
+                "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
+                "perf": {
+                    "rates": list(case["rates"]),
+                    "num_prompts": 8,
+                    "warmup_requests": 1,
+                    "input_len": 8,
+                    "output_len": 4,
+                    "slo": {"ttft_ms": limit},
+                },
+                "decision": {
+                    "percentile": pct,
+                    "min_requests": case["requests"],
+                    "search": {"budget_s": 600, "max_steps": case["max_steps"], "tolerance_pct": case["tolerance_pct"]},
+                },
+            }
+        )
         workload = make_workload(cfg.perf, str.split, " ".join)
         t0 = time.monotonic()
         sweep = run_perf(cfg.perf, url, "paced", workload, None)
@@ -48,8 +59,10 @@ def one(case: dict) -> None:
     best = chain([(rate, c.met) for rate, c in judged])[0]
     steps = "; ".join(f"{rate:.2f} {c.status} ({c.over['ttft_ms']}/{c.n} over)" for rate, c in sorted(judged))
     found = f"{best:.2f} req/s ({best / true:.0%})" if best else "none"
-    print(f"service {service:g} ms, p{pct:g} TTFT <= {limit:g} ms: true {true:.2f} req/s, capacity "
-          f"{1000 / service:.1f}; {steps}; sustainable {found}; {took:.0f} s")
+    print(
+        f"service {service:g} ms, p{pct:g} TTFT <= {limit:g} ms: true {true:.2f} req/s, capacity "
+        f"{1000 / service:.1f}; {steps}; sustainable {found}; {took:.0f} s"
+    )
 
 
 if __name__ == "__main__":

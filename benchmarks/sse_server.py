@@ -29,13 +29,23 @@ def stream_body(n: int, chat: bool) -> bytes:
     """The whole response body for `n` tokens, HTTP-chunked, one SSE event per HTTP chunk."""
     parts = []
     for i in range(n):
-        choice = ({"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None} if chat
-                  else {"index": 0, "text": f" t{i}", "finish_reason": None})
+        choice = (
+            {"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}
+            if chat
+            else {"index": 0, "text": f" t{i}", "finish_reason": None}
+        )
         if i == n - 1:
             choice["finish_reason"] = "length"
         parts.append(_chunk({"id": "cmpl-0", "object": "text_completion", "model": "sse", "choices": [choice]}))
-    parts.append(_chunk({"id": "cmpl-0", "choices": [], "usage": {"prompt_tokens": 16, "completion_tokens": n,
-                                                                  "total_tokens": 16 + n}}))
+    parts.append(
+        _chunk(
+            {
+                "id": "cmpl-0",
+                "choices": [],
+                "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
+            }
+        )
+    )
     parts.append(_http_chunk(b"data: [DONE]\n\n"))
     parts.append(b"0\r\n\r\n")
     return b"".join(parts)
@@ -53,13 +63,18 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             if method == "GET":
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             + f"content-length: {len(MODELS)}\r\n\r\n".encode() + MODELS)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(MODELS)}\r\n\r\n".encode()
+                    + MODELS
+                )
             else:
                 req = json.loads(body or b"{}")
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                             b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
-                             + stream_body(int(req.get("max_tokens") or 16), "chat" in path))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
+                    + stream_body(int(req.get("max_tokens") or 16), "chat" in path)
+                )
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

@@ -80,8 +80,10 @@ def old_binary(rng: np.random.Generator, ref: np.ndarray, var: np.ndarray, resam
 
 def part_binary(sims: int, seed: int) -> None:
     print(f"\n1. Paired 0/1 scores, {sims} simulations per row ({mc_error(sims)})")
-    print(f"{'n':>5} {'discord':>8} {'delta':>7} | {'worse new':>9} {'worse old':>9} | "
-          f"{'cover Tango':>11} {'as written':>10} {'cover old':>9} | {'width Tango':>11}")
+    print(
+        f"{'n':>5} {'discord':>8} {'delta':>7} | {'worse new':>9} {'worse old':>9} | "
+        f"{'cover Tango':>11} {'as written':>10} {'cover old':>9} | {'width Tango':>11}"
+    )
     for n in (50, 100, 500):
         for disc in (0.05, 0.15, 0.25):
             for delta in (0.0, -0.05):
@@ -100,11 +102,15 @@ def part_binary(sims: int, seed: int) -> None:
                     v_old, (lo, hi) = old_binary(rng, ref, var)
                     worse_old += v_old == "worse"
                     cover_old += lo <= delta <= hi
-                print(f"{n:>5} {disc:>8.0%} {delta * 100:>+7.0f} | {worse_new / sims:>9.1%} {worse_old / sims:>9.1%} | "
-                      f"{cover_tango / sims:>11.1%} {cover_written / sims:>10.1%} {cover_old / sims:>9.1%} | "
-                      f"{np.median(widths) * 100:>9.1f} pt")
-    print("(as written: the interval stored, [0, 0] where no sample differs, 'identical'; Tango's own interval"
-          " is wider there)")
+                print(
+                    f"{n:>5} {disc:>8.0%} {delta * 100:>+7.0f} | {worse_new / sims:>9.1%} {worse_old / sims:>9.1%} | "
+                    f"{cover_tango / sims:>11.1%} {cover_written / sims:>10.1%} {cover_old / sims:>9.1%} | "
+                    f"{np.median(widths) * 100:>9.1f} pt"
+                )
+    print(
+        "(as written: the interval stored, [0, 0] where no sample differs, 'identical'; Tango's own interval"
+        " is wider there)"
+    )
 
 
 def part_family(sims: int, seed: int, m: int = 20, n: int = 100, disc: float = 0.15) -> None:
@@ -133,14 +139,19 @@ def continuous_case(rng: np.random.Generator, kind: str, n: int, delta: float) -
 
 
 def part_continuous(sims: int, seed: int, resamples: int = 2000) -> None:
-    print(f"\n3. Continuous scores: BCa bootstrap (B = {resamples}) and sign-flip test, {sims} simulations per row "
-          f"({mc_error(sims)})")
+    print(
+        f"\n3. Continuous scores: BCa bootstrap (B = {resamples}) and sign-flip test, {sims} simulations per row "
+        f"({mc_error(sims)})"
+    )
     # p99 of the KL-like score: exp(-3 + z_0.99); but a sample p99 at small n is biased, so the truth
     # here is the population p99 (what the metric claims to estimate).
     truth = {("KL-like", "mean"): math.exp(-3.0 + 0.5), ("KL-like", "p99"): math.exp(-3.0 + stats.norm.ppf(0.99))}
     print(f"{'case':>14} {'stat':>5} {'n':>5} {'delta':>7} | {'worse':>7} {'cover BCa':>9}   (worse: at delta 0 only)")
-    for kind, stat_name, deltas in (("skewed score", "mean", (0.0, 0.05)), ("KL-like", "mean", (None,)),
-                                    ("KL-like", "p99", (None,))):
+    for kind, stat_name, deltas in (
+        ("skewed score", "mean", (0.0, 0.05)),
+        ("KL-like", "mean", (None,)),
+        ("KL-like", "p99", (None,)),
+    ):
         stat = MEAN if stat_name == "mean" else P99
         for n in (50, 100, 500) if stat_name == "mean" else (50, 200, 500, 1000):
             for delta in deltas:
@@ -176,11 +187,15 @@ def repeat_ttfts(rng: np.random.Generator, k: int, requests: int, run_cv: float,
 
 def part_perf(sims: int, sims_old: int, seed: int, requests: int = 30, run_cv: float = 0.15) -> None:
     old = f"{sims_old} ({mc_error(sims_old)})" if sims_old else "not run"
-    print(f"\n4. Perf intervals over repeats: {run_cv:.0%} run-to-run noise, {requests} requests per repeat with 30 % "
-          f"spread within; t-interval: {sims} simulations ({mc_error(sims)}), old cluster bootstrap (1000 "
-          f"resamples): {old}")
-    print(f"{'noise':>9} {'repeats':>7} | {'TTFT mean t':>11} {'p99 t':>6} {'tput t':>6} | "
-          f"{'TTFT mean old':>13} {'p99 old':>7} {'tput old':>8} | {'t width / mean':>14}")
+    print(
+        f"\n4. Perf intervals over repeats: {run_cv:.0%} run-to-run noise, {requests} requests per repeat with 30 % "
+        f"spread within; t-interval: {sims} simulations ({mc_error(sims)}), old cluster bootstrap (1000 "
+        f"resamples): {old}"
+    )
+    print(
+        f"{'noise':>9} {'repeats':>7} | {'TTFT mean t':>11} {'p99 t':>6} {'tput t':>6} | "
+        f"{'TTFT mean old':>13} {'p99 old':>7} {'tput old':>8} | {'t width / mean':>14}"
+    )
     for noise in ("normal", "lognormal"):
         # the long-run average of each per-repeat figure, from 200,000 simulated repeats
         rng = np.random.default_rng([seed, 4, len(noise)])
@@ -196,8 +211,11 @@ def part_perf(sims: int, sims_old: int, seed: int, requests: int = 30, run_cv: f
             hit_old = np.zeros(3)
             for i in range(sims):
                 groups = repeat_ttfts(rng, k, requests, run_cv, noise)
-                figures = ([g.mean() for g in groups], [np.percentile(g, 99) for g in groups],
-                           [1000.0 / g.mean() for g in groups])
+                figures = (
+                    [g.mean() for g in groups],
+                    [np.percentile(g, 99) for g in groups],
+                    [1000.0 / g.mean() for g in groups],
+                )
                 for j, (vals, true) in enumerate(zip(figures, (true_mean, true_p99, true_tput))):
                     lo, hi, _ = t_interval(vals, CONF)
                     hit[j] += lo <= true <= hi
@@ -205,25 +223,32 @@ def part_perf(sims: int, sims_old: int, seed: int, requests: int = 30, run_cv: f
                         widths.append((hi - lo) / true)
                 if i < sims_old:
                     units = [[[v] for v in g] for g in groups]
-                    old = (bootstrap_ci(units, np.mean, CONF, 1000, i),
-                           bootstrap_ci(units, lambda a: float(np.percentile(a, 99)), CONF, 1000, i),
-                           bootstrap_ci([[[v]] for v in figures[2]], np.mean, CONF, 1000, i))
+                    old = (
+                        bootstrap_ci(units, np.mean, CONF, 1000, i),
+                        bootstrap_ci(units, lambda a: float(np.percentile(a, 99)), CONF, 1000, i),
+                        bootstrap_ci([[[v]] for v in figures[2]], np.mean, CONF, 1000, i),
+                    )
                     for j, ((lo, hi), true) in enumerate(zip(old, (true_mean, true_p99, true_tput))):
                         hit_old[j] += lo <= true <= hi
             t = hit / sims
             o = [f"{x:.1%}" for x in hit_old / sims_old] if sims_old else ["-"] * 3
-            print(f"{noise:>9} {k:>7} | {t[0]:>11.1%} {t[1]:>6.1%} {t[2]:>6.1%} | {o[0]:>13} {o[1]:>7} "
-                  f"{o[2]:>8} | {np.median(widths):>13.0%}")
-    print("(throughput per repeat: output tokens / time, modelled as 1000 / the repeat's mean TTFT;"
-          " old throughput interval: percentile bootstrap of the repeats' figures)")
+            print(
+                f"{noise:>9} {k:>7} | {t[0]:>11.1%} {t[1]:>6.1%} {t[2]:>6.1%} | {o[0]:>13} {o[1]:>7} "
+                f"{o[2]:>8} | {np.median(widths):>13.0%}"
+            )
+    print(
+        "(throughput per repeat: output tokens / time, modelled as 1000 / the repeat's mean TTFT;"
+        " old throughput interval: percentile bootstrap of the repeats' figures)"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=2000, help="simulations per row for 0/1 scores and perf t-intervals")
     ap.add_argument("--sims-continuous", type=int, default=1000, help="simulations per row for continuous scores")
-    ap.add_argument("--sims-old", type=int, default=400,
-                    help="simulations per row for the old cluster bootstrap (0: skip it)")
+    ap.add_argument(
+        "--sims-old", type=int, default=400, help="simulations per row for the old cluster bootstrap (0: skip it)"
+    )
     ap.add_argument("--requests", type=int, default=30, help="measured requests per repeat in the perf part")
     ap.add_argument("--families", type=int, default=1000, help="simulated families of 20 metrics")
     ap.add_argument("--seed", type=int, default=0)
@@ -235,10 +260,12 @@ def main() -> None:
     if args.sims_old < 0:
         ap.error("--sims-old: give 0 (skip) or a positive count")
     t0 = time.perf_counter()
-    parts = {"binary": lambda: part_binary(args.sims, args.seed),
-             "family": lambda: part_family(args.families, args.seed),
-             "continuous": lambda: part_continuous(args.sims_continuous, args.seed),
-             "perf": lambda: part_perf(args.sims, args.sims_old, args.seed, args.requests)}
+    parts = {
+        "binary": lambda: part_binary(args.sims, args.seed),
+        "family": lambda: part_family(args.families, args.seed),
+        "continuous": lambda: part_continuous(args.sims_continuous, args.seed),
+        "perf": lambda: part_perf(args.sims, args.sims_old, args.seed, args.requests),
+    }
     for name, run in parts.items():
         if args.only in (None, name):
             t = time.perf_counter()

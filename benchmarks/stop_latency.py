@@ -39,7 +39,9 @@ def one(phase: str, sig: signal.Signals, to: str, tmp: Path, shared: dict[str, s
     if phase == "load":  # the load waits for the warehouse, held by another writer
         writer = os.open(warehouse.with_name(f".{warehouse.name}.writer"), os.O_RDWR | os.O_CREAT)
         fcntl.flock(writer, fcntl.LOCK_EX)
-    job = Job(["run", str(config)], tmp, {**shared, "TRADEOFF_RUNS_DIR": str(runs), "TRADEOFF_WAREHOUSE": str(warehouse)})
+    job = Job(
+        ["run", str(config)], tmp, {**shared, "TRADEOFF_RUNS_DIR": str(runs), "TRADEOFF_WAREHOUSE": str(warehouse)}
+    )
     try:
         reach(phase, job, runs, warehouse)
         before = len(processes_of(job.marker))
@@ -66,8 +68,10 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="tradeoff-stop-") as root:
         shared = {"TRADEOFF_CACHE_DIR": f"{root}/builds", "PREFECT_HOME": f"{root}/prefect"}
-        print(f"{'phase':<8} {'signal':<8} {'to':<8} {'processes':>9} {'exit':>5} {'command ended (s)':>18} "
-              f"{'none left (s)':>14}")
+        print(
+            f"{'phase':<8} {'signal':<8} {'to':<8} {'processes':>9} {'exit':>5} {'command ended (s)':>18} "
+            f"{'none left (s)':>14}"
+        )
         for phase in a.phases:
             for name in a.signals:
                 for to in a.to:
@@ -77,8 +81,9 @@ def main() -> None:
                     except pytest.fail.Exception as err:
                         print(f"{phase:<8} {name:<8} {to:<8} failed: {err}")
                         continue
-                    print(f"{phase:<8} {name:<8} {to:<8} {before:>9} {code:>5} {ended:>18.2f} {gone:>14.2f}",
-                          flush=True)
+                    print(
+                        f"{phase:<8} {name:<8} {to:<8} {before:>9} {code:>5} {ended:>18.2f} {gone:>14.2f}", flush=True
+                    )
 
 
 if __name__ == "__main__":

@@ -29,10 +29,20 @@ from tests.stubs import paced_server
 async def _measure(url: str, model: str, kind: str, prompts: list[Prompt], concurrency: int, tokens: int):
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 1)) as session:
+
         async def one(i: int, p: Prompt):
             async with sem:
-                return await stream_request(session, endpoint_url(url, kind), request_body(kind, model, p.text, tokens, None),
-                                            kind, i, 0, None, p.tokens)
+                return await stream_request(
+                    session,
+                    endpoint_url(url, kind),
+                    request_body(kind, model, p.text, tokens, None),
+                    kind,
+                    i,
+                    0,
+                    None,
+                    p.tokens,
+                )
+
         return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 
 
@@ -63,8 +73,10 @@ def main() -> None:
                     gaps += r.itl_ms
                 for name, e in err.items():
                     a = np.asarray(e)
-                    print(f"{kind:<12} {conc:>4} {name:<6} {np.median(a):>8.3f} {np.percentile(a, 90):>8.3f} "
-                          f"{np.percentile(a, 99):>8.3f} {a.max():>8.3f}")
+                    print(
+                        f"{kind:<12} {conc:>4} {name:<6} {np.median(a):>8.3f} {np.percentile(a, 90):>8.3f} "
+                        f"{np.percentile(a, 99):>8.3f} {a.max():>8.3f}"
+                    )
                 print(f"{kind:<12} {conc:>4} ITL CV: client {cv_pct(gaps):.2f} %, truth {cv_pct(true_gaps):.2f} %")
 
 

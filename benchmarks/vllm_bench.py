@@ -34,7 +34,6 @@ def _vllm_version(name: str) -> str:
 metadata.version = _vllm_version
 
 
-
 def _uuid_request_ids() -> None:
     from vllm.benchmarks.lib import endpoint_request_func as erf
 

@@ -26,8 +26,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
     suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
-    print(f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
-          f"suites [{suites}]; warehouse {cfg.warehouse_path()}")
+    print(
+        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
+        f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
+    )
     return 0
 
 
@@ -53,7 +55,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     checked = checked_run(args.config, text, raw, cfg, args.run_id, args.work_pool)
     start_prefect_api()  # now, from this thread (not lazily from one of Prefect's worker threads)
     summary = run_summary(nightly(config=checked, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
-    print(f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}")
+    print(
+        f"run {summary['run_id']}: {summary['status']}; warehouse {summary['warehouse']}; folder {summary['run_dir']}"
+    )
     return 0 if summary["status"] == "ok" else 1
 
 
@@ -158,20 +162,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     if fmt is None:
         print(f"error: --output: unknown format '{out.suffix}'; use a .parquet or .csv file name", file=sys.stderr)
         return 2
-    quote = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
+    quote = lambda s: "'" + s.replace("'", "''") + "'"
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
         if args.name.strip().lower().startswith(("select", "with")):
             what = args.name
         else:
-            names = {n for (n,) in con.execute(
-                "select table_name from duckdb_tables() where database_name = current_database() union "
-                "select view_name from duckdb_views() where database_name = current_database() and not internal"
-            ).fetchall()}
+            names = {
+                n
+                for (n,) in con.execute(
+                    "select table_name from duckdb_tables() where database_name = current_database() union "
+                    "select view_name from duckdb_views() where database_name = current_database() and not internal"
+                ).fetchall()
+            }
             if args.name not in names:
                 near = ", ".join(sorted(n for n in names if n.startswith("v_"))[:8])
-                print(f"error: NAME: {args.name[:60]!r} is not a table or view of the warehouse; give one (e.g. {near}) "
-                      f"or a select query", file=sys.stderr)
+                print(
+                    f"error: NAME: {args.name[:60]!r} is not a table or view of the warehouse; give one (e.g. {near}) "
+                    f"or a select query",
+                    file=sys.stderr,
+                )
                 return 2
             what = 'select * from "' + args.name + '"'
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -201,8 +211,11 @@ def cmd_perf(args: argparse.Namespace) -> int:
     print(f"wrote {args.output} ({len(results)} scenario{'s' if len(results) != 1 else ''})")
     failed = scenarios_without_ok(results)
     if failed:
-        print(f"error: no ok request in scenario {', '.join(failed)}: every request there errored or was cut short "
-              f"(see {args.output}, --detailed lists each error)", file=sys.stderr)
+        print(
+            f"error: no ok request in scenario {', '.join(failed)}: every request there errored or was cut short "
+            f"(see {args.output}, --detailed lists each error)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -215,10 +228,17 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)
-    summary = run_quality_standalone(args.endpoint, args.model, spec, Path(args.output),
-                                     gguf=Path(args.gguf) if args.gguf else None,
-                                     reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
-                                     n_ctx=args.n_ctx, timeout_s=args.timeout_s, max_error_rate=args.max_error_rate)
+    summary = run_quality_standalone(
+        args.endpoint,
+        args.model,
+        spec,
+        Path(args.output),
+        gguf=Path(args.gguf) if args.gguf else None,
+        reference_gguf=Path(args.reference_gguf) if args.reference_gguf else None,
+        n_ctx=args.n_ctx,
+        timeout_s=args.timeout_s,
+        max_error_rate=args.max_error_rate,
+    )
     print(format_summary(summary))
     print(f"wrote {args.output}")
     return 1 if any(s["metric"] == "suite_failed" for s in summary["scores"]) else 0
@@ -243,25 +263,35 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate a config without running anything")
     c.add_argument("config")
     c.set_defaults(func=cmd_check)
-    c = sub.add_parser("doctor", help="check this host: packages, the llama.cpp build (one real token), engines, "
-                                      "energy meters, Prefect, chromium; one line each")
+    c = sub.add_parser(
+        "doctor",
+        help="check this host: packages, the llama.cpp build (one real token), engines, "
+        "energy meters, Prefect, chromium; one line each",
+    )
     c.set_defaults(func=cmd_doctor)
     c = sub.add_parser("run", help="run the nightly flow on a config")
     c.add_argument("config")
     c.add_argument("--run-id", help="reuse a run id: re-run a crashed run, skipping its variants already measured")
-    c.add_argument("--work-pool", help="fan the variants out on this Prefect work pool (overrides scale_out.work_pool; "
-                                       "'' runs them in-process)")
+    c.add_argument(
+        "--work-pool",
+        help="fan the variants out on this Prefect work pool (overrides scale_out.work_pool; '' runs them in-process)",
+    )
     c.set_defaults(func=cmd_run)
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
-    c.add_argument("--skip-validation", action="store_true",
-                   help="load without the nightly's GX gate (experts: results that gate refuses)")
+    c.add_argument(
+        "--skip-validation",
+        action="store_true",
+        help="load without the nightly's GX gate (experts: results that gate refuses)",
+    )
     c.set_defaults(func=cmd_load)
     c = sub.add_parser("warehouse", help="warehouse upkeep: rebuild it from the run folders")
     w = c.add_subparsers(dest="action", required=True).add_parser(
-        "rebuild", help="build the warehouse anew from every run folder, each through the nightly's gate; "
-                        "the previous file is kept as <warehouse>.before-rebuild")
+        "rebuild",
+        help="build the warehouse anew from every run folder, each through the nightly's gate; "
+        "the previous file is kept as <warehouse>.before-rebuild",
+    )
     src = w.add_mutually_exclusive_group()
     src.add_argument("--runs-dir", help="folder of run folders (default: TRADEOFF_RUNS_DIR or runs)")
     src.add_argument("--results-url", help="results location (folder or fsspec URL) to fetch the run folders from")
@@ -272,15 +302,20 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_report)
-    c = sub.add_parser("history", help="each series across nights (keyed on what was measured) and its change points "
-                                       "(Otava and the band rule); one metric: every night")
+    c = sub.add_parser(
+        "history",
+        help="each series across nights (keyed on what was measured) and its change points "
+        "(Otava and the band rule); one metric: every night",
+    )
     c.add_argument("--config", help="series with a night under this config name (a renamed config shows it all)")
     c.add_argument("--variant", help="series of this variant")
     c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy: lists every night")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_history)
-    c = sub.add_parser("recommend", help="which variant to ship under an SLO and a quality gate, at what load "
-                                         "and cost (v_recommendation)")
+    c = sub.add_parser(
+        "recommend",
+        help="which variant to ship under an SLO and a quality gate, at what load and cost (v_recommendation)",
+    )
     add_recommend_arguments(c)
     c.set_defaults(func=cmd_recommend)
     c = sub.add_parser("sql", help="run a SQL query on the warehouse (read-only) and print the result")
@@ -288,12 +323,16 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--max-rows", type=int, default=100)
     c.add_argument("--max-width", type=int, default=200)
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
-    c.add_argument("--allow-external", action="store_true",
-                   help="let the query read or write other files and load extensions (off by default)")
+    c.add_argument(
+        "--allow-external",
+        action="store_true",
+        help="let the query read or write other files and load extensions (off by default)",
+    )
     c.set_defaults(func=cmd_sql)
     c = sub.add_parser("export", help="write a table, view or select query to .parquet or .csv")
-    c.add_argument("name", help="table or view name (e.g. v_tradeoff), or a select query (run without access to "
-                                "other files)")
+    c.add_argument(
+        "name", help="table or view name (e.g. v_tradeoff), or a select query (run without access to other files)"
+    )
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
     c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
     c.set_defaults(func=cmd_export)
@@ -303,8 +342,12 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("quality", help="run one quality suite against any running OpenAI-compatible endpoint")
     c.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
     c.add_argument("--model", required=True, help="model name the endpoint serves")
-    c.add_argument("--suite", required=True, help="suite name (arithmetic, longctx, lm_eval, ...) or a YAML file "
-                                                  "with one suite spec (name, limit, seed, params)")
+    c.add_argument(
+        "--suite",
+        required=True,
+        help="suite name (arithmetic, longctx, lm_eval, ...) or a YAML file "
+        "with one suite spec (name, limit, seed, params)",
+    )
     c.add_argument("--limit", type=int, help="number of samples")
     c.add_argument("--seed", type=int, help="the suite's seed")
     c.add_argument("--param", action="append", metavar="KEY=VALUE", help="suite parameter, value as YAML; repeatable")
@@ -313,8 +356,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--reference-gguf", help="the reference GGUF (fidelity)")
     c.add_argument("--n-ctx", type=int, default=2048, help="the endpoint's context length (tokens)")
     c.add_argument("--timeout-s", type=float, default=300.0, help="per request (seconds)")
-    c.add_argument("--max-error-rate", type=_share, default=0.1, help="share of requests that may error at the "
-                   "endpoint (0-1); above it the suite is suite_failed instead of a score")
+    c.add_argument(
+        "--max-error-rate",
+        type=_share,
+        default=0.1,
+        help="share of requests that may error at the "
+        "endpoint (0-1); above it the suite is suite_failed instead of a score",
+    )
     c.set_defaults(func=cmd_quality)
     return p
 

@@ -53,15 +53,17 @@ def run_in_process(cfg: RunConfig, paths: RunPaths, todo: list[Variant], locatio
     """Each variant as a subflow, one after another (given the validated config); variant -> how its flow run ended."""
     ended: dict[str, str] = {}
     for v in todo:
-        state = variant_flow(config=cfg, variant=v.name, run_id=paths.run_id, results_url=location.url,
-                             return_state=True)
+        state = variant_flow(
+            config=cfg, variant=v.name, run_id=paths.run_id, results_url=location.url, return_state=True
+        )
         ended[v.name] = f"flow run {state.name}: {state.message or state.type.value}"
         report_variant(v.name, state.is_completed(), ended[v.name])
     return ended
 
 
-def run_fanned_out(cfg: RunConfig, raw: dict, paths: RunPaths, todo: list[Variant],
-                   location: ResultsLocation) -> dict[str, str]:
+def run_fanned_out(
+    cfg: RunConfig, raw: dict, paths: RunPaths, todo: list[Variant], location: ResultsLocation
+) -> dict[str, str]:
     """One flow run per variant on the work pool, the reference's first; variant -> what its flow run ended with."""
     spec = cfg.scale_out
     attempt = f"{flow_run.get_id() or 'local'}:{flow_run.get_run_count()}"
@@ -69,10 +71,18 @@ def run_fanned_out(cfg: RunConfig, raw: dict, paths: RunPaths, todo: list[Varian
     for wave in ([v for v in todo if v.reference], [v for v in todo if not v.reference]):
         if not wave:
             continue
-        ids = {v.name: submit_variant(spec, {"config": raw, "variant": v.name, "run_id": paths.run_id,
-                                             "results_url": location.url}, f"{attempt}:{v.name}") for v in wave}
+        ids = {
+            v.name: submit_variant(
+                spec,
+                {"config": raw, "variant": v.name, "run_id": paths.run_id, "results_url": location.url},
+                f"{attempt}:{v.name}",
+            )
+            for v in wave
+        }
         for name, st in wait_for_runs(ids, spec.variant_timeout_s).items():
-            ended[name] = f"flow run {st['name']} {st['state'].lower()}" + (f": {st['message']}" if st["message"] else "")
+            ended[name] = f"flow run {st['name']} {st['state'].lower()}" + (
+                f": {st['message']}" if st["message"] else ""
+            )
             report_variant(name, st["state"] == "COMPLETED", ended[name])
     return ended
 
@@ -86,8 +96,11 @@ def report_variant(name: str, ok: bool, ended: str) -> None:
 
 
 @flow(name="nightly", log_prints=True, on_failure=[notify_crash], on_crashed=[notify_crash])
-def nightly(config: str | SkipJsonSchema[CheckedRun] = "configs/demo.yaml", run_id: str | None = None,
-            work_pool: str | None = None) -> dict:
+def nightly(
+    config: str | SkipJsonSchema[CheckedRun] = "configs/demo.yaml",
+    run_id: str | None = None,
+    work_pool: str | None = None,
+) -> dict:
     """Measure every variant of CONFIG (on WORK_POOL, or in-process), validate, load into the warehouse and report.
 
     CONFIG is a path (a deployment's parameter: checked here, once), or the CheckedRun that `tradeoff run` built
@@ -96,8 +109,10 @@ def nightly(config: str | SkipJsonSchema[CheckedRun] = "configs/demo.yaml", run_
     if isinstance(config, CheckedRun):
         checked = config
         if (run_id, work_pool) != (checked.run_id, checked.work_pool):
-            raise ConfigError(f"nightly: run_id {run_id!r} and work_pool {work_pool!r} are not those the config was "
-                              f"checked with ({checked.run_id!r}, {checked.work_pool!r})")
+            raise ConfigError(
+                f"nightly: run_id {run_id!r} and work_pool {work_pool!r} are not those the config was "
+                f"checked with ({checked.run_id!r}, {checked.work_pool!r})"
+            )
     else:
         checked = check_run(config, run_id, work_pool)
     cfg, location = checked.cfg, checked.location
@@ -112,9 +127,14 @@ def nightly(config: str | SkipJsonSchema[CheckedRun] = "configs/demo.yaml", run_
             if isinstance(err, Exception) and stop_requested() is None:
                 raise  # the run failed: Prefect records why
             # Stopped (Ctrl-C, a stop signal, a cancelled flow run): the run is Crashed, what it finished is kept.
-            get_run_logger().warning("run %s stopped: the variants measured so far are kept in %s; "
-                                     "`tradeoff run %s --run-id %s` measures the rest", paths.run_id, paths.root,
-                                     checked.path, paths.run_id)
+            get_run_logger().warning(
+                "run %s stopped: the variants measured so far are kept in %s; "
+                "`tradeoff run %s --run-id %s` measures the rest",
+                paths.run_id,
+                paths.root,
+                checked.path,
+                paths.run_id,
+            )
             raise_if_stopping()  # a stop that a library turned into its own error is recorded as the stop
             raise
 
@@ -126,9 +146,11 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     done = measured_variants(location, paths)
     todo = [v for v in measurement_order(cfg) if v.name not in done]
     where = f"work pool {cfg.scale_out.work_pool}" if cfg.scale_out.work_pool else "in-process"
-    print(f"run {paths.run_id}: {len(cfg.variants)} variants ({len(todo)} to measure {where}"
-          + (f", {len(done)} already measured: {', '.join(sorted(done))}" if done else "")
-          + f"), folder {paths.root}, results {location.url}")
+    print(
+        f"run {paths.run_id}: {len(cfg.variants)} variants ({len(todo)} to measure {where}"
+        + (f", {len(done)} already measured: {', '.join(sorted(done))}" if done else "")
+        + f"), folder {paths.root}, results {location.url}"
+    )
     for v in todo:
         location.clear(paths, v.name)
     if cfg.scale_out.work_pool:
@@ -148,16 +170,27 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
         write_run_row(cfg, paths, started, "failed", f"validation failed: {problems}")
         location.publish(paths, "run")
         load_results_task(paths, warehouse, only=[t for t in ("runs", "variants") if t not in bad])
-        raise RuntimeError(f"run {paths.run_id}: results failed validation, tables {', '.join(bad)} not loaded "
-                           f"(raw results kept in {paths.results}): {problems}")
+        raise RuntimeError(
+            f"run {paths.run_id}: results failed validation, tables {', '.join(bad)} not loaded "
+            f"(raw results kept in {paths.results}): {problems}"
+        )
     location.publish(paths, "run")
     counts = load_results_task(paths, warehouse)
     text = report_task(warehouse, paths)
     print(text)
     print(f"html report: {paths.root / 'report.html'}")
     notified = notify_outcome(cfg, warehouse, paths.run_id, status, rows)
-    summary = {"run_id": paths.run_id, "status": status, "failed_variants": failed, "loaded": counts,
-            "warehouse": str(warehouse), "run_dir": str(paths.root), "measured": [v.name for v in todo],
-            "skipped": sorted(done), "notified": notified}
-    # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI (tasks.orchestration.failures).
+    summary = {
+        "run_id": paths.run_id,
+        "status": status,
+        "failed_variants": failed,
+        "loaded": counts,
+        "warehouse": str(warehouse),
+        "run_dir": str(paths.root),
+        "measured": [v.name for v in todo],
+        "skipped": sorted(done),
+        "notified": notified,
+    }
+    # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI
+    # (tasks.orchestration.failures).
     return run_outcome(summary, rows)

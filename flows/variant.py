@@ -45,27 +45,30 @@ from tasks.quality.failures import check_suites
 from warehouse.contract import write_table
 
 
-def measure(cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Artifact | None, paths: RunPaths,
-            deadline: float) -> dict:
+def measure(
+    cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Artifact | None, paths: RunPaths, deadline: float
+) -> dict:
     """Serve, perf sweep (engine metrics scraped alongside) and quality suites under this GPU host's limit.
 
     The server always stops. Every step gets what is left of the variant's time budget.
     """
     engine = engine_for(v.engine)
-    left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
+    left = lambda: max(1.0, deadline - time.monotonic())
     with gpu_slots(cfg.scale_out.engines_per_gpu, timeout_s=left()) as limit:
         endpoint = start_endpoint.with_options(timeout_seconds=left())(cfg, v, art, paths.logs / f"{v.name}.server.log")
         try:
             with scraping(engine, endpoint, paths.results, run_id, v.name) as metrics:
                 metrics.phase("perf")
-                perf = measure_perf.with_options(timeout_seconds=left())(cfg, run_id, v, art, endpoint.base_url,
-                                                                         paths.results)
+                perf = measure_perf.with_options(timeout_seconds=left())(
+                    cfg, run_id, v, art, endpoint.base_url, paths.results
+                )
                 # A server that died mid-sweep: its errored requests are kept, the variant fails with its log tail.
                 ensure_alive(endpoint, "the perf sweep")
                 check_perf(perf["request_counts"], cfg.perf.max_error_rate)  # failed requests fail the variant
                 metrics.phase("quality")
                 quality = measure_quality.with_options(timeout_seconds=left())(
-                    cfg, run_id, v, art, ref_art, endpoint.base_url, paths.root / "quality" / v.name, paths.results)
+                    cfg, run_id, v, art, ref_art, endpoint.base_url, paths.root / "quality" / v.name, paths.results
+                )
                 ensure_alive(endpoint, "the quality suites")
         finally:
             engine.stop(endpoint)
@@ -73,8 +76,12 @@ def measure(cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Art
 
 
 @flow(name="variant", flow_run_name="measure-{variant}", log_prints=True)
-def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], variant: str, run_id: str | None = None,
-                 results_url: str | None = None) -> dict:
+def variant_flow(
+    config: str | dict[str, Any] | SkipJsonSchema[RunConfig],
+    variant: str,
+    run_id: str | None = None,
+    results_url: str | None = None,
+) -> dict:
     """Build, serve and measure one VARIANT of CONFIG (a path on this host, the config mapping, or - from the
     nightly in-process - the config it validated) into RUN_ID."""
     t0 = time.monotonic()
@@ -82,8 +89,9 @@ def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], varia
     location = ResultsLocation.resolve(results_url) if results_url else None
     cfg = config_from(config)
     if variant not in {v.name for v in cfg.variants}:
-        raise ConfigError(f"variant: '{variant}' is not in config {cfg.name}; use one of "
-                          f"{', '.join(v.name for v in cfg.variants)}")
+        raise ConfigError(
+            f"variant: '{variant}' is not in config {cfg.name}; use one of {', '.join(v.name for v in cfg.variants)}"
+        )
     v = cfg.variant(variant)
     paths = make_run_paths(run_id or new_run_id(cfg.name))
     location = location or ResultsLocation.resolve(cfg.scale_out.location())
@@ -95,8 +103,9 @@ def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], varia
     art, outcome, error = None, None, None
     try:
         check_engine(v)
-        art = build_variant.with_options(task_run_name=f"build-{v.name}", timeout_seconds=cfg.scale_out.variant_timeout_s)(
-            cfg, v, build_cache_dir())
+        art = build_variant.with_options(
+            task_run_name=f"build-{v.name}", timeout_seconds=cfg.scale_out.variant_timeout_s
+        )(cfg, v, build_cache_dir())
         ref_art = art if v.reference else reference_artifact(cfg)
         outcome = measure(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
         check_suites(outcome["quality"]["failed_suites"])  # measured and kept, but a failed suite fails the variant
@@ -106,8 +115,11 @@ def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], varia
     row = variant_row(paths.run_id, cfg, v, art, outcome, error)
     write_table(paths.results, "variants", v.name, [row])
     publish_results(location, paths, v.name)
-    create_markdown_artifact(key=artifact_key(v.name), markdown=summary_markdown(row, outcome, host, time.monotonic() - t0),
-                             description=f"Variant {v.name} of run {paths.run_id}")
+    create_markdown_artifact(
+        key=artifact_key(v.name),
+        markdown=summary_markdown(row, outcome, host, time.monotonic() - t0),
+        description=f"Variant {v.name} of run {paths.run_id}",
+    )
     if error:
         raise VariantFailed(f"{v.name}: {error}")
     return {"variant": v.name, "status": "ok", "host": host, **(outcome or {})}
@@ -116,7 +128,9 @@ def variant_flow(config: str | dict[str, Any] | SkipJsonSchema[RunConfig], varia
 def reference_artifact(cfg: RunConfig) -> Artifact | None:
     """The reference's artifact (cached by content), for suites that compare logits; None when it cannot be built."""
     ref = cfg.reference
-    state = build_variant.with_options(task_run_name=f"build-{ref.name}")(cfg, ref, build_cache_dir(), return_state=True)
+    state = build_variant.with_options(task_run_name=f"build-{ref.name}")(
+        cfg, ref, build_cache_dir(), return_state=True
+    )
     if state.is_completed():
         return state.result()
     get_run_logger().warning("reference %s could not be built; suites that compare with it will fail", ref.name)

@@ -50,8 +50,11 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     # Telemetry off: the server would otherwise phone home (no network here) and log errors.
     # Concurrency leases on disk (PREFECT_HOME/concurrency_leases) instead of in the server's memory:
     # after a server restart, the GPU slots of a holder that died still expire and are given back.
-    return {**(base or os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem"}
+    return {
+        **(base or os.environ),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+    }
 
 
 def worker_command(pool: str, queue: str, name: str, limit: int | None) -> list[str]:
@@ -110,8 +113,10 @@ async def _setup(pool: str, gpu_hosts: list[str], webhook: str | None, block: st
         try:
             existing = await client.read_work_pool(pool)
             if existing.type != "process":
-                raise SystemExit(f"error: work pool '{pool}' exists with type {existing.type}; tradeoff's workers are "
-                                 f"process workers: delete it (prefect work-pool delete {pool}) or pick another --pool")
+                raise SystemExit(
+                    f"error: work pool '{pool}' exists with type {existing.type}; tradeoff's workers are "
+                    f"process workers: delete it (prefect work-pool delete {pool}) or pick another --pool"
+                )
         except ObjectNotFound:
             await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
             done.append(f"created work pool {pool}")
@@ -127,7 +132,8 @@ async def _setup(pool: str, gpu_hosts: list[str], webhook: str | None, block: st
                 limit = await client.read_global_concurrency_limit_by_name(name)
                 if limit.limit != GPU_SLOTS or not limit.active:
                     await client.update_global_concurrency_limit(
-                        name, GlobalConcurrencyLimitUpdate(limit=GPU_SLOTS, active=True))
+                        name, GlobalConcurrencyLimitUpdate(limit=GPU_SLOTS, active=True)
+                    )
                     done.append(f"set {name} to {GPU_SLOTS} slots")
             except ObjectNotFound:
                 await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=GPU_SLOTS))
@@ -136,7 +142,9 @@ async def _setup(pool: str, gpu_hosts: list[str], webhook: str | None, block: st
         from prefect.blocks.notifications import CustomWebhookNotificationBlock
 
         await CustomWebhookNotificationBlock(
-            name="tradeoff", url=webhook, json_data={"subject": "{{subject}}", "body": "{{body}}"},
+            name="tradeoff",
+            url=webhook,
+            json_data={"subject": "{{subject}}", "body": "{{body}}"},
         ).save(block, overwrite=True)
         done.append(f"notification block custom-webhook/{block} -> {webhook}")
     return done
@@ -167,20 +175,33 @@ async def _crash_detection(crash_after_s: float) -> str:
             break
     await Automation(
         name=AUTOMATION,
-        description=f"A run of {' or '.join(DEPLOYMENTS)} that sent no heartbeat for {crash_after_s:.0f} s (its worker or "
-                    f"host died) is Crashed, so the nightly stops waiting for it and a re-run measures it again.",
+        description=f"A run of {' or '.join(DEPLOYMENTS)} that sent no heartbeat for {crash_after_s:.0f} s (its "
+        f"worker or "
+        f"host died) is Crashed, so the nightly stops waiting for it and a re-run measures it again.",
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
             # Events are named after the state's name: a nightly with some failed variants ends "Partial".
-            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
-                    "prefect.flow-run.Partial", "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            expect={
+                "prefect.flow-run.heartbeat",
+                "prefect.flow-run.Completed",
+                "prefect.flow-run.Failed",
+                "prefect.flow-run.Partial",
+                "prefect.flow-run.Cancelled",
+                "prefect.flow-run.Crashed",
+            },
             match={"prefect.resource.id": ["prefect.flow-run.*"]},
             # Only our deployments' runs: they beat every HEARTBEAT_S (prefect.yaml's job env); other flows may not.
             match_related={"prefect.resource.id": ids},
-            for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
-            within=timedelta(seconds=crash_after_s)),
-        actions=[ChangeFlowRunState(state=StateType.CRASHED,
-                                    message=f"no heartbeat for {crash_after_s:.0f} s: its worker or host died")],
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=crash_after_s),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED, message=f"no heartbeat for {crash_after_s:.0f} s: its worker or host died"
+            )
+        ],
     ).acreate()
     return f"automation '{AUTOMATION}' (after {crash_after_s:.0f} s without heartbeat)"
 
@@ -201,8 +222,10 @@ def cmd_server(args: argparse.Namespace) -> int:
     local = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host  # how this host reaches its server
     with socket.socket() as probe:
         if probe.connect_ex((local, args.port)) == 0:
-            print(f"error: port {args.port} on {local} is in use (another Prefect server?); stop it or pass --port",
-                  file=sys.stderr)
+            print(
+                f"error: port {args.port} on {local} is in use (another Prefect server?); stop it or pass --port",
+                file=sys.stderr,
+            )
             return 2
     api = f"http://{local}:{args.port}/api"
     # The UI calls the API at PREFECT_UI_API_URL (else Prefect's default :4200); on a team network
@@ -213,8 +236,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         took = wait_healthy(api, args.timeout_s, procs[0])
         print(f"Prefect server up in {took:.0f} s: UI http://{local}:{args.port}, API {api}", flush=True)
         env = {**worker_env(None), "PREFECT_API_URL": api}
-        procs.append(subprocess.Popen(worker_command(args.pool, CONTROL_QUEUE, f"control-{socket.gethostname()}", None),
-                                      env=env))
+        procs.append(
+            subprocess.Popen(worker_command(args.pool, CONTROL_QUEUE, f"control-{socket.gethostname()}", None), env=env)
+        )
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         while all(p.poll() is None for p in procs):
             time.sleep(1)
@@ -245,12 +269,20 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("setup", help="create/update the pool, queues, GPU limits, crash detection; deploy")
     c.add_argument("--pool", default=POOL)
     c.add_argument("--gpu-host", action="append", default=[], help="a GPU host's name (repeat); its limit gpu-<name>")
-    c.add_argument("--crash-after-s", type=float, default=CRASH_AFTER_S,
-                   help=f"mark a flow run Crashed after this long without heartbeat (workers beat every {HEARTBEAT_S} s)")
+    c.add_argument(
+        "--crash-after-s",
+        type=float,
+        default=CRASH_AFTER_S,
+        help=f"mark a flow run Crashed after this long without heartbeat (workers beat every {HEARTBEAT_S} s)",
+    )
     c.add_argument("--webhook", help="also save a custom-webhook notification block posting to this URL")
     c.add_argument("--block", default="tradeoff-alerts", help="its name (config: notify.block: custom-webhook/NAME)")
-    c.add_argument("--deploy", action=argparse.BooleanOptionalAction, default=True,
-                   help="run `prefect deploy --all` (prefect.yaml) at the end")
+    c.add_argument(
+        "--deploy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run `prefect deploy --all` (prefect.yaml) at the end",
+    )
     c.set_defaults(func=cmd_setup)
     c = sub.add_parser("worker", help="start a GPU host's worker (foreground)")
     c.add_argument("--gpu-host", default=socket.gethostname(), help="this host's name (its GPU limit gpu-<name>)")

@@ -44,12 +44,20 @@ def device_selection(results: dict, nvml, torch) -> EnergyScope:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     torch_uuid = "GPU-" + str(torch.cuda.get_device_properties(0).uuid)
     (chosen,) = engine_gpus(devices, visible, 1)
-    check(results, "device_selection", chosen.uuid == torch_uuid,
-          f"CUDA_VISIBLE_DEVICES={visible!r} -> NVML index {chosen.index} {chosen.uuid}; torch device 0 is {torch_uuid}")
+    check(
+        results,
+        "device_selection",
+        chosen.uuid == torch_uuid,
+        f"CUDA_VISIBLE_DEVICES={visible!r} -> NVML index {chosen.index} {chosen.uuid}; torch device 0 is {torch_uuid}",
+    )
     by_uuid = EnergyScope(gpu_count=1, cuda_visible=chosen.uuid[:12], nvml=nvml)
     meter, note = by_uuid.open_meter()
-    check(results, "device_by_uuid_prefix", meter is not None and meter.devices == [f"gpu{chosen.index}"],
-          f"CUDA_VISIBLE_DEVICES={chosen.uuid[:12]} -> {by_uuid.label or note}")
+    check(
+        results,
+        "device_by_uuid_prefix",
+        meter is not None and meter.devices == [f"gpu{chosen.index}"],
+        f"CUDA_VISIBLE_DEVICES={chosen.uuid[:12]} -> {by_uuid.label or note}",
+    )
     missing = EnergyScope(gpu_count=1, cuda_visible="GPU-00000000-0000", nvml=nvml)
     meter, note = missing.open_meter()
     check(results, "unknown_uuid_is_null", meter is None and "makes 0 visible" in (note or ""), str(note))
@@ -58,10 +66,18 @@ def device_selection(results: dict, nvml, torch) -> EnergyScope:
 
 def idle(results: dict, scope: EnergyScope, seconds: float):
     base = idle_baseline(scope, seconds)
-    results["idle"] = {"power_w": base.power_w, "window_s": base.window_s, "note": base.note,
-                       "by_device_w": base.by_device_w}
-    check(results, "idle_baseline", base.power_w is not None and 10 < base.power_w < 400,
-          f"{base.power_w:.1f} W over {base.window_s:.1f} s on {scope.label}" if base.power_w else str(base.note))
+    results["idle"] = {
+        "power_w": base.power_w,
+        "window_s": base.window_s,
+        "note": base.note,
+        "by_device_w": base.by_device_w,
+    }
+    check(
+        results,
+        "idle_baseline",
+        base.power_w is not None and 10 < base.power_w < 400,
+        f"{base.power_w:.1f} W over {base.window_s:.1f} s on {scope.label}" if base.power_w else str(base.note),
+    )
     return base
 
 
@@ -78,32 +94,56 @@ def load_window(results: dict, scope: EnergyScope, torch, seconds: float, base) 
             torch.cuda.synchronize()
             steps += 20
     r = w.reading
-    tflops = steps * 2 * 8192 ** 3 / (r.window_s or 1) / 1e12
+    tflops = steps * 2 * 8192**3 / (r.window_s or 1) / 1e12
     # The counter's difference against the power samples integrated over time (trapezoids).
     samples = sorted((s.t_s, s.power_w) for s in w.samples if s.power_w is not None)
     integral = sum((t1 - t0_) * (p0 + p1) / 2 for (t0_, p0), (t1, p1) in zip(samples, samples[1:]))
     covered = samples[-1][0] - samples[0][0] if len(samples) > 1 else 0.0
     counter_j = r.energy_j * covered / r.window_s if r.energy_j and r.window_s else None
-    results["load"] = {"energy_j": r.energy_j, "window_s": r.window_s, "mean_power_w": r.mean_power_w,
-                       "by_device_j": r.by_device_j, "samples": len(w.samples), "bf16_tflops": tflops,
-                       "power_integral_j": integral, "counter_j_over_sampled_span": counter_j,
-                       "above_idle_j": (r.energy_j - base.power_w * r.window_s) if base.power_w else None}
-    check(results, "energy_window_under_load", r.energy_j is not None and r.mean_power_w > (base.power_w or 0) * 1.5,
-          f"{r.energy_j:.0f} J in {r.window_s:.1f} s = {r.mean_power_w:.0f} W mean ({tflops:.0f} bf16 TFLOP/s); "
-          f"idle {base.power_w or float('nan'):.0f} W; above idle {results['load']['above_idle_j'] or float('nan'):.0f} J")
+    results["load"] = {
+        "energy_j": r.energy_j,
+        "window_s": r.window_s,
+        "mean_power_w": r.mean_power_w,
+        "by_device_j": r.by_device_j,
+        "samples": len(w.samples),
+        "bf16_tflops": tflops,
+        "power_integral_j": integral,
+        "counter_j_over_sampled_span": counter_j,
+        "above_idle_j": (r.energy_j - base.power_w * r.window_s) if base.power_w else None,
+    }
+    check(
+        results,
+        "energy_window_under_load",
+        r.energy_j is not None and r.mean_power_w > (base.power_w or 0) * 1.5,
+        f"{r.energy_j:.0f} J in {r.window_s:.1f} s = {r.mean_power_w:.0f} W mean ({tflops:.0f} bf16 TFLOP/s); "
+        f"idle {base.power_w or float('nan'):.0f} W; "
+        f"above idle {results['load']['above_idle_j'] or float('nan'):.0f} J",
+    )
     agree = counter_j is not None and integral > 0 and abs(counter_j - integral) / integral < 0.10
-    check(results, "counter_vs_power_samples", agree,
-          f"counter {counter_j or float('nan'):.0f} J vs power samples integrated {integral:.0f} J over {covered:.1f} s "
-          f"({len(samples)} samples)")
+    check(
+        results,
+        "counter_vs_power_samples",
+        agree,
+        f"counter {counter_j or float('nan'):.0f} J vs power samples integrated {integral:.0f} J over {covered:.1f} s "
+        f"({len(samples)} samples)",
+    )
 
 
 def roofline(results: dict, nvml, torch, weights_gib: float) -> None:
     copy = torch_copy_bandwidth(size_mib=2048, repeats=10)
     spec = nvml_spec_bandwidth(nvml, 0)
-    results["bandwidth"] = {"copy_gb_s": copy.gb_s, "copy_method": copy.method, "spec_gb_s": spec.gb_s,
-                            "spec_method": spec.method}
-    check(results, "bandwidth", 0.5 * spec.gb_s < copy.gb_s <= 1.05 * spec.gb_s,
-          f"torch copy {copy.gb_s:.0f} GB/s vs NVML specification {spec.gb_s:.0f} GB/s ({copy.gb_s / spec.gb_s:.0%})")
+    results["bandwidth"] = {
+        "copy_gb_s": copy.gb_s,
+        "copy_method": copy.method,
+        "spec_gb_s": spec.gb_s,
+        "spec_method": spec.method,
+    }
+    check(
+        results,
+        "bandwidth",
+        0.5 * spec.gb_s < copy.gb_s <= 1.05 * spec.gb_s,
+        f"torch copy {copy.gb_s:.0f} GB/s vs NVML specification {spec.gb_s:.0f} GB/s ({copy.gb_s / spec.gb_s:.0%})",
+    )
     # A memory-bound decode step: y = W x over `weights_gib` of bf16 weights, W read once per step.
     rows = int(weights_gib * (1 << 30) / 2 / 8192)
     w = torch.randn(rows, 8192, device="cuda", dtype=torch.bfloat16)
@@ -119,11 +159,19 @@ def roofline(results: dict, nvml, torch, weights_gib: float) -> None:
     tpot_ms = (time.perf_counter() - t0) / n * 1000.0
     model_bytes = w.numel() * 2
     mbu = mbu_pct(tpot_ms, model_bytes, copy.gb_s)
-    results["roofline"] = {"weights_bytes": model_bytes, "step_ms": tpot_ms, "mbu_pct_vs_copy": mbu,
-                           "mbu_pct_vs_spec": mbu_pct(tpot_ms, model_bytes, spec.gb_s)}
-    check(results, "mbu_of_a_memory_bound_decode", mbu is not None and 30 <= mbu <= 100,
-          f"{model_bytes / 1e9:.1f} GB read per step in {tpot_ms:.3f} ms: MBU {mbu:.1f} % of the copy bandwidth, "
-          f"{results['roofline']['mbu_pct_vs_spec']:.1f} % of the specification")
+    results["roofline"] = {
+        "weights_bytes": model_bytes,
+        "step_ms": tpot_ms,
+        "mbu_pct_vs_copy": mbu,
+        "mbu_pct_vs_spec": mbu_pct(tpot_ms, model_bytes, spec.gb_s),
+    }
+    check(
+        results,
+        "mbu_of_a_memory_bound_decode",
+        mbu is not None and 30 <= mbu <= 100,
+        f"{model_bytes / 1e9:.1f} GB read per step in {tpot_ms:.3f} ms: MBU {mbu:.1f} % of the copy bandwidth, "
+        f"{results['roofline']['mbu_pct_vs_spec']:.1f} % of the specification",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no GPU: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    results: dict = {"checks": {}, "gpu": nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0)),
-                     "torch": torch.__version__, "cuda": torch.version.cuda}
+    results: dict = {
+        "checks": {},
+        "gpu": nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0)),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
     scope = device_selection(results, nvml, torch)
     base = idle(results, scope, a.idle_s)
     load_window(results, scope, torch, a.load_s, base)
@@ -155,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
     failed = [k for k, v in results["checks"].items() if not v["ok"]]
-    print(f"{len(results['checks']) - len(failed)} of {len(results['checks'])} checks ok in {results['took_s']:.0f} s; "
-          f"{out / 'gpu_check.json'}")
+    print(
+        f"{len(results['checks']) - len(failed)} of {len(results['checks'])} checks ok in {results['took_s']:.0f} s; "
+        f"{out / 'gpu_check.json'}"
+    )
     return 1 if failed else 0
 
 

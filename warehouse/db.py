@@ -24,11 +24,31 @@ VIEWS_DIR = Path(__file__).parent / "views"
 # Creation order: a view comes after the views it selects from. staging/ (stg_*) owns the shared
 # definitions (the headline scenario, the primary quality metric, the band rule over v_history); marts/ (v_*) are
 # what users query.
-VIEWS = ("stg_headline_scenario", "stg_primary_quality", "stg_primary_delta",
-         "v_quality_wide", "v_tradeoff", "v_pareto", "v_retention", "v_history", "stg_band", "v_change_points",
-         "v_regressions", "v_quality_flips", "v_energy", "v_cost",
-         "v_quality_deltas", "v_longctx_grid", "v_engine_metrics", "v_greedy_agreement",
-         "v_decision", "v_slo_steps", "v_quality_gate", "v_recommendation", "v_recommendation_history")
+VIEWS = (
+    "stg_headline_scenario",
+    "stg_primary_quality",
+    "stg_primary_delta",
+    "v_quality_wide",
+    "v_tradeoff",
+    "v_pareto",
+    "v_retention",
+    "v_history",
+    "stg_band",
+    "v_change_points",
+    "v_regressions",
+    "v_quality_flips",
+    "v_energy",
+    "v_cost",
+    "v_quality_deltas",
+    "v_longctx_grid",
+    "v_engine_metrics",
+    "v_greedy_agreement",
+    "v_decision",
+    "v_slo_steps",
+    "v_quality_gate",
+    "v_recommendation",
+    "v_recommendation_history",
+)
 # Placeholder in v_quality_wide.sql that refresh_views fills with one column per metric.
 METRIC_COLUMNS = "/* metric_columns */"
 
@@ -209,6 +229,8 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
             if is_damaged(str(e)):  # a damaged block of the warehouse met by the delete: the copy has it too
                 raise damaged(path, str(e)) from e
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise WarehouseError(f"cannot load run {parts.run_id} into {warehouse_path}: {first}; nothing loaded, "
-                                 f"the warehouse is unchanged") from e
+            raise WarehouseError(
+                f"cannot load run {parts.run_id} into {warehouse_path}: {first}; nothing loaded, "
+                f"the warehouse is unchanged"
+            ) from e
     return counts

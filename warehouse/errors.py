@@ -27,5 +27,6 @@ def is_damaged(message: str) -> bool:
 def damaged(path: object, message: str) -> WarehouseError:
     """The one-line error for a warehouse file that cannot be opened or read."""
     first = message.splitlines()[0] if message else "unreadable"
-    return WarehouseError(f"warehouse {path} cannot be read ({first}); {REBUILD_HINT}, "
-                          f"or point TRADEOFF_WAREHOUSE at another file")
+    return WarehouseError(
+        f"warehouse {path} cannot be read ({first}); {REBUILD_HINT}, or point TRADEOFF_WAREHOUSE at another file"
+    )

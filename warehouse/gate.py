@@ -83,14 +83,20 @@ def _expectation(check: Check, column: str | None, expected_rows: int | None) ->
         return [gxe.ExpectColumnValuesToNotBeNull(column=column, row_condition=where)]
     if check.kind == "between":
         kw = {k: v for k, v in (("min_value", a["min"]), ("max_value", a["max"])) if v is not None}
-        return [gxe.ExpectColumnValuesToBeBetween(column=column, strict_min=a["strict_min"], strict_max=a["strict_max"],
-                                                  row_condition=where, **kw)]
+        return [
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column, strict_min=a["strict_min"], strict_max=a["strict_max"], row_condition=where, **kw
+            )
+        ]
     if check.kind == "in_set":
         return [gxe.ExpectColumnValuesToBeInSet(column=column, value_set=a["values"])]
     if check.kind == "at_least":
         kw = {"ignore_row_if": "either_value_is_missing"} if a["ignore_missing"] else {}
-        return [gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=column, column_B=a["other"],
-                                                            or_equal=a["or_equal"], row_condition=where, **kw)]
+        return [
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A=column, column_B=a["other"], or_equal=a["or_equal"], row_condition=where, **kw
+            )
+        ]
     if check.kind == "rows":
         return [gxe.ExpectTableRowCountToEqual(value=a["value"])]
     if check.kind == "sum_between":  # the sum of a boolean column counts its True values

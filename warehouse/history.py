@@ -49,10 +49,28 @@ METHOD = f"otava {OTAVA_VERSION} e-divisive, p < {MAX_PVALUE:g}, change > {MIN_M
 
 # The perf sweep's fields that change what is measured (config.PerfSpec); other fields (timeouts, SLOs,
 # interval settings) do not start a new series. A field added to PerfSpec later joins here only on purpose.
-PERF_WORKLOAD_FIELDS = ("concurrency", "rates", "sweep", "burstiness", "max_concurrency", "num_prompts",
-                        "max_duration_s", "warmup_requests", "warmup_s", "repeats", "input_len", "output_len",
-                        "len_spread", "dataset", "endpoint", "unique_prompts", "force_output_len", "seed", "jitter",
-                        "peak_window_s")
+PERF_WORKLOAD_FIELDS = (
+    "concurrency",
+    "rates",
+    "sweep",
+    "burstiness",
+    "max_concurrency",
+    "num_prompts",
+    "max_duration_s",
+    "warmup_requests",
+    "warmup_s",
+    "repeats",
+    "input_len",
+    "output_len",
+    "len_spread",
+    "dataset",
+    "endpoint",
+    "unique_prompts",
+    "force_output_len",
+    "seed",
+    "jitter",
+    "peak_window_s",
+)
 
 
 def _otava():
@@ -71,11 +89,14 @@ def otava_available() -> str | None:
     try:
         _otava()
     except ImportError as err:
-        return f"apache-otava {OTAVA_VERSION} not importable ({err}); run `make setup` (it installs it into {OTAVA_DIR})"
+        return (
+            f"apache-otava {OTAVA_VERSION} not importable ({err}); run `make setup` (it installs it into {OTAVA_DIR})"
+        )
     return None
 
 
 # ------------------------------------------------------------------ change points of one series
+
 
 @dataclass(frozen=True)
 class Change:
@@ -107,13 +128,24 @@ def change_points(values: Sequence[float]) -> list[Change]:
     for i, c in enumerate(points):
         s = c.stats
         before, after = float(s.mean_1), float(s.mean_2)
-        out.append(Change(int(c.index), before, after, float(s.std_1), float(s.std_2), bounds[i + 1] - bounds[i],
-                          bounds[i + 2] - bounds[i + 1], (after / before - 1) * 100 if before else None,
-                          float(s.pvalue)))
+        out.append(
+            Change(
+                int(c.index),
+                before,
+                after,
+                float(s.std_1),
+                float(s.std_2),
+                bounds[i + 1] - bounds[i],
+                bounds[i + 2] - bounds[i + 1],
+                (after / before - 1) * 100 if before else None,
+                float(s.pvalue),
+            )
+        )
     return out
 
 
 # ------------------------------------------------------------------ series keys
+
 
 def _short(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -137,8 +169,13 @@ def suite_workload(config: dict, suite: str, version: str | None) -> dict:
     """A suite's spec (name, limit, seed, params) in the config, found by its key (label, else name), and version."""
     for spec in (config.get("quality") or {}).get("suites") or []:
         if (spec.get("label") or spec.get("name")) == suite:
-            return {"name": spec.get("name"), "limit": spec.get("limit"), "seed": spec.get("seed"),
-                    "params": spec.get("params"), "version": version}
+            return {
+                "name": spec.get("name"),
+                "limit": spec.get("limit"),
+                "seed": spec.get("seed"),
+                "params": spec.get("params"),
+                "version": version,
+            }
     return {"name": suite, "version": version}
 
 
@@ -151,24 +188,35 @@ def variant_identity(config: dict, row: dict) -> dict:
         engine_args = json.loads(row["engine_args"]) if row["engine_args"] else {}
     except ValueError:
         engine_args = row["engine_args"]
-    return {"artifact": artifact, "engine": row["engine"], "quantization": row["quantization"],
-            "speculative": spec.get("speculative") or row["speculative"], "engine_args": engine_args}
+    return {
+        "artifact": artifact,
+        "engine": row["engine"],
+        "quantization": row["quantization"],
+        "speculative": spec.get("speculative") or row["speculative"],
+        "engine_args": engine_args,
+    }
 
 
 def key_rows(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple]:
     """series_keys rows (run_id, variant, scope, series_key, variant_key, workload_key) of the runs' variants."""
-    cur = con.execute("""
+    cur = con.execute(
+        """
         select v.run_id, v.variant, v.model, v.engine, v.quantization, v.speculative, v.engine_args,
                v.artifact_sha256, r.hardware_id, r.config_json
         from variants as v join runs as r on v.run_id = r.run_id
         where list_contains(?::varchar[], v.run_id)
-        order by v.run_id, v.variant""", [run_ids])
+        order by v.run_id, v.variant""",
+        [run_ids],
+    )
     names = [d[0] for d in cur.description]
     variants = [dict(zip(names, r)) for r in cur.fetchall()]
     suites = defaultdict(list)
-    for run_id, variant, suite, version in con.execute("""
+    for run_id, variant, suite, version in con.execute(
+        """
             select run_id, variant, suite, max(suite_version) from quality_scores
-            where list_contains(?::varchar[], run_id) group by all order by all""", [run_ids]).fetchall():
+            where list_contains(?::varchar[], run_id) group by all order by all""",
+        [run_ids],
+    ).fetchall():
         suites[(run_id, variant)].append((suite, version))
     configs = {v["run_id"]: _config(v["config_json"]) for v in variants}
     identities = {(v["run_id"], v["variant"]): _short(variant_identity(configs[v["run_id"]], v)) for v in variants}
@@ -192,6 +240,7 @@ def key_rows(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple]:
 
 # ------------------------------------------------------------------ the load-time step
 
+
 def _stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
@@ -203,13 +252,21 @@ def _recompute(con: duckdb.DuckDBPyConnection, series: set[str], seen_by: str, w
     if not series:
         return 0
     keys = sorted(series)
-    points = con.execute("""
+    points = con.execute(
+        """
         select series_key, metric, run_id, value from v_history
         where list_contains(?::varchar[], series_key)
-        order by series_key, metric, started_at, run_id""", [keys]).fetchall()
-    seen = {(s, m, r): first for s, m, r, first in con.execute(
-        "select series_key, metric, run_id, first_seen_run_id from change_points "
-        "where list_contains(?::varchar[], series_key)", [keys]).fetchall()}
+        order by series_key, metric, started_at, run_id""",
+        [keys],
+    ).fetchall()
+    seen = {
+        (s, m, r): first
+        for s, m, r, first in con.execute(
+            "select series_key, metric, run_id, first_seen_run_id from change_points "
+            "where list_contains(?::varchar[], series_key)",
+            [keys],
+        ).fetchall()
+    }
     histories: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
     for s, m, run_id, value in points:
         histories[(s, m)].append((run_id, value))
@@ -221,8 +278,23 @@ def _recompute(con: duckdb.DuckDBPyConnection, series: set[str], seen_by: str, w
     for (s, m), nights in histories.items():
         for c in change_points([value for _, value in nights]):
             run_id = nights[c.index][0]
-            rows.append((s, m, run_id, METHOD, c.mean_before, c.mean_after, c.std_before, c.std_after, c.n_before,
-                         c.n_after, c.change_pct, c.p_value, seen.get((s, m, run_id), seen_by)))
+            rows.append(
+                (
+                    s,
+                    m,
+                    run_id,
+                    METHOD,
+                    c.mean_before,
+                    c.mean_after,
+                    c.std_before,
+                    c.std_after,
+                    c.n_before,
+                    c.n_after,
+                    c.change_pct,
+                    c.p_value,
+                    seen.get((s, m, run_id), seen_by),
+                )
+            )
     con.execute("delete from change_points where list_contains(?::varchar[], series_key)", [keys])
     if rows:
         con.executemany("insert into change_points values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -236,13 +308,21 @@ def update_history(con: duckdb.DuckDBPyConnection, run_ids: list[str], warn=None
     `warn(message)` hears why change points were not computed (Otava missing); the keys are written anyway.
     Otava is imported only once some series has MIN_NIGHTS nights.
     """
-    backfill = [r for (r,) in con.execute(
-        "select run_id from runs anti join series_keys using (run_id) order by started_at, run_id").fetchall()]
+    backfill = [
+        r
+        for (r,) in con.execute(
+            "select run_id from runs anti join series_keys using (run_id) order by started_at, run_id"
+        ).fetchall()
+    ]
     todo = sorted(set(run_ids) | set(backfill))
     if not todo:
         return 0
-    old = {s for (s,) in con.execute("select distinct series_key from series_keys where list_contains(?::varchar[], "
-                                     "run_id)", [todo]).fetchall()}
+    old = {
+        s
+        for (s,) in con.execute(
+            "select distinct series_key from series_keys where list_contains(?::varchar[], run_id)", [todo]
+        ).fetchall()
+    }
     rows = key_rows(con, todo)
     con.execute("delete from series_keys where list_contains(?::varchar[], run_id)", [todo])
     if rows:

@@ -44,9 +44,14 @@ def _same_kind(got: pa.DataType, want: pa.DataType) -> bool:
     """Whether DuckDB can insert a Parquet column of type `got` into the contract's `want` without loss of meaning."""
     if pa.types.is_dictionary(got):
         got = got.value_type
-    checks = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
-              lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-              lambda t: pa.types.is_list(t) or pa.types.is_large_list(t))
+    checks = (
+        pa.types.is_integer,
+        pa.types.is_floating,
+        pa.types.is_boolean,
+        pa.types.is_timestamp,
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        lambda t: pa.types.is_list(t) or pa.types.is_large_list(t),
+    )
     if pa.types.is_integer(got) and pa.types.is_floating(want):
         return True
     return got.equals(want) or any(c(got) and c(want) for c in checks)
@@ -61,16 +66,19 @@ def _table_columns(results_dir: Path, name: str, files: list[Path]) -> tuple[lis
         try:
             got = pq.read_schema(part)
         except Exception as e:  # noqa: BLE001 - any reader error: name the part
-            raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); "
-                                 f"nothing loaded") from e
+            raise WarehouseError(
+                f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); nothing loaded"
+            ) from e
         for field_ in schema:
             for column, seen in ((field_.name, present), (renamed.get(field_.name), old_present)):
                 i = got.get_field_index(column) if column else -1
                 if i < 0:
                     continue
                 if not _same_kind(got.field(i).type, field_.type):
-                    raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} (column {column} is "
-                                         f"{got.field(i).type}, the contract says {field_.type}); nothing loaded")
+                    raise WarehouseError(
+                        f"table {name} of {results_dir} is unreadable: {part} (column {column} is "
+                        f"{got.field(i).type}, the contract says {field_.type}); nothing loaded"
+                    )
                 seen.add(field_.name)
     if files and "run_id" not in present:
         raise WarehouseError(f"table {name} of {results_dir} has no run_id column ({files[0]}); nothing loaded")
@@ -82,8 +90,9 @@ def _run_ids(results_dir: Path, name: str, part: Path) -> pa.Array:
     try:
         return pc.unique(pq.read_table(part, columns=["run_id"]).column("run_id"))
     except Exception as e:  # noqa: BLE001
-        raise WarehouseError(f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); "
-                             f"nothing loaded") from e
+        raise WarehouseError(
+            f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); nothing loaded"
+        ) from e
 
 
 def read_run_parts(results_dir: str | Path) -> RunParts:
@@ -110,8 +119,9 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] | None = None,
-               atomic: bool = True) -> dict[str, int]:
+def insert_run(
+    con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] | None = None, atomic: bool = True
+) -> dict[str, int]:
     """Replace the run's rows in each table (or those in `only`) by its parts' rows; returns rows inserted per table.
 
     `atomic`: one transaction, so on any error nothing of the run changes. A caller that writes a
@@ -133,9 +143,10 @@ def insert_run(con: duckdb.DuckDBPyConnection, parts: RunParts, only: list[str] 
             cols = ", ".join(f'"{c}"' for c in parts.columns[name])
             reads = ", ".join(parts.sources.get(name, {}).get(c, f'"{c}"') for c in parts.columns[name])
             # hive_partitioning off: a `key=value` folder in the run's path must not become a column.
-            (inserted,), = con.execute(
+            ((inserted,),) = con.execute(
                 f"insert into {name} ({cols}) select {reads} from read_parquet({_sql_list(parts.files[name])}, "
-                f"union_by_name = true, hive_partitioning = false)").fetchall()
+                f"union_by_name = true, hive_partitioning = false)"
+            ).fetchall()
             counts[name] = int(inserted)
         if atomic:
             con.commit()

@@ -77,8 +77,10 @@ def writer_lock(db: Path, wait_s: float = WRITER_WAIT_S) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    raise WarehouseError(f"warehouse {db} is being written by process {holder} (a load or rebuild); "
-                                         f"wait for it to finish") from None
+                    raise WarehouseError(
+                        f"warehouse {db} is being written by process {holder} (a load or rebuild); "
+                        f"wait for it to finish"
+                    ) from None
                 time.sleep(0.2)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -99,7 +101,8 @@ def check_free_space(db: Path, incoming_bytes: int, copy: bool = True) -> None:
         raise WarehouseError(
             f"not enough disk space to load into {db}: {_human(free)} free, about {_human(needed)} needed "
             f"(a copy of the {_human(size)} warehouse and {_human(incoming_bytes)} of Parquet); free some space "
-            f"or set TRADEOFF_WAREHOUSE to a file on a larger disk; the warehouse is unchanged")
+            f"or set TRADEOFF_WAREHOUSE to a file on a larger disk; the warehouse is unchanged"
+        )
 
 
 def _stamp(db: Path) -> tuple:
@@ -140,20 +143,25 @@ def _fsync(path: Path, directory: bool = False) -> None:
 
 
 def _changed(db: Path) -> WarehouseError:
-    return WarehouseError(f"warehouse {db} was written by another process during the load (a DuckDB shell?); "
-                          f"nothing loaded; run the load again")
+    return WarehouseError(
+        f"warehouse {db} was written by another process during the load (a DuckDB shell?); "
+        f"nothing loaded; run the load again"
+    )
 
 
 def install(tmp: Path, db: Path, stamp: tuple) -> None:
     """Swap the finished copy in for `db`, unless someone else wrote `db` since `stamp` was taken."""
     if wal_of(tmp).exists():
-        raise WarehouseError(f"the new warehouse file {tmp} was not checkpointed (disk full?); the warehouse "
-                             f"{db} is unchanged")
+        raise WarehouseError(
+            f"the new warehouse file {tmp} was not checkpointed (disk full?); the warehouse {db} is unchanged"
+        )
     _fsync(tmp)
     writer = duckdb_writer(db)
     if writer is not None:
-        raise WarehouseError(f"warehouse {db} is open for writing by process {writer} (a DuckDB shell?); "
-                             f"nothing loaded; close it and run the load again")
+        raise WarehouseError(
+            f"warehouse {db} is open for writing by process {writer} (a DuckDB shell?); "
+            f"nothing loaded; close it and run the load again"
+        )
     if _stamp(db) != stamp:
         raise _changed(db)
     os.replace(tmp, db)
@@ -184,10 +192,14 @@ def replace_keeping_previous(tmp: Path, db: Path) -> Path | None:
     kept = db.with_name(db.name + ".before-rebuild")
     writer = duckdb_writer(db)
     if writer is not None:
-        raise WarehouseError(f"warehouse {db} is open for writing by process {writer} (a DuckDB shell?); "
-                             f"close it and run the rebuild again")
+        raise WarehouseError(
+            f"warehouse {db} is open for writing by process {writer} (a DuckDB shell?); "
+            f"close it and run the rebuild again"
+        )
     if wal_of(tmp).exists():
-        raise WarehouseError(f"the rebuilt file {tmp} was not checkpointed (disk full?); the warehouse {db} is unchanged")
+        raise WarehouseError(
+            f"the rebuilt file {tmp} was not checkpointed (disk full?); the warehouse {db} is unchanged"
+        )
     _fsync(tmp)
     previous = None
     if db.exists():

@@ -1,1 +1,2 @@
-"""The core: config models, errors, registries, child processes, run identity. Leaves: they import nothing else of the project."""
+"""The core: config models, errors, registries, child processes, run identity. Leaves: they import nothing else of the
+project."""

@@ -64,7 +64,9 @@ def load_yaml(text: str, what: str = "config") -> Any:
     """`yaml.safe_load(text)`, refused (ValueError, one line) when the text or its alias-expanded document is
     over the limits. yaml.YAMLError for bad syntax, as safe_load."""
     if len(text.encode()) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{what}: {len(text.encode())} bytes, over the {MAX_CONFIG_BYTES}-byte limit; split it or trim it")
+        raise ValueError(
+            f"{what}: {len(text.encode())} bytes, over the {MAX_CONFIG_BYTES}-byte limit; split it or trim it"
+        )
     loader = _Loader(text)
     try:
         try:
@@ -75,8 +77,10 @@ def load_yaml(text: str, what: str = "config") -> Any:
             return None
         nodes, depth = _expanded(node)
         if nodes > MAX_CONFIG_NODES:
-            raise ValueError(f"{what}: its YAML aliases expand to more than {MAX_CONFIG_NODES} values (an alias bomb?); "
-                             f"write the values out or use fewer aliases")
+            raise ValueError(
+                f"{what}: its YAML aliases expand to more than {MAX_CONFIG_NODES} values (an alias bomb?); "
+                f"write the values out or use fewer aliases"
+            )
         if depth > MAX_CONFIG_DEPTH:
             raise ValueError(f"{what}: nested deeper than {MAX_CONFIG_DEPTH} levels; flatten it")
         try:

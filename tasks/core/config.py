@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
 from tasks.core.credentials import results_url_problem
@@ -64,8 +72,11 @@ class ModelSpec(_Strict):
     package_file: PackageFile | None = None
     hub: str | None = Field(default=None, description="hub repo id; only then may weights be downloaded")
     max_context: int = Field(default=2048, ge=128, le=1_048_576, description="context length used for serving (tokens)")
-    tokenizer: str | None = Field(default=None, description="tokenizer for the quality suites when the artifact has "
-                                                            "none (a hosted model): GGUF, HF folder or cached hub name")
+    tokenizer: str | None = Field(
+        default=None,
+        description="tokenizer for the quality suites when the artifact has "
+        "none (a hosted model): GGUF, HF folder or cached hub name",
+    )
 
     @field_validator("tokenizer")
     @classmethod
@@ -99,8 +110,12 @@ class Cost(_Strict):
     """What serving a variant costs: an hourly rate for own hardware, or a hosted API's token prices."""
 
     usd_per_hour: float | None = Field(default=None, gt=0, description="hardware cost (USD/hour)")
-    usd_per_1m_input_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M input tokens)")
-    usd_per_1m_output_tokens: float | None = Field(default=None, ge=0, description="hosted price (USD per 1M output tokens)")
+    usd_per_1m_input_tokens: float | None = Field(
+        default=None, ge=0, description="hosted price (USD per 1M input tokens)"
+    )
+    usd_per_1m_output_tokens: float | None = Field(
+        default=None, ge=0, description="hosted price (USD per 1M output tokens)"
+    )
 
     @model_validator(mode="after")
     def _some_price(self) -> "Cost":
@@ -195,58 +210,115 @@ class PerfSpec(_Strict):
 
     # rates and sweep come before concurrency: concurrency's check reads them.
     rates: list[Annotated[float, Field(gt=0, le=10_000)]] = Field(
-        default_factory=list, max_length=64, description="request rates (requests/s), Poisson arrivals (gamma with burstiness)")
-    sweep: int | None = Field(default=None, ge=0, le=64, description="sweep: synchronous, max throughput and N rates between")
+        default_factory=list,
+        max_length=64,
+        description="request rates (requests/s), Poisson arrivals (gamma with burstiness)",
+    )
+    sweep: int | None = Field(
+        default=None, ge=0, le=64, description="sweep: synchronous, max throughput and N rates between"
+    )
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
-        default=None, max_length=64, description="fixed concurrency levels; default [1, 2] when no rates and no sweep")
+        default=None, max_length=64, description="fixed concurrency levels; default [1, 2] when no rates and no sweep"
+    )
     burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape of inter-arrival times; 1 = Poisson")
-    max_concurrency: int | None = Field(default=None, ge=1, le=4096, description="cap on requests in flight in rate steps")
-    num_prompts: int = Field(default=8, ge=1, le=100_000, description="measured requests per step and repeat (its maximum)")
-    rate_requests: int | None = Field(default=None, ge=1, le=100_000, description="measured requests per repeat of each "
-                                      "rate step (rates, the sweep's rates, the decision's search); default num_prompts; "
-                                      "a decision with an SLO raises it to what its percentile needs")
-    rate_warmup_share: float = Field(default=0.0, ge=0, lt=1, description="share of a rate step's Poisson stream sent "
-                                     "first and discarded so its queue settles: ceil(share x measured) more requests, "
-                                     "flagged warm-up; a decision with an SLO sets its warmup_share")
-    max_duration_s: float | None = Field(default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)")
-    warmup_requests: int = Field(default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded")
-    warmup_s: float = Field(default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)")
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=4096, description="cap on requests in flight in rate steps"
+    )
+    num_prompts: int = Field(
+        default=8, ge=1, le=100_000, description="measured requests per step and repeat (its maximum)"
+    )
+    rate_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="measured requests per repeat of each "
+        "rate step (rates, the sweep's rates, the decision's search); default num_prompts; "
+        "a decision with an SLO raises it to what its percentile needs",
+    )
+    rate_warmup_share: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of a rate step's Poisson stream sent "
+        "first and discarded so its queue settles: ceil(share x measured) more requests, "
+        "flagged warm-up; a decision with an SLO sets its warmup_share",
+    )
+    max_duration_s: float | None = Field(
+        default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)"
+    )
+    warmup_requests: int = Field(
+        default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded"
+    )
+    warmup_s: float = Field(
+        default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)"
+    )
     repeats: int = Field(default=1, ge=1, le=100, description="times each step runs; CIs over repeats need >= 2")
     input_len: int = Field(default=64, ge=1, le=1_048_576, description="prompt length (tokens)")
-    output_len: int = Field(default=32, ge=2, le=131_072, description="output length (tokens), forced where the engine can")
-    len_spread: float = Field(default=0.0, ge=0, lt=1,
-                              description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]")
+    output_len: int = Field(
+        default=32, ge=2, le=131_072, description="output length (tokens), forced where the engine can"
+    )
+    len_spread: float = Field(
+        default=0.0, ge=0, lt=1, description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]"
+    )
     dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
     endpoint: Literal["completions", "chat"] = "completions"
     unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
     force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
-        default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours")
-    seed: int = Field(default=0, ge=0, description="seeds the prompts, arrival times and bootstraps (numpy takes no "
-                                                   "negative seed)")
+        default="auto", description="how to ask for exactly output_len tokens; auto: what the engine honours"
+    )
+    seed: int = Field(
+        default=0, ge=0, description="seeds the prompts, arrival times and bootstraps (numpy takes no negative seed)"
+    )
     request_timeout_s: float = Field(
-        default=300.0, gt=0, le=3_600, description="longest wait for a response's next bytes, the first included (seconds); "
-                                         "a request that waits longer is errored (or incomplete after its first chunk)")
+        default=300.0,
+        gt=0,
+        le=3_600,
+        description="longest wait for a response's next bytes, the first included (seconds); "
+        "a request that waits longer is errored (or incomplete after its first chunk)",
+    )
     request_deadline_s: float = Field(
-        default=600.0, gt=0, le=86_400, description="longest one request may take, send to last byte (seconds), whatever the "
-                                         "server sends meanwhile (e.g. ': ping' comments); past it the request is "
-                                         "errored (incomplete after its first chunk)")
+        default=600.0,
+        gt=0,
+        le=86_400,
+        description="longest one request may take, send to last byte (seconds), whatever the "
+        "server sends meanwhile (e.g. ': ping' comments); past it the request is "
+        "errored (incomplete after its first chunk)",
+    )
     jitter: Literal["auto", "always", "off"] = Field(
-        default="auto", description="the fixed-length concurrency-1 `jitter` scenario that v_tradeoff's "
-                                    "ttft_cv_pct/itl_cv_pct come from; auto: only when the workload is not fixed-length "
-                                    "(len_spread > 0 or a dataset), else the lowest-concurrency step is that workload")
+        default="auto",
+        description="the fixed-length concurrency-1 `jitter` scenario that v_tradeoff's "
+        "ttft_cv_pct/itl_cv_pct come from; auto: only when the workload is not fixed-length "
+        "(len_spread > 0 or a dataset), else the lowest-concurrency step is that workload",
+    )
     peak_window_s: float = Field(default=1.0, gt=0, le=3_600, description="window for peak output tokens/s (seconds)")
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
-        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], max_length=32, description="percentiles reported (0 < p <= 100)")
-    slo: Slo = Field(default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
-                     description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms")
+        default_factory=lambda: [50.0, 90.0, 95.0, 99.0],
+        max_length=32,
+        description="percentiles reported (0 < p <= 100)",
+    )
+    slo: Slo = Field(
+        default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
+        description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms",
+    )
     confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
-    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval")
+    bootstrap_resamples: int = Field(
+        default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval"
+    )
     power_interval_s: float = Field(default=0.1, ge=0.01, le=60, description="power sampling interval (s)")
-    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of measured requests that may fail "
-                                  "(errored or incomplete); above it, or with a step without an ok request, the "
-                                  "variant is failed with the counts (tasks.orchestration.failures)")
-    idle_baseline_s: float = Field(default=5.0, ge=0, le=3_600, description="idle power measured this long before the "
-                                   "sweep, server up and idle (s); 0: off")
+    max_error_rate: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="share of measured requests that may fail "
+        "(errored or incomplete); above it, or with a step without an ok request, the "
+        "variant is failed with the counts (tasks.orchestration.failures)",
+    )
+    idle_baseline_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3_600,
+        description="idle power measured this long before the sweep, server up and idle (s); 0: off",
+    )
 
     @field_validator("concurrency")
     @classmethod
@@ -267,11 +339,15 @@ class PerfSpec(_Strict):
         rated = len(self.rates) + (self.sweep or 0)
         total = self.repeats * (closed * self.num_prompts + rated * self.stream_requests()) + self.warmup_requests
         if total > MAX_REQUESTS_PER_VARIANT:
-            what = (f"{closed + rated} steps x {self.repeats} repeats x {self.num_prompts} num_prompts"
-                    + (f" ({self.stream_requests()} per rate step)" if rated and self.stream_requests() != self.num_prompts
-                       else ""))
-            raise ValueError(f"{what} is {total:,} requests per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; "
-                             f"lower one of them")
+            what = f"{closed + rated} steps x {self.repeats} repeats x {self.num_prompts} num_prompts" + (
+                f" ({self.stream_requests()} per rate step)"
+                if rated and self.stream_requests() != self.num_prompts
+                else ""
+            )
+            raise ValueError(
+                f"{what} is {total:,} requests per variant, over the {MAX_REQUESTS_PER_VARIANT:,} limit; "
+                f"lower one of them"
+            )
         return self
 
     def rate_measured(self) -> int:
@@ -291,13 +367,17 @@ class SuiteSpec(_Strict):
     """One quality suite; `name` picks a registered suite, `params` are its own (checked at load)."""
 
     name: str
-    label: str | None = Field(default=None,
-                              description="name in the warehouse's suite column (default: name); "
-                                          "lets one suite run twice, e.g. two lm_eval task sets")
+    label: str | None = Field(
+        default=None,
+        description="name in the warehouse's suite column (default: name); "
+        "lets one suite run twice, e.g. two lm_eval task sets",
+    )
     limit: int | None = Field(default=None, ge=1, le=100_000, description="number of samples")
     seed: int = Field(default=0, ge=0, description="the suite's seed (numpy takes no negative seed)")
     params: dict[str, Any] = Field(default_factory=dict)
-    variants: list[str] | None = Field(default=None, max_length=256, description="run only for these variants (default: all)")
+    variants: list[str] | None = Field(
+        default=None, max_length=256, description="run only for these variants (default: all)"
+    )
 
     _safe_label = field_validator("label")(safe_name)
 
@@ -312,8 +392,12 @@ class AdaptiveSpec(_Strict):
     (tasks/quality/adaptive.py). The reference answers every planned item first, within the same budget."""
 
     max_items: int = Field(ge=1, le=1_000_000, description="most items a suite extends to (its last planned look)")
-    budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant and suite (s); "
-                                                         "a batch that would likely end past it is not started")
+    budget_s: float = Field(
+        gt=0,
+        le=86_400,
+        description="longest the extension may take per variant and suite (s); "
+        "a batch that would likely end past it is not started",
+    )
 
 
 class QualitySpec(_Strict):
@@ -321,14 +405,23 @@ class QualitySpec(_Strict):
     primary: str | None = Field(
         default=None, description="'suite.metric' shown as the quality column and used for deltas"
     )
-    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000,
-                                     description="BCa bootstrap resamples per delta of a non-0/1 statistic")
+    bootstrap_resamples: int = Field(
+        default=2000, ge=100, le=100_000, description="BCa bootstrap resamples per delta of a non-0/1 statistic"
+    )
     confidence: float = Field(default=0.95, gt=0, lt=1, description="level of the deltas' confidence intervals")
-    min_samples: int = Field(default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive")
-    max_error_rate: float = Field(default=0.1, ge=0, le=1, description="share of a suite's requests that may error "
-                                  "at the endpoint; above it the suite is suite_failed, not a score (tasks.orchestration.failures)")
-    adaptive: AdaptiveSpec | None = Field(default=None, description="extend a gating suite's sample while its gate is "
-                                                                    "undecided: {max_items, budget_s}")
+    min_samples: int = Field(
+        default=30, ge=1, le=1_000_000, description="fewer paired samples: the delta is inconclusive"
+    )
+    max_error_rate: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="share of a suite's requests that may error "
+        "at the endpoint; above it the suite is suite_failed, not a score (tasks.orchestration.failures)",
+    )
+    adaptive: AdaptiveSpec | None = Field(
+        default=None, description="extend a gating suite's sample while its gate is undecided: {max_items, budget_s}"
+    )
 
 
 # A GPU host's global concurrency limit has this many slots; an engine occupies
@@ -343,17 +436,26 @@ class ScaleOutSpec(_Strict):
     every host can write, e.g. s3://bucket/tradeoff); the nightly then loads them all in one step.
     """
 
-    work_pool: str | None = Field(default=None, description="Prefect work pool of the `variant` deployment; "
-                                                            "unset: in-process (no server needed)")
+    work_pool: str | None = Field(
+        default=None, description="Prefect work pool of the `variant` deployment; unset: in-process (no server needed)"
+    )
     work_queue: str | None = Field(default=None, description="queue of the pool (default: the deployment's)")
-    deployment: str = Field(default="variant/variant", pattern=r"^[^/]+/[^/]+$",
-                            description="'flow/deployment' that measures one variant")
-    results_url: str | None = Field(default=None, description="results location (folder or fsspec URL); default: "
-                                                              "the runs folder; TRADEOFF_RESULTS_URL overrides")
-    variant_timeout_s: float = Field(default=3 * 3600.0, gt=0, le=7 * 86_400, description="longest one variant may take, "
-                                                                           "queueing and GPU wait included (s)")
-    engines_per_gpu: int = Field(default=1, ge=1, le=GPU_SLOTS, description="engines that may share one GPU "
-                                                                            "host at a time (1: never share)")
+    deployment: str = Field(
+        default="variant/variant", pattern=r"^[^/]+/[^/]+$", description="'flow/deployment' that measures one variant"
+    )
+    results_url: str | None = Field(
+        default=None,
+        description="results location (folder or fsspec URL); default: the runs folder; TRADEOFF_RESULTS_URL overrides",
+    )
+    variant_timeout_s: float = Field(
+        default=3 * 3600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="longest one variant may take, queueing and GPU wait included (s)",
+    )
+    engines_per_gpu: int = Field(
+        default=1, ge=1, le=GPU_SLOTS, description="engines that may share one GPU host at a time (1: never share)"
+    )
 
     @field_validator("engines_per_gpu")
     @classmethod
@@ -377,9 +479,13 @@ class ScaleOutSpec(_Strict):
             fsspec.get_filesystem_class(protocol)
         except ImportError as err:
             why = str(err).splitlines()[0].rstrip(".")
-            raise ValueError(f"protocol '{protocol}' needs a package that is not installed ({why}); pip install it") from None
+            raise ValueError(
+                f"protocol '{protocol}' needs a package that is not installed ({why}); pip install it"
+            ) from None
         except ValueError:
-            raise ValueError(f"unknown protocol '{protocol}'; use a folder or an fsspec URL (file://, s3://, gs://, ...)") from None
+            raise ValueError(
+                f"unknown protocol '{protocol}'; use a folder or an fsspec URL (file://, s3://, gs://, ...)"
+            ) from None
         return v
 
     def location(self) -> str | None:
@@ -389,12 +495,16 @@ class ScaleOutSpec(_Strict):
 class NotifySpec(_Strict):
     """Who hears about a failed or partial nightly and about regressions found (v_change_points)."""
 
-    block: str = Field(description="Prefect notification block as 'block-type-slug/name', "
-                                   "e.g. custom-webhook/tradeoff-alerts")
+    block: str = Field(
+        description="Prefect notification block as 'block-type-slug/name', e.g. custom-webhook/tradeoff-alerts"
+    )
     on_partial: bool = Field(default=True, description="also when some variants failed")
-    on_regression: bool = Field(default=True, description="also when this run's load finds a regression (v_change_points)")
-    on_recommendation_change: bool = Field(default=True, description="also when v_recommendation's pick differs "
-                                                                     "from the previous run of the config")
+    on_regression: bool = Field(
+        default=True, description="also when this run's load finds a regression (v_change_points)"
+    )
+    on_recommendation_change: bool = Field(
+        default=True, description="also when v_recommendation's pick differs from the previous run of the config"
+    )
 
     @field_validator("block")
     @classmethod
@@ -410,8 +520,9 @@ class LoadSearchSpec(_Strict):
 
     budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
     max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")
-    tolerance_pct: float = Field(default=10.0, gt=0, lt=100,
-                                 description="stop when the gap between passing and failing rate is below this (%)")
+    tolerance_pct: float = Field(
+        default=10.0, gt=0, lt=100, description="stop when the gap between passing and failing rate is below this (%)"
+    )
 
 
 class DecisionSpec(_Strict):
@@ -421,38 +532,80 @@ class DecisionSpec(_Strict):
     quality metric at MLPerf's 99 % retention class; the recommendation maximises the sustainable request rate.
     """
 
-    slo: Slo = Field(default=None, description="latency limits at `percentile`: a preset name or "
-                                               "ttft_ms/tpot_ms/e2el_ms; default perf.slo")
-    percentile: float = Field(default=99.0, gt=0, lt=100, description="share of a step's requests (%) that must "
-                                                                      "meet each limit (MLPerf: 99); below 100: no "
-                                                                      "sample bounds a maximum")
-    confidence: float = Field(default=0.95, ge=0.5, lt=1, description="confidence of each percentile claim (the "
-                                                                      "order-statistic bound; MLPerf's early stopping: 0.99)")
-    min_requests: int | None = Field(default=None, ge=1, le=1_000_000,
-                                     description="measured requests each rate step gets, repeats pooled; default the "
-                                                 "fewest that show the percentile with none over a limit (299 for p99 "
-                                                 "at 95 %); more gives power near the limit")
-    warmup_share: float = Field(default=0.1, ge=0, lt=1, description="share of each rate step's Poisson stream sent "
-                                                                     "first and discarded (perf.rate_warmup_share)")
-    min_rate_ratio: float = Field(default=0.95, gt=0, le=1, description="a rate step is sustained when it achieved "
-                                                                        "this share of its offered rate (its queue did "
-                                                                        "not grow)")
-    gate_metrics: list[str] | None = Field(default=None, max_length=64, description="'suite.metric' list that gates quality; "
-                                                                     "default: quality.primary")
-    retention: float = Field(default=0.99, gt=0, le=1, description="share of the reference's score a gating metric "
-                                                                   "must keep (MLPerf classes: 0.99, 0.999)")
-    margin_points: float | None = Field(default=None, gt=0, le=100, description="non-inferiority margin instead of "
-                                        "`retention` for fraction metrics: the variant may lose at most this many "
-                                        "points (0.01 of a fraction each)")
-    identity_gate: bool = Field(default=False, description="a speculative variant whose plain decoding is the reference "
-                                "(lossless by construction) passes on its greedy_identity evidence alone")
+    slo: Slo = Field(
+        default=None,
+        description="latency limits at `percentile`: a preset name or ttft_ms/tpot_ms/e2el_ms; default perf.slo",
+    )
+    percentile: float = Field(
+        default=99.0,
+        gt=0,
+        lt=100,
+        description="share of a step's requests (%) that must "
+        "meet each limit (MLPerf: 99); below 100: no "
+        "sample bounds a maximum",
+    )
+    confidence: float = Field(
+        default=0.95,
+        ge=0.5,
+        lt=1,
+        description="confidence of each percentile claim (the order-statistic bound; MLPerf's early stopping: 0.99)",
+    )
+    min_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="measured requests each rate step gets, repeats pooled; default the "
+        "fewest that show the percentile with none over a limit (299 for p99 "
+        "at 95 %); more gives power near the limit",
+    )
+    warmup_share: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="share of each rate step's Poisson stream sent first and discarded (perf.rate_warmup_share)",
+    )
+    min_rate_ratio: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="a rate step is sustained when it achieved this share of its offered rate (its queue did not grow)",
+    )
+    gate_metrics: list[str] | None = Field(
+        default=None, max_length=64, description="'suite.metric' list that gates quality; default: quality.primary"
+    )
+    retention: float = Field(
+        default=0.99,
+        gt=0,
+        le=1,
+        description="share of the reference's score a gating metric must keep (MLPerf classes: 0.99, 0.999)",
+    )
+    margin_points: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="non-inferiority margin instead of "
+        "`retention` for fraction metrics: the variant may lose at most this many "
+        "points (0.01 of a fraction each)",
+    )
+    identity_gate: bool = Field(
+        default=False,
+        description="a speculative variant whose plain decoding is the reference "
+        "(lossless by construction) passes on its greedy_identity evidence alone",
+    )
     optimise: Literal["rate", "tps", "cost", "energy", "cost_per_correct"] = Field(
-        default="rate", description="max sustainable request rate | max output tokens/s | min USD per 1M output "
-                                    "tokens | min J per 1M output tokens | min USD per correct answer")
-    grid_gco2e_per_kwh: float | None = Field(default=None, ge=0, le=10_000, description="grid carbon intensity (gCO2e/kWh), "
-                                                                             "from your provider; no lookup")
-    tie_tolerance_pct: float = Field(default=5.0, ge=0, le=100, description="objective values this close to the best are "
-                                                                    "a tie (%), broken on quality")
+        default="rate",
+        description="max sustainable request rate | max output tokens/s | min USD per 1M output "
+        "tokens | min J per 1M output tokens | min USD per correct answer",
+    )
+    grid_gco2e_per_kwh: float | None = Field(
+        default=None, ge=0, le=10_000, description="grid carbon intensity (gCO2e/kWh), from your provider; no lookup"
+    )
+    tie_tolerance_pct: float = Field(
+        default=5.0,
+        ge=0,
+        le=100,
+        description="objective values this close to the best are a tie (%), broken on quality",
+    )
     search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
 
     @field_validator("slo")
@@ -486,8 +639,9 @@ class RunConfig(_Strict):
     server_start_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     scale_out: ScaleOutSpec = Field(default_factory=ScaleOutSpec, description="work pool fan-out and results location")
     notify: NotifySpec | None = Field(default=None, description="notification block for failures and regressions")
-    decision: DecisionSpec = Field(default_factory=DecisionSpec, description="SLO, quality gate and objective "
-                                                                             "of `tradeoff recommend`")
+    decision: DecisionSpec = Field(
+        default_factory=DecisionSpec, description="SLO, quality gate and objective of `tradeoff recommend`"
+    )
 
     _safe_name = field_validator("name")(safe_name)
 
@@ -506,9 +660,11 @@ class RunConfig(_Strict):
         try:
             self.perf = PerfSpec.model_validate({**perf.model_dump(), **sized})
         except ValidationError as err:
-            raise ValueError(f"perf: the decision's p{d.percentile:g} needs {d.step_requests()} requests per rate step "
-                             f"({per_repeat} per repeat): {err.errors()[0]['msg'].removeprefix('Value error, ')}; "
-                             f"ask a lower decision.percentile or fewer steps") from None
+            raise ValueError(
+                f"perf: the decision's p{d.percentile:g} needs {d.step_requests()} requests per rate step "
+                f"({per_repeat} per repeat): {err.errors()[0]['msg'].removeprefix('Value error, ')}; "
+                f"ask a lower decision.percentile or fewer steps"
+            ) from None
         return self
 
     @property

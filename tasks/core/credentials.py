@@ -52,12 +52,17 @@ LMEVAL_REFUSED_ARGS = {
 LMEVAL_TOKENIZER_BACKENDS = (None, "none", "None", "huggingface")
 # Set by tradeoff itself (a second value would be a TypeError at run time): the suite's own params say them.
 LMEVAL_OWN_ARGS = {
-    "model": "the variant's served model", "pretrained": "the variant's served model",
-    "num_concurrent": "params.concurrency", "timeout": "params.timeout_s", "tokenized_requests": "tradeoff's choice",
-    "loglikelihood": "params.loglikelihood", "n_ctx": "the model's max_context",
+    "model": "the variant's served model",
+    "pretrained": "the variant's served model",
+    "num_concurrent": "params.concurrency",
+    "timeout": "params.timeout_s",
+    "tokenized_requests": "tradeoff's choice",
+    "loglikelihood": "params.loglikelihood",
+    "n_ctx": "the model's max_context",
 }
-_CREDENTIAL_WORDS = re.compile(r"(^|_)(api_?key|key|token|secret|passw(or)?d|auth|cookie|credentials?)($|_)",
-                               re.IGNORECASE)
+_CREDENTIAL_WORDS = re.compile(
+    r"(^|_)(api_?key|key|token|secret|passw(or)?d|auth|cookie|credentials?)($|_)", re.IGNORECASE
+)
 
 
 def key_env_patterns() -> list[str]:
@@ -71,20 +76,26 @@ def key_env_patterns() -> list[str]:
 def key_env_problem(name: Any) -> str | None:
     """Why `name` may not be read as an API key's environment variable, never showing it; None when it may."""
     if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-        return ("engine_args.api_key_env: the value is not an environment variable name (upper-case letters, digits, "
-                "'_'); it is not shown, as it may be a key: export the key, e.g. as OPENAI_API_KEY, and name that variable")
+        return (
+            "engine_args.api_key_env: the value is not an environment variable name (upper-case letters, digits, "
+            "'_'); it is not shown, as it may be a key: export the key, e.g. as OPENAI_API_KEY, and name that variable"
+        )
     patterns = key_env_patterns()
     if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
-        return (f"engine_args.api_key_env: that variable is not allowed to hold an API key (name not shown); allowed: "
-                f"{', '.join(patterns) or 'none'} (the operator sets {KEY_ENV_ALLOW_VAR}), or use api_key_secret")
+        return (
+            f"engine_args.api_key_env: that variable is not allowed to hold an API key (name not shown); allowed: "
+            f"{', '.join(patterns) or 'none'} (the operator sets {KEY_ENV_ALLOW_VAR}), or use api_key_secret"
+        )
     return None
 
 
 def secret_block_problem(name: Any) -> str | None:
     if isinstance(name, str) and _BLOCK_NAME.fullmatch(name):
         return None
-    return ("engine_args.api_key_secret: the value is not a Prefect block name (lowercase letters, digits, '-'); it is "
-            "not shown, as it may be a key: save the key as a Secret block and name the block")
+    return (
+        "engine_args.api_key_secret: the value is not a Prefect block name (lowercase letters, digits, '-'); it is "
+        "not shown, as it may be a key: save the key as a Secret block and name the block"
+    )
 
 
 def is_loopback(host: str | None) -> bool:
@@ -108,15 +119,22 @@ def url_problem(url: Any, field: str = "engine_args.base_url") -> str | None:
     except ValueError:
         return f"{field}: not a URL (not shown); write https://host[:port]"
     if "@" in parts.netloc:
-        return (f"{field}: a URL with credentials (user:password@) is refused and not shown; "
-                f"give the key with api_key_env or api_key_secret")
+        return (
+            f"{field}: a URL with credentials (user:password@) is refused and not shown; "
+            f"give the key with api_key_env or api_key_secret"
+        )
     if parts.query or parts.fragment:
-        return f"{field}: a URL with a query string or fragment is refused and not shown (it may hold a key); give the server root"
+        return (
+            f"{field}: a URL with a query string or fragment is refused and not shown (it may hold a key); give "
+            f"the server root"
+        )
     if parts.scheme not in ("http", "https") or not host:
         return f"{field}: must be an http(s) URL with a host, e.g. https://api.example.com"
     if parts.scheme == "http" and not is_loopback(host):
-        return (f"{field}: plain http to {host} would send requests and the API key in clear; use https:// "
-                f"(http only for loopback: 127.0.0.1, ::1, localhost)")
+        return (
+            f"{field}: plain http to {host} would send requests and the API key in clear; use https:// "
+            f"(http only for loopback: 127.0.0.1, ::1, localhost)"
+        )
     return None
 
 
@@ -134,9 +152,11 @@ def results_url_problem(url: str) -> str | None:
     except ValueError:
         return "not a URL (not shown); give a folder or an fsspec URL such as s3://bucket/tradeoff"
     if password is not None or parts.query or parts.fragment:
-        return ("a URL holding a password, a query string or a fragment is refused and not shown (it would be printed "
-                "and kept with the flow runs); give the storage's credentials through its environment (AWS_* "
-                "variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, fsspec config)")
+        return (
+            "a URL holding a password, a query string or a fragment is refused and not shown (it would be printed "
+            "and kept with the flow runs); give the storage's credentials through its environment (AWS_* "
+            "variables, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, fsspec config)"
+        )
     return None
 
 
@@ -162,10 +182,12 @@ def key_hosts() -> dict[str, list[str]]:
         source, sep, hosts = (part.strip() for part in entry.partition("="))
         names = [h.strip().lower().rstrip(".") for h in hosts.split(",") if h.strip()]
         secret = source.removeprefix("secret:")
-        good_source = (_BLOCK_NAME.fullmatch(secret) if source.startswith("secret:") else _ENV_NAME.fullmatch(source))
+        good_source = _BLOCK_NAME.fullmatch(secret) if source.startswith("secret:") else _ENV_NAME.fullmatch(source)
         if not sep or not good_source or not names or not all(_HOST.fullmatch(h) for h in names):
-            raise ValueError(f"{KEY_HOSTS_VAR}: entry {i} is not SOURCE=HOST[,HOST...] (SOURCE: a variable name or "
-                             f"secret:<block>; HOST: a host name or *.domain); entry not shown; fix it")
+            raise ValueError(
+                f"{KEY_HOSTS_VAR}: entry {i} is not SOURCE=HOST[,HOST...] (SOURCE: a variable name or "
+                f"secret:<block>; HOST: a host name or *.domain); entry not shown; fix it"
+            )
         out.setdefault(source, []).extend(names)
     return out
 
@@ -185,8 +207,11 @@ def key_host_problem(api_key_env: str | None, api_key_secret: str | None, url: s
     host = urlsplit(url).hostname or ""
     if is_loopback(host):
         return None
-    field, source = (("engine_args.api_key_env", api_key_env) if api_key_env
-                     else ("engine_args.api_key_secret", f"secret:{api_key_secret}"))
+    field, source = (
+        ("engine_args.api_key_env", api_key_env)
+        if api_key_env
+        else ("engine_args.api_key_secret", f"secret:{api_key_secret}")
+    )
     try:
         bound = key_hosts().get(source, [])
     except ValueError as err:
@@ -194,23 +219,29 @@ def key_host_problem(api_key_env: str | None, api_key_secret: str | None, url: s
     if any(host_matches(host, p) for p in bound):
         return None
     where = f"it is bound to {', '.join(bound)}" if bound else "it is bound to no host"
-    return (f"{field}: the key of {source} may not go to {host}: {where}; if {host} should get it, the operator adds "
-            f"'{source}={host}' to {KEY_HOSTS_VAR} (an environment variable, never a config), else fix base_url")
+    return (
+        f"{field}: the key of {source} may not go to {host}: {where}; if {host} should get it, the operator adds "
+        f"'{source}={host}' to {KEY_HOSTS_VAR} (an environment variable, never a config), else fix base_url"
+    )
 
 
 def model_args_problem(model_args: dict[str, Any]) -> str | None:
     """The first lm-eval model_args key a config may not set, with why; values are never shown."""
     for key in model_args:
         if key == "tokenizer_backend" and model_args[key] not in LMEVAL_TOKENIZER_BACKENDS:
-            return ("'tokenizer_backend' is refused unless huggingface or none: 'remote' and 'auto' send tokenization "
-                    "requests with their own token and certificate settings, 'tiktoken' downloads; remove it")
+            return (
+                "'tokenizer_backend' is refused unless huggingface or none: 'remote' and 'auto' send tokenization "
+                "requests with their own token and certificate settings, 'tiktoken' downloads; remove it"
+            )
         if key in LMEVAL_REFUSED_ARGS:
             return f"'{key}' is refused: {LMEVAL_REFUSED_ARGS[key]}; remove it"
         if key in LMEVAL_OWN_ARGS:
             return f"'{key}' is set by tradeoff ({LMEVAL_OWN_ARGS[key]}); remove it"
         if _CREDENTIAL_WORDS.search(str(key)):
-            return (f"'{str(key)[:40]}' looks like a credential; keys come only from a hosted variant's api_key_env "
-                    f"or api_key_secret; remove it")
+            return (
+                f"'{str(key)[:40]}' looks like a credential; keys come only from a hosted variant's api_key_env "
+                f"or api_key_secret; remove it"
+            )
     return None
 
 

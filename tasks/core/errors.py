@@ -20,8 +20,12 @@ class ConfigError(ValueError):
     """A config that cannot run; the message is one line: field and fix."""
 
 
-def validation_line(err: ValidationError, prefix: str = "", unknown: str | None = None,
-                    missing: str = "required field is missing; add it") -> str:
+def validation_line(
+    err: ValidationError,
+    prefix: str = "",
+    unknown: str | None = None,
+    missing: str = "required field is missing; add it",
+) -> str:
     """A pydantic error as one line `<prefix.loc>: <problem>; <fix>` (the first error; the others follow from it).
 
     `unknown` replaces the message of an unknown key (e.g. listing the known ones), `missing` that

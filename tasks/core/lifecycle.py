@@ -119,8 +119,11 @@ class StopSignals:
     def _exit_now(self, signum: int) -> None:
         """A second signal while the first one's stop runs: leave now. The kernel sends the children their
         parent-death signal (SIGTERM) as this process ends."""
-        os.write(2, f"\nstopped at once by a second {signal.Signals(signum).name}; the servers get SIGTERM from "
-                    f"the kernel as this process ends\n".encode())
+        os.write(
+            2,
+            f"\nstopped at once by a second {signal.Signals(signum).name}; the servers get SIGTERM from "
+            f"the kernel as this process ends\n".encode(),
+        )
         os._exit(self.exit_code)
 
     @property
@@ -263,7 +266,7 @@ def start_prefect_api() -> str | None:
 # up to the grace for the command, then SIGKILLs every other live process of its session. When the command
 # ends, what it left in the session is killed and the supervisor ends as the command did (same exit code, or
 # same signal). A process that starts a session of its own (setsid) leaves it: builds and downloads do not.
-_SUPERVISOR = r'''
+_SUPERVISOR = r"""
 import ctypes, os, signal, sys, time
 grace, argv, me = float(sys.argv[1]), sys.argv[2:], os.getpid()
 STOP = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -333,7 +336,7 @@ if os.WIFSIGNALED(status):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
     os.kill(me, os.WTERMSIG(status))
 os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
-'''
+"""
 
 
 def popen_tied(cmd: list[str], grace_s: float = 10.0, **kwargs: Any) -> subprocess.Popen:
@@ -362,8 +365,14 @@ def stop_tied(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     proc.wait()
 
 
-def run_tied(cmd: list[str], timeout_s: float | None = None, grace_s: float = 10.0, capture_output: bool = False,
-             text: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+def run_tied(
+    cmd: list[str],
+    timeout_s: float | None = None,
+    grace_s: float = 10.0,
+    capture_output: bool = False,
+    text: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess:
     """Run `cmd` to completion tied to this process (popen_tied), as subprocess.run does; stdin is /dev/null unless
     given. On the timeout (subprocess.TimeoutExpired), Ctrl-C, SIGTERM or any exception while waiting, the child's
     whole group is stopped first, then the exception goes on."""

@@ -36,7 +36,10 @@ def name_problem(value: object, pattern: str = NAME_PATTERN) -> str | None:
     most = int(re.search(r"\{0,(\d+)\}\$$", pattern)[1]) + 1
     extra = ", ':', '=', ',', '+'" if pattern == SUITE_KEY_PATTERN else ""
     kind = "run id" if pattern == RUN_ID_PATTERN else "name"
-    return f"{_shown(value)} is not a {kind}; use 1-{most} letters, digits, '_', '.', '-'{extra}, starting with a letter or digit"
+    return (
+        f"{_shown(value)} is not a {kind}; use 1-{most} letters, digits, '_', '.', '-'{extra}, starting with a "
+        f"letter or digit"
+    )
 
 
 def safe_name(value: str | None) -> str | None:
@@ -81,7 +84,9 @@ def local_url_path(url: str) -> Path | None:
     if parts.scheme.lower() not in ("file", "local"):
         return None
     if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-        raise ValueError(f"results_url: {_shown(url)} is not a local folder; write file:///absolute/path or a plain path")
+        raise ValueError(
+            f"results_url: {_shown(url)} is not a local folder; write file:///absolute/path or a plain path"
+        )
     if parts.query or parts.fragment:
         raise ValueError(f"results_url: {_shown(url)} has a query or fragment; write file:///absolute/path")
     return Path(parts.path)

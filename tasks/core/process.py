@@ -18,8 +18,10 @@ from tasks.core.lifecycle import set_parent_death_signal
 
 # What a signal death most likely means, for the one-line errors users read.
 SIGNAL_CAUSES: dict[int, str] = {
-    signal.SIGILL: ("illegal instruction: a native library (llama.cpp?) was built for another CPU; rebuild it "
-                    "portable with `make setup` (see `tradeoff doctor`)"),
+    signal.SIGILL: (
+        "illegal instruction: a native library (llama.cpp?) was built for another CPU; rebuild it "
+        "portable with `make setup` (see `tradeoff doctor`)"
+    ),
     signal.SIGKILL: "killed: out of memory (the kernel's OOM killer; see `dmesg`) or stopped by another process",
     signal.SIGSEGV: "segmentation fault: a crash in native code",
     signal.SIGBUS: "bus error: a memory-mapped file (the model?) was truncated, or the disk is full",
@@ -50,8 +52,11 @@ class ChildDied(RuntimeError):
 
     def __init__(self, what: str, returncode: int | None):
         self.returncode = returncode
-        super().__init__(f"{what} died by {exit_reason(returncode)}" if returncode is not None and returncode < 0
-                         else f"{what} ended with {exit_reason(returncode)} before returning a result")
+        super().__init__(
+            f"{what} died by {exit_reason(returncode)}"
+            if returncode is not None and returncode < 0
+            else f"{what} ended with {exit_reason(returncode)} before returning a result"
+        )
 
 
 class ChildError(RuntimeError):

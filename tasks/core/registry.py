@@ -24,8 +24,10 @@ class Registry(dict):
         """Register `cls` under `cls.name`; the same name for another class is an error."""
         name = cls.name
         if dict.__contains__(self, name) and dict.__getitem__(self, name) is not cls:
-            raise ValueError(f"{self.what} '{name}' is registered twice ({dict.__getitem__(self, name).__name__}, "
-                             f"{cls.__name__}); give one another name")
+            raise ValueError(
+                f"{self.what} '{name}' is registered twice ({dict.__getitem__(self, name).__name__}, "
+                f"{cls.__name__}); give one another name"
+            )
         self[name] = cls
         return cls
 

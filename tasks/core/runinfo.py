@@ -21,8 +21,19 @@ from tasks.core.names import check_run_id, contained
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = PROJECT_ROOT / "tasks" / "tools"  # scripts that run with another environment's Python
 
-PACKAGES = ("tradeoff", "prefect", "llama-cpp-python", "vllm", "tensorrt-llm", "lm-eval", "crfm-helm",
-            "duckdb", "great-expectations", "nvidia-ml-py", "torch")
+PACKAGES = (
+    "tradeoff",
+    "prefect",
+    "llama-cpp-python",
+    "vllm",
+    "tensorrt-llm",
+    "lm-eval",
+    "crfm-helm",
+    "duckdb",
+    "great-expectations",
+    "nvidia-ml-py",
+    "torch",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,9 @@ def gpu_names() -> str | None:
         import pynvml
 
         pynvml.nvmlInit()
-        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        names = [
+            pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
         return ", ".join(n.decode() if isinstance(n, bytes) else n for n in names) or None
     except Exception:  # noqa: BLE001 - no driver / no NVML: no GPU to report
         return None
@@ -111,8 +124,13 @@ def library_versions() -> dict[str, str]:
 
 def git_sha() -> str | None:
     try:
-        r = run_tied(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout_s=5,
-                     cwd=Path(__file__).resolve().parent)
+        r = run_tied(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout_s=5,
+            cwd=Path(__file__).resolve().parent,
+        )
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -124,7 +142,11 @@ def host_info() -> dict:
     ncpu = os.cpu_count() or 0
     host = platform.node()
     return {
-        "host": host, "cpu": cpu, "cpu_count": ncpu, "gpu": gpu,
+        "host": host,
+        "cpu": cpu,
+        "cpu_count": ncpu,
+        "gpu": gpu,
         "hardware_id": hashlib.sha256(json.dumps([host, cpu, ncpu, gpu]).encode()).hexdigest()[:16],
-        "library_versions": json.dumps(library_versions(), sort_keys=True), "git_sha": git_sha(),
+        "library_versions": json.dumps(library_versions(), sort_keys=True),
+        "git_sha": git_sha(),
     }

@@ -91,8 +91,9 @@ def _batch(n: int) -> int:
     return max(1, _BATCH_ELEMENTS // max(n, 1))
 
 
-def paired_bootstrap_interval(delta_of: Callable[[np.ndarray, np.ndarray], np.ndarray], n: int, resamples: int,
-                              confidence: float, seed: int) -> tuple[float, float, str]:
+def paired_bootstrap_interval(
+    delta_of: Callable[[np.ndarray, np.ndarray], np.ndarray], n: int, resamples: int, confidence: float, seed: int
+) -> tuple[float, float, str]:
     """scipy's BCa bootstrap interval of a paired delta; (lo, hi, method).
 
     `delta_of(ref_idx, var_idx)` takes index arrays (..., n) into the stacked rows of both
@@ -111,8 +112,16 @@ def paired_bootstrap_interval(delta_of: Callable[[np.ndarray, np.ndarray], np.nd
     with warnings.catch_warnings():  # a degenerate BCa (0 / 0 in its acceleration) is handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = stats.bootstrap((np.arange(n),), statistic, n_resamples=resamples, batch=_batch(n), vectorized=True,
-                              confidence_level=confidence, method="BCa", rng=np.random.default_rng(seed))
+        res = stats.bootstrap(
+            (np.arange(n),),
+            statistic,
+            n_resamples=resamples,
+            batch=_batch(n),
+            vectorized=True,
+            confidence_level=confidence,
+            method="BCa",
+            rng=np.random.default_rng(seed),
+        )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if math.isfinite(lo) and math.isfinite(hi):
         return lo, hi, f"BCa bootstrap B={resamples}"
@@ -122,8 +131,9 @@ def paired_bootstrap_interval(delta_of: Callable[[np.ndarray, np.ndarray], np.nd
     return float(lo), float(hi), f"percentile bootstrap B={resamples} (BCa undefined: no spread)"
 
 
-def sign_flip_p(delta_of: Callable[[np.ndarray, np.ndarray], np.ndarray], n: int, resamples: int = PERMUTATIONS,
-                seed: int = 0) -> float:
+def sign_flip_p(
+    delta_of: Callable[[np.ndarray, np.ndarray], np.ndarray], n: int, resamples: int = PERMUTATIONS, seed: int = 0
+) -> float:
     """Two-sided p of the paired permutation (sign-flip) test: swap the two sides within random pairs.
 
     H0: within each pair, reference and variant are exchangeable (the variant changes

@@ -11,7 +11,8 @@
   scale; embeddings, lm_head and norms stay in the checkpoint's dtype), bitsandbytes' 4-bit NF4
   0.5 byte per Linear weight plus a float32 absmax per 64 weights. Read from the safetensors
   headers (shapes and dtypes), no weight is loaded. With tensor parallelism every rank reads its
-  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks (`tasks.perf.roofline.roofline_inputs`).
+  share at once: the bytes are the whole model's, the bandwidth is per-GPU x ranks
+  (`tasks.perf.roofline.roofline_inputs`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,20 @@ from tasks.engines.base import sha256_file
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".engine", ".gguf")
 NOT_SERVED_DIRS = ("original",)  # Llama checkpoints' consolidated copy for Meta's own code
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
-               "I8": 1, "U8": 1, "BOOL": 1}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 # Online quantization (vLLM --quantization when loading): bytes per Linear weight, and what it means.
 ONLINE_BYTES_PER_WEIGHT = {
     "fp8": (1.0, "fp8 Linear weights (1 byte each), other tensors as stored"),
@@ -75,8 +88,13 @@ def safetensors_header(path: Path) -> dict[str, dict]:
 
 def is_linear_weight(name: str, shape: list[int]) -> bool:
     """A weight vLLM's Linear layers hold (quantized by online methods): 2-D, not an embedding or the LM head."""
-    return (len(shape) == 2 and name.endswith(".weight") and "embed" not in name and "lm_head" not in name
-            and "norm" not in name)
+    return (
+        len(shape) == 2
+        and name.endswith(".weight")
+        and "embed" not in name
+        and "lm_head" not in name
+        and "norm" not in name
+    )
 
 
 def decode_bytes(folder: Path, quantization: str) -> tuple[int, str]:
@@ -91,7 +109,11 @@ def decode_bytes(folder: Path, quantization: str) -> tuple[int, str]:
             numel = 1
             for d in t["shape"]:
                 numel *= d
-            total += numel * per_weight if is_linear_weight(name, t["shape"]) else t["data_offsets"][1] - t["data_offsets"][0]
+            total += (
+                numel * per_weight
+                if is_linear_weight(name, t["shape"])
+                else t["data_offsets"][1] - t["data_offsets"][0]
+            )
     return int(round(total)), f"{quantization} quantized when loading: {how} (from the safetensors headers)"
 
 
@@ -102,6 +124,9 @@ def model_bytes(artifact) -> tuple[int | None, str | None]:
         return (int(b), artifact.meta.get("decode_bytes_method")) if b else (None, None)
     if not artifact.bytes:
         return None, None
-    kind = "TensorRT engine files (rank*.engine)" if artifact.path.is_dir() and any(
-        artifact.path.glob("rank*.engine")) else "artifact weight files"
+    kind = (
+        "TensorRT engine files (rank*.engine)"
+        if artifact.path.is_dir() and any(artifact.path.glob("rank*.engine"))
+        else "artifact weight files"
+    )
     return artifact.bytes, kind

@@ -125,7 +125,8 @@ class Engine:
     requires: ClassVar[dict[str, str]] = {}
 
     def missing_dependency(self) -> str | None:
-        """'engine X needs pip-requirement (module m is not importable here)' for the first missing module, else None."""
+        """'engine X needs pip-requirement (module m is not importable here)' for the first missing module, else
+        None."""
         import importlib.util
 
         for module, requirement in self.requires.items():
@@ -134,7 +135,10 @@ class Engine:
             except (ImportError, ValueError):
                 found = False
             if not found:
-                return f"engine {self.name} needs {requirement} (python module {module} is not importable here); pip install '{requirement}'"
+                return (
+                    f"engine {self.name} needs {requirement} (python module {module} is not importable here); pip "
+                    f"install '{requirement}'"
+                )
         return None
 
     def check_variant(self, variant: "Variant", model: "ModelSpec") -> str | None:
@@ -146,13 +150,18 @@ class Engine:
             )
         if variant.speculative and variant.speculative.method not in self.speculative_methods:
             known = ", ".join(sorted(self.speculative_methods)) or "none"
-            return f"speculative.method: '{variant.speculative.method}' is not supported by {self.name}; use one of {known}"
+            return (
+                f"speculative.method: '{variant.speculative.method}' is not supported by {self.name}; use one of "
+                f"{known}"
+            )
         return None
 
     def build(self, variant: "Variant", model: "ModelSpec", cache_dir: Path) -> Artifact:
         raise NotImplementedError
 
-    def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
+    def server_command(
+        self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int
+    ) -> list[str]:
         raise NotImplementedError
 
     def served_model_name(self, variant: "Variant") -> str:
@@ -184,8 +193,9 @@ class Engine:
         tok = artifact.meta.get("tokenizer_gguf")
         return Path(tok) if tok else None
 
-    def serve(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
-              timeout_s: float) -> Endpoint:
+    def serve(
+        self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path, timeout_s: float
+    ) -> Endpoint:
         """Start the variant's server on a free loopback port and wait until it is healthy."""
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
@@ -200,8 +210,9 @@ class Engine:
             stop_server(endpoint.server, grace_s=self.stop_grace_s)
 
     @contextmanager
-    def serving(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
-                timeout_s: float) -> Iterator[Endpoint]:
+    def serving(
+        self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path, timeout_s: float
+    ) -> Iterator[Endpoint]:
         """The variant served inside the block; stopped on success and on failure."""
         endpoint = self.serve(artifact, variant, model, log_path, timeout_s)
         try:
@@ -235,8 +246,9 @@ def check_args(args: dict[str, Any], model: type[BaseModel], engine: str) -> str
     try:
         model.model_validate(args)
     except ValidationError as err:
-        return validation_line(err, "engine_args", unknown=f"not an option of {engine}; use one of "
-                                                           f"{', '.join(sorted(model.model_fields))}")
+        return validation_line(
+            err, "engine_args", unknown=f"not an option of {engine}; use one of {', '.join(sorted(model.model_fields))}"
+        )
     return None
 
 

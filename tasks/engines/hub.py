@@ -26,11 +26,20 @@ def download_command(python: str, repo: str, out_file: Path) -> list[str]:
 
 def is_local_data(spec: str) -> bool:
     """A calibration source given as a path (absolute, relative, ~, or an existing file) rather than a hub name."""
-    return spec.startswith(("/", "./", "../", "~")) or Path(os.path.expanduser(spec)).exists() or \
-        spec.endswith((".json", ".jsonl", ".txt"))
+    return (
+        spec.startswith(("/", "./", "../", "~"))
+        or Path(os.path.expanduser(spec)).exists()
+        or spec.endswith((".json", ".jsonl", ".txt"))
+    )
 
 
 def calibration_command(python: str, source: str, out_dir: Path, samples: int) -> list[str]:
     """`out_dir/train.jsonl` from a local calibration source, first `samples` texts."""
-    return [python, str(CALIBRATION_TEXT), str(Path(os.path.expanduser(source)).resolve()), str(out_dir),
-            "--samples", str(samples)]
+    return [
+        python,
+        str(CALIBRATION_TEXT),
+        str(Path(os.path.expanduser(source)).resolve()),
+        str(out_dir),
+        "--samples",
+        str(samples),
+    ]

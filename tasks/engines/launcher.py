@@ -35,8 +35,9 @@ class ServerDied(ServerError):
 
     def __init__(self, returncode: int, during: str, log_path: Path):
         self.returncode = returncode
-        what = (f"server died by {exit_reason(returncode)}" if returncode < 0
-                else f"server exited with code {returncode}")
+        what = (
+            f"server died by {exit_reason(returncode)}" if returncode < 0 else f"server exited with code {returncode}"
+        )
         super().__init__(f"{what} {during}: {_last_line(log_path)} (log: {log_path})\n{log_tail(log_path)}")
 
 
@@ -77,8 +78,14 @@ def _last_line(path: Path) -> str:
     return tail[:300] if tail else "(empty log)"
 
 
-def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float,
-                 health_path: str = "/v1/models", env: dict[str, str] | None = None) -> Server:
+def start_server(
+    cmd: list[str],
+    base_url: str,
+    log_path: Path,
+    timeout_s: float,
+    health_path: str = "/v1/models",
+    env: dict[str, str] | None = None,
+) -> Server:
     """Start `cmd` (an argument list, no shell), logging to `log_path`; wait until `health_path` answers 200."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -87,9 +94,15 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
         with open(log_path, "ab") as log:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **(env or {})}, start_new_session=True,
-                                    preexec_fn=die_with_parent())  # tasks.core.lifecycle: never outlives this process
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )  # tasks.core.lifecycle: never outlives this process
     except BaseException:
         release()
         raise
@@ -98,8 +111,10 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
     def alive() -> None:
         if proc.poll() is not None:
             if "address already in use" in log_tail(log_path, 40).lower():
-                raise PortInUse(f"port of {base_url} taken by another process before the server bound it: "
-                                f"{_last_line(log_path)} (log: {log_path})")
+                raise PortInUse(
+                    f"port of {base_url} taken by another process before the server bound it: "
+                    f"{_last_line(log_path)} (log: {log_path})"
+                )
             raise ServerDied(proc.returncode, "before it was healthy", log_path)
 
     try:
@@ -107,8 +122,10 @@ def start_server(cmd: list[str], base_url: str, log_path: Path, timeout_s: float
         wait_ready(base_url, health_path, timeout_s, interval_s=0.25, headers={}, alive=alive)
     except NotReady:
         stop_server(server)
-        raise ServerStartTimeout(f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} "
-                                 f"(log: {log_path})\n{log_tail(log_path)}") from None
+        raise ServerStartTimeout(
+            f"server not healthy after {timeout_s:.0f} s: {_last_line(log_path)} "
+            f"(log: {log_path})\n{log_tail(log_path)}"
+        ) from None
     except BaseException:
         stop_server(server)  # died, Ctrl-C, a cancelled task: never leave the server behind
         raise

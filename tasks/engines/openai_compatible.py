@@ -57,7 +57,9 @@ def read_key(args: HostedArgs) -> str | None:
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
         if not key:
-            raise HostedError(f"environment variable {args.api_key_env} (API key of {args.base_url}) is not set; export it")
+            raise HostedError(
+                f"environment variable {args.api_key_env} (API key of {args.base_url}) is not set; export it"
+            )
         return key
     if args.api_key_secret:
         from prefect.blocks.system import Secret
@@ -65,14 +67,18 @@ def read_key(args: HostedArgs) -> str | None:
         try:
             return Secret.load(args.api_key_secret).get()
         except (ValueError, RuntimeError) as err:
-            raise HostedError(f"Prefect Secret block '{args.api_key_secret}' cannot be read ({type(err).__name__}); "
-                              f"create it: Secret(value=...).save('{args.api_key_secret}')") from None
+            raise HostedError(
+                f"Prefect Secret block '{args.api_key_secret}' cannot be read ({type(err).__name__}); "
+                f"create it: Secret(value=...).save('{args.api_key_secret}')"
+            ) from None
     return None
 
 
 class OpenAICompatible(Engine):
     name: ClassVar[str] = "openai-compatible"
-    runs_on_host: ClassVar[bool] = False  # the provider's hardware: energy and MBU NULL with the reason, never this host's
+    runs_on_host: ClassVar[bool] = (
+        False  # the provider's hardware: energy and MBU NULL with the reason, never this host's
+    )
     forces_output_len: ClassVar[str | None] = None  # hosted APIs mostly honour neither min_tokens nor ignore_eos
 
     @staticmethod
@@ -84,7 +90,9 @@ class OpenAICompatible(Engine):
             missing = "base_url" if "base_url" not in variant.engine_args else "model"
             return f"engine_args.{missing}: required for engine openai-compatible; add it"
         # The URL first: that line never shows it (credentials in it); check_args would.
-        problem = url_problem(variant.engine_args.get("base_url")) or check_args(variant.engine_args, HostedArgs, self.name)
+        problem = url_problem(variant.engine_args.get("base_url")) or check_args(
+            variant.engine_args, HostedArgs, self.name
+        )
         if problem:
             return problem
         a = self.args(variant)
@@ -93,8 +101,10 @@ class OpenAICompatible(Engine):
         if problem := key_source_problem(a.api_key_env, a.api_key_secret):  # an allowed name; a pasted key unshown
             return problem
         if a.api_key_env and not os.environ.get(a.api_key_env):
-            return (f"engine_args.api_key_env: environment variable {a.api_key_env} is not set; export it "
-                    f"(the key is read at run time and never stored)")
+            return (
+                f"engine_args.api_key_env: environment variable {a.api_key_env} is not set; export it "
+                f"(the key is read at run time and never stored)"
+            )
         if problem := key_host_problem(a.api_key_env, a.api_key_secret, a.base_url):  # bound by the operator
             return problem
         if variant.speculative:
@@ -119,16 +129,20 @@ class OpenAICompatible(Engine):
         tok = artifact.meta.get("tokenizer_gguf")
         return Path(tok) if tok else None
 
-    def serve(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path,
-              timeout_s: float) -> Endpoint:
+    def serve(
+        self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path, timeout_s: float
+    ) -> Endpoint:
         """Nothing starts: read the key, check that the endpoint answers and serves the model."""
         a = self.args(variant)
         key = read_key(a)
         remember_key(key)  # excerpts of server answers (perf_requests.error) replace it
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        where = f"key from {'env ' + a.api_key_env if a.api_key_env else 'secret ' + str(a.api_key_secret)}" \
-            if key else "no key"
+        where = (
+            f"key from {'env ' + a.api_key_env if a.api_key_env else 'secret ' + str(a.api_key_secret)}"
+            if key
+            else "no key"
+        )
         log_path.write_text(f"hosted endpoint {a.base_url}, model {a.model} ({where})\n")
         t0 = time.monotonic()
         wait_s = min(timeout_s, a.health_timeout_s)
@@ -140,8 +154,9 @@ class OpenAICompatible(Engine):
         try:
             r = wait_ready(a.base_url, "/v1/models", wait_s, interval_s=1.0, headers=headers, final=refused)
         except NotReady as err:
-            raise HostedError(f"hosted endpoint {a.base_url} did not answer GET /v1/models within {wait_s:.0f} s "
-                              f"({err.last})") from None
+            raise HostedError(
+                f"hosted endpoint {a.base_url} did not answer GET /v1/models within {wait_s:.0f} s ({err.last})"
+            ) from None
         try:
             listing = json_of(r)
         except BadResponse as err:
@@ -149,7 +164,9 @@ class OpenAICompatible(Engine):
         data = listing.get("data") if isinstance(listing, dict) else None
         served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         if served and a.model not in served:
-            raise HostedError(f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
-                              f"it serves {', '.join(map(str, served[:10]))}")
+            raise HostedError(
+                f"hosted endpoint {a.base_url} does not serve model '{a.model}'; "
+                f"it serves {', '.join(map(str, served[:10]))}"
+            )
         set_endpoint_headers(a.base_url, headers)
         return Endpoint(a.base_url, a.model, None, time.monotonic() - t0)

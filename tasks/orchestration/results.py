@@ -78,7 +78,8 @@ class ResultsLocation:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ResultsLocationError(
                 f"scale_out.results_url: cannot write to {self.url} ({type(err).__name__}: {reason}); "
-                f"give a folder or URL every host can write, or fix its permissions") from None
+                f"give a folder or URL every host can write, or fix its permissions"
+            ) from None
 
     def publish(self, paths: RunPaths, variant: str) -> int:
         """Copy the variant's files (its result parts, its logs) from the local run folder; returns the count.
@@ -106,7 +107,7 @@ class ResultsLocation:
         if variant is not None:
             names = [n for n in names if n.endswith(f"/{variant}.parquet") and "/results/" in n]
         for remote in names:
-            local = paths.root / remote[len(root) + 1:]
+            local = paths.root / remote[len(root) + 1 :]
             if not is_under(paths.root, local):  # a name from the location ('../x'): never written outside the run
                 raise ResultsLocationError(f"results_url: file {remote} would land outside {paths.root}; refusing it")
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +124,9 @@ class ResultsLocation:
         fs, root = self._run_root(paths.run_id)
         if fs.exists(f"{root}/results"):
             for remote in fs.find(f"{root}/results"):
-                if remote.endswith(f"/{variant}.parquet") and (not isinstance(fs, LocalFileSystem)
-                                                               or is_under(root, remote)):
+                if remote.endswith(f"/{variant}.parquet") and (
+                    not isinstance(fs, LocalFileSystem) or is_under(root, remote)
+                ):
                     fs.rm(remote)
 
 

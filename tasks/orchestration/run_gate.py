@@ -29,17 +29,26 @@ def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | 
     sweep = [SYNC_STEP, max_step(perf)] if perf.sweep is not None else []
     n_steps = len(steps) + len(sweep) + (perf.sweep or 0)
     per_repeat = sum(step_prompts(perf, s) for s in steps + sweep) + (perf.sweep or 0) * (
-        perf.warmup_requests + perf.stream_requests())  # the sweep's rate steps
+        perf.warmup_requests + perf.stream_requests()
+    )  # the sweep's rate steps
     requests = perf.repeats * per_repeat
-    return {"perf_requests": None if perf.max_duration_s or search else requests,
-            "perf_summary": None if search else n_steps, "perf_power": None}
+    return {
+        "perf_requests": None if perf.max_duration_s or search else requests,
+        "perf_summary": None if search else n_steps,
+        "perf_power": None,
+    }
 
 
 def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
     """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
     per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
-    out: dict[str, int | None] = {"runs": 1, "variants": len(cfg.variants), "quality_samples": None, "quality_scores": None}
+    out: dict[str, int | None] = {
+        "runs": 1,
+        "variants": len(cfg.variants),
+        "quality_samples": None,
+        "quality_scores": None,
+    }
     for table, n in per_variant.items():
         if n is None:
             out[table] = None
@@ -58,9 +67,11 @@ class GateResult:
     def refusal(self, run_dir: Path) -> str:
         """One line: what failed, where the details are, and the expert's way around it."""
         failures = [f.replace("\n", " ") for f in self.report.failures()]
-        return (f"run {run_dir.name} fails the nightly's validation ({len(failures)} failed "
-                f"expectation{'s' if len(failures) != 1 else ''}, e.g. {failures[0] if failures else '?'}); "
-                f"nothing loaded; details in {run_dir / 'validation.json'}; load it anyway with --skip-validation")
+        return (
+            f"run {run_dir.name} fails the nightly's validation ({len(failures)} failed "
+            f"expectation{'s' if len(failures) != 1 else ''}, e.g. {failures[0] if failures else '?'}); "
+            f"nothing loaded; details in {run_dir / 'validation.json'}; load it anyway with --skip-validation"
+        )
 
     def bad_tables(self) -> list[str]:
         return [t.table for t in self.report.tables if not t.success]

@@ -1,4 +1,5 @@
-"""One writer per run folder: `runs/<run_id>/.lock` names the holder (PID, host), taken by the nightly and `tradeoff load`.
+"""One writer per run folder: `runs/<run_id>/.lock` names the holder (PID, host), taken by the nightly and `tradeoff
+load`.
 
 The lock file is created whole (written aside, then hard-linked into place, which fails when
 one exists), so a reader never sees half a holder. A second writer is refused with one line
@@ -71,13 +72,20 @@ def _read(path: Path) -> Holder | None:
     """The holder the lock file names; None when the file is gone."""
     try:
         data = json.loads(path.read_text())
-        return Holder(int(data["pid"]), str(data["host"]), str(data.get("purpose", "?")), str(data.get("since", "?")),
-                      int(data["proc_start"]) if data.get("proc_start") is not None else None)
+        return Holder(
+            int(data["pid"]),
+            str(data["host"]),
+            str(data.get("purpose", "?")),
+            str(data.get("since", "?")),
+            int(data["proc_start"]) if data.get("proc_start") is not None else None,
+        )
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise RunLocked(f"run folder {path.parent} has an unreadable lock file {path} ({type(err).__name__}); "
-                        f"delete it if no nightly or load is writing this run") from None
+        raise RunLocked(
+            f"run folder {path.parent} has an unreadable lock file {path} ({type(err).__name__}); "
+            f"delete it if no nightly or load is writing this run"
+        ) from None
 
 
 def _create(path: Path, me: Holder) -> bool:
@@ -90,8 +98,10 @@ def _create(path: Path, me: Holder) -> bool:
     except FileExistsError:
         return False
     except OSError as err:
-        raise RunLocked(f"run folder {path.parent} is not writable ({err.strerror}): its lock and validation go "
-                        f"there; copy the folder somewhere writable and use that copy") from None
+        raise RunLocked(
+            f"run folder {path.parent} is not writable ({err.strerror}): its lock and validation go "
+            f"there; copy the folder somewhere writable and use that copy"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -117,8 +127,9 @@ def acquire(run_dir: Path, purpose: str, warn: Callable[[str], None] = _warn_std
         raise RunLocked(f"run folder {run_dir} does not exist; pass a folder under runs/ (runs/<run_id>)")
     path = run_dir / LOCK_NAME
     pid = os.getpid()
-    me = Holder(pid, platform.node(), purpose, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                _proc_start(pid))
+    me = Holder(
+        pid, platform.node(), purpose, datetime.now(timezone.utc).isoformat(timespec="seconds"), _proc_start(pid)
+    )
     with _folder_flock(run_dir):
         for _ in range(3):  # a holder may release between our attempt and our read: try again
             if _create(path, me):
@@ -127,11 +138,14 @@ def acquire(run_dir: Path, purpose: str, warn: Callable[[str], None] = _warn_std
             if holder is None:
                 continue
             if holder.host != me.host:
-                raise RunLocked(f"run {run_dir.name} is being written by {holder.describe()}; wait for it, or if that "
-                                f"host no longer runs it, delete {path}")
+                raise RunLocked(
+                    f"run {run_dir.name} is being written by {holder.describe()}; wait for it, or if that "
+                    f"host no longer runs it, delete {path}"
+                )
             if _alive(holder):
-                raise RunLocked(f"run {run_dir.name} is being written by {holder.describe()}; wait for it to finish "
-                                f"or stop it")
+                raise RunLocked(
+                    f"run {run_dir.name} is being written by {holder.describe()}; wait for it to finish or stop it"
+                )
             warn(f"run {run_dir.name}: taking over the lock of {holder.describe()}, which is no longer running")
             path.unlink(missing_ok=True)
     raise RunLocked(f"run {run_dir.name}: could not take the lock {path}; try again")

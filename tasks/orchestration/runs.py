@@ -1,4 +1,5 @@
-"""Bookkeeping of a nightly run: preflight, run ids, the config kept in the run folder, resumption, row counts, crash hooks."""
+"""Bookkeeping of a nightly run: preflight, run ids, the config kept in the run folder, resumption, row counts, crash
+hooks."""
 
 from __future__ import annotations
 
@@ -59,8 +60,17 @@ class CheckedRun:
     caller could send from the UI: Prefect checks an argument of this type by isinstance only.
     """
 
-    def __init__(self, path: str, text: str, raw: dict[str, Any], cfg: RunConfig, run_id: str | None,
-                 work_pool: str | None, location: ResultsLocation, warning: str | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        text: str,
+        raw: dict[str, Any],
+        cfg: RunConfig,
+        run_id: str | None,
+        work_pool: str | None,
+        location: ResultsLocation,
+        warning: str | None,
+    ) -> None:
         self.path, self.text, self.raw, self.cfg = path, text, raw, cfg
         self.run_id, self.work_pool, self.location, self.warning = run_id, work_pool, location, warning
 
@@ -70,8 +80,9 @@ class CheckedRun:
         return iter({"path": self.path, "config": self.raw}.items())
 
 
-def checked_run(path: str, text: str, raw: dict[str, Any], cfg: RunConfig, run_id: str | None,
-                work_pool: str | None) -> CheckedRun:
+def checked_run(
+    path: str, text: str, raw: dict[str, Any], cfg: RunConfig, run_id: str | None, work_pool: str | None
+) -> CheckedRun:
     """The preflight of an already validated config (work pool not yet applied): a CheckedRun, or ConfigError."""
     cfg = with_work_pool(cfg, work_pool)
     location, warning = preflight(cfg)
@@ -115,8 +126,10 @@ def record_config(paths: RunPaths, config_text: str, cfg: RunConfig) -> None:
     mark = paths.root / "config.sha256"
     fingerprint = config_fingerprint(cfg)
     if mark.exists() and mark.read_text().strip() != fingerprint:
-        raise ConfigError(f"run {paths.run_id}: its folder holds results of another config; re-run it with the config "
-                          f"it was started with ({paths.root / 'config.yaml'}) or drop --run-id")
+        raise ConfigError(
+            f"run {paths.run_id}: its folder holds results of another config; re-run it with the config "
+            f"it was started with ({paths.root / 'config.yaml'}) or drop --run-id"
+        )
     (paths.root / "config.yaml").write_text(config_text)
     mark.write_text(fingerprint + "\n")
 
@@ -147,7 +160,10 @@ def collect_rows(cfg: RunConfig, paths: RunPaths, location: ResultsLocation, end
         if row is None:
             why = ended.get(v.name, "no result")
             if why.split(":")[0].endswith("completed"):
-                why += f"; but it left no results in {location.url}: set scale_out.results_url to a location every worker can write"
+                why += (
+                    f"; but it left no results in {location.url}: set scale_out.results_url to a location every "
+                    f"worker can write"
+                )
             row = variant_row(paths.run_id, cfg, v, None, None, why)
             write_table(paths.results, "variants", v.name, [row])
             location.publish(paths, v.name)
@@ -168,7 +184,10 @@ def notify_crash(flow, run, state) -> None:
         else:  # a path: a deployment's parameter
             cfg = load_config(config)
         if cfg.notify is not None:
-            deliver(cfg.notify.block, f"tradeoff nightly {run.name}: {state.type.value.lower()}",
-                    (state.message or state.type.value).splitlines()[0][:1000])
+            deliver(
+                cfg.notify.block,
+                f"tradeoff nightly {run.name}: {state.type.value.lower()}",
+                (state.message or state.type.value).splitlines()[0][:1000],
+            )
     except Exception as err:  # noqa: BLE001 - a hook must not mask the run's own failure
         get_run_logger().warning("could not send the failure notification: %s", err)

@@ -48,8 +48,9 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
 
 
 @task(name="perf-sweep", cache_policy=NONE)
-def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str,
-                 results_dir: Path) -> dict:
+def measure_perf(
+    cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str, results_dir: Path
+) -> dict:
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
     search = partial(search_load, cfg) if cfg.decision.search is not None else None
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
@@ -57,24 +58,40 @@ def measure_perf(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifa
 
 
 @task(name="quality-suites", cache_policy=NONE)
-def measure_quality(cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, ref_artifact: Artifact | None,
-                    base_url: str, work_dir: Path, results_dir: Path) -> dict:
-    """Every configured suite against the variant, then its deltas against the reference (parts written as they come)."""
+def measure_quality(
+    cfg: RunConfig,
+    run_id: str,
+    variant: Variant,
+    artifact: Artifact,
+    ref_artifact: Artifact | None,
+    base_url: str,
+    work_dir: Path,
+    results_dir: Path,
+) -> dict:
+    """Every configured suite against the variant, then its deltas against the reference (parts written as they
+    come)."""
     return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, run_logger())
 
 
 @task(name="write-run-row", cache_policy=NONE)
 def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: str, error: str | None) -> None:
-    row = {"run_id": paths.run_id, "config_name": cfg.name, "started_at": started,
-           "finished_at": datetime.now(timezone.utc), "status": status, **host_info(),
-           "config_json": cfg.model_dump_json(), "reference_variant": cfg.reference.name,
-           "primary_quality_metric": cfg.quality.primary, "error": error}
+    row = {
+        "run_id": paths.run_id,
+        "config_name": cfg.name,
+        "started_at": started,
+        "finished_at": datetime.now(timezone.utc),
+        "status": status,
+        **host_info(),
+        "config_json": cfg.model_dump_json(),
+        "reference_variant": cfg.reference.name,
+        "primary_quality_metric": cfg.quality.primary,
+        "error": error,
+    }
     write_table(paths.results, "runs", "run", [row])
 
 
 @task(name="validate-results", cache_policy=NONE)
 def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
-
     return validate_results(paths.results, expected)
 
 
@@ -102,20 +119,34 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
         decision = recommendation_markdown(con, run_id)
     finally:
         con.close()
-    create_markdown_artifact(key="tradeoff-recommendation", markdown=decision,
-                             description=f"Which variant to ship of run {run_id} (v_recommendation)")
-    create_link_artifact(key="tradeoff-report", link=html_path.as_uri(), link_text=f"HTML report of {run_id}",
-                         description="Self-contained page: tables and plots (open on the host that ran the flow)")
-    create_table_artifact(key="tradeoff-table", table=json.loads(df.to_json(orient="records", date_format="iso")),
-                          description=f"Trade-off table of run {run_id}")
-    create_markdown_artifact(key="tradeoff-takeaways", markdown="\n".join(f"- {t}" for t in lines) or "(no takeaways)",
-                             description=f"Takeaways of run {run_id} against the reference")
+    create_markdown_artifact(
+        key="tradeoff-recommendation",
+        markdown=decision,
+        description=f"Which variant to ship of run {run_id} (v_recommendation)",
+    )
+    create_link_artifact(
+        key="tradeoff-report",
+        link=html_path.as_uri(),
+        link_text=f"HTML report of {run_id}",
+        description="Self-contained page: tables and plots (open on the host that ran the flow)",
+    )
+    create_table_artifact(
+        key="tradeoff-table",
+        table=json.loads(df.to_json(orient="records", date_format="iso")),
+        description=f"Trade-off table of run {run_id}",
+    )
+    create_markdown_artifact(
+        key="tradeoff-takeaways",
+        markdown="\n".join(f"- {t}" for t in lines) or "(no takeaways)",
+        description=f"Takeaways of run {run_id} against the reference",
+    )
     return text
 
 
 @task(name="notify-outcome", cache_policy=NONE)
 def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, rows: list[dict]) -> str | None:
-    """Tell the notify block about a failed or partial run, regressions found with this run (v_change_points) and a changed
+    """Tell the notify block about a failed or partial run, regressions found with this run (v_change_points) and a
+    changed
     recommendation (v_recommendation)."""
     if cfg.notify is None:
         return None
@@ -123,8 +154,9 @@ def notify_outcome(cfg: RunConfig, warehouse: Path, run_id: str, status: str, ro
     errors = {r["variant"]: str(r["error"] or "failed") for r in rows if r["status"] == "failed"}
     flagged = regressions(warehouse, run_id) if cfg.notify.on_regression else []
     changed = recommendation_change(warehouse, run_id) if cfg.notify.on_recommendation_change else None
-    message = run_message(run_id, status, failed, errors, flagged, cfg.notify.on_partial, cfg.notify.on_regression,
-                          changed)
+    message = run_message(
+        run_id, status, failed, errors, flagged, cfg.notify.on_partial, cfg.notify.on_regression, changed
+    )
     if message is None:
         return None
     send(cfg.notify.block, *message)
@@ -150,12 +182,19 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="start-server", cache_policy=NONE, retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=5),
-      retry_condition_fn=_transient)
+@task(
+    name="start-server",
+    cache_policy=NONE,
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=5),
+    retry_condition_fn=_transient,
+)
 def start_endpoint(cfg: RunConfig, variant: Variant, artifact: Artifact, log_path: Path) -> Endpoint:
-    """Serve the variant (its engine's server on a free loopback port, or a hosted endpoint) and wait until it answers."""
-    endpoint = engine_for(variant.engine).serve(artifact, variant, cfg.models[variant.model], log_path,
-                                                cfg.server_start_timeout_s)
+    """Serve the variant (its engine's server on a free loopback port, or a hosted endpoint) and wait until it
+    answers."""
+    endpoint = engine_for(variant.engine).serve(
+        artifact, variant, cfg.models[variant.model], log_path, cfg.server_start_timeout_s
+    )
     where = f"pid {endpoint.server.pid}, up in {endpoint.startup_s:.1f} s" if endpoint.server else "hosted"
     get_run_logger().info("%s serving at %s (%s)", variant.name, endpoint.base_url, where)
     return endpoint

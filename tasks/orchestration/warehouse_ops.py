@@ -49,19 +49,23 @@ def _stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def load_checked(run_dir: str | Path, warehouse: str | Path, skip_validation: bool = False,
-                 warn: Callable[[str], None] = _stderr) -> dict[str, int]:
+def load_checked(
+    run_dir: str | Path, warehouse: str | Path, skip_validation: bool = False, warn: Callable[[str], None] = _stderr
+) -> dict[str, int]:
     """Load one run folder as the nightly would: its lock held, its results through the GX gate; rows per table."""
     run_dir = Path(run_dir)
     if not (run_dir / "results").is_dir():
         raise WarehouseError(f"run_dir: {run_dir} has no results/ folder; pass a run folder such as runs/<run_id>")
     with run_lock(run_dir, "load", warn=warn):
         if skip_validation:
-            warn(f"--skip-validation: loading run {run_dir.name} without the validation the nightly applies "
-                 f"(recorded in {run_dir / UNVALIDATED}: `tradeoff warehouse rebuild` loads it the same way)")
+            warn(
+                f"--skip-validation: loading run {run_dir.name} without the validation the nightly applies "
+                f"(recorded in {run_dir / UNVALIDATED}: `tradeoff warehouse rebuild` loads it the same way)"
+            )
             counts = load_run(run_dir, warehouse)
-            (run_dir / UNVALIDATED).write_text(json.dumps({"loaded_at": datetime.now(timezone.utc).isoformat(),
-                                                           "warehouse": str(warehouse)}) + "\n")
+            (run_dir / UNVALIDATED).write_text(
+                json.dumps({"loaded_at": datetime.now(timezone.utc).isoformat(), "warehouse": str(warehouse)}) + "\n"
+            )
             return counts
         gate = gate_run(run_dir)
         if gate.note:
@@ -85,15 +89,21 @@ class RebuildSummary:
 
     def line(self) -> str:
         kept = f"; the previous file is kept as {self.previous}" if self.previous else ""
-        unvalidated = (f" ({len(self.unvalidated)} without validation, as `tradeoff load --skip-validation` loaded "
-                       f"them)") if self.unvalidated else ""
-        return (f"rebuilt {self.warehouse} in {self.seconds:.1f} s: {len(self.loaded)} runs loaded{unvalidated}, "
-                f"{len(self.failed_validation)} failed validation (recorded as failed, as the nightly does), "
-                f"{len(self.skipped)} skipped{kept}")
+        unvalidated = (
+            (f" ({len(self.unvalidated)} without validation, as `tradeoff load --skip-validation` loaded them)")
+            if self.unvalidated
+            else ""
+        )
+        return (
+            f"rebuilt {self.warehouse} in {self.seconds:.1f} s: {len(self.loaded)} runs loaded{unvalidated}, "
+            f"{len(self.failed_validation)} failed validation (recorded as failed, as the nightly does), "
+            f"{len(self.skipped)} skipped{kept}"
+        )
 
 
-def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summary: RebuildSummary,
-                 out: Callable[[str], None]) -> None:
+def _rebuild_one(
+    con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summary: RebuildSummary, out: Callable[[str], None]
+) -> None:
     """Gate one run folder and insert it: all of it when it passes, its runs and variants rows when it fails.
 
     A problem of the run (being written, unreadable, its rows refused by a constraint) skips it with
@@ -107,8 +117,10 @@ def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summ
                 counts = insert_run(con, parts)
                 summary.loaded.append(parts.run_id)
                 summary.unvalidated.append(parts.run_id)
-                out(f"{name}: loaded {sum(counts.values()):,} rows without validation, as `tradeoff load "
-                    f"--skip-validation` did ({UNVALIDATED} in the run folder)")
+                out(
+                    f"{name}: loaded {sum(counts.values()):,} rows without validation, as `tradeoff load "
+                    f"--skip-validation` did ({UNVALIDATED} in the run folder)"
+                )
                 return
             try:
                 gate = gate_run(run_dir)
@@ -123,8 +135,10 @@ def _rebuild_one(con: duckdb.DuckDBPyConnection, run_dir: Path, lock: bool, summ
             insert_run(con, parts, only=[t for t in ("runs", "variants") if t not in gate.bad_tables()])
             update_history(con, [parts.run_id], warn=out)
             summary.failed_validation.append(parts.run_id)
-            out(f"{name}: fails validation ({'; '.join(gate.report.failures()[:2])}); only its runs and variants "
-                f"rows loaded, as the nightly does")
+            out(
+                f"{name}: fails validation ({'; '.join(gate.report.failures()[:2])}); only its runs and variants "
+                f"rows loaded, as the nightly does"
+            )
     except (RunLocked, WarehouseError, duckdb.ConstraintException, duckdb.ConversionException) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         summary.skipped[name] = reason
@@ -146,8 +160,10 @@ def _rebuild(folders: list[Path], db: Path, lock_runs: bool, out: Callable[[str]
                 for folder in folders:
                     _rebuild_one(con, folder, lock_runs, summary, out)
                 if not summary.loaded and not summary.failed_validation:
-                    raise WarehouseError(f"none of the {len(folders)} run folders could be loaded (reasons above); "
-                                         f"nothing rebuilt, {db} is unchanged")
+                    raise WarehouseError(
+                        f"none of the {len(folders)} run folders could be loaded (reasons above); "
+                        f"nothing rebuilt, {db} is unchanged"
+                    )
                 refresh_views(con)
                 con.execute("checkpoint")
             finally:
@@ -170,8 +186,10 @@ def _fetch_runs(url: str, dest: Path, out: Callable[[str], None]) -> list[Path]:
         entries = fs.ls(root, detail=True)
     except Exception as err:  # noqa: BLE001 - any backend's error, in one line
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise WarehouseError(f"--results-url: cannot list {url} ({type(err).__name__}: {first}); give a folder or "
-                             f"URL that holds run folders") from None
+        raise WarehouseError(
+            f"--results-url: cannot list {url} ({type(err).__name__}: {first}); give a folder or "
+            f"URL that holds run folders"
+        ) from None
     folders = []
     for entry in sorted(entries, key=lambda e: e["name"]):
         name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -186,8 +204,12 @@ def _fetch_runs(url: str, dest: Path, out: Callable[[str], None]) -> list[Path]:
     return folders
 
 
-def rebuild(warehouse: str | Path, runs: str | Path | None = None, results_url: str | None = None,
-            out: Callable[[str], None] = print) -> RebuildSummary:
+def rebuild(
+    warehouse: str | Path,
+    runs: str | Path | None = None,
+    results_url: str | None = None,
+    out: Callable[[str], None] = print,
+) -> RebuildSummary:
     """Build the warehouse anew from every run folder under `runs` (default: the runs folder) or `results_url`."""
     db = target_file(Path(warehouse))
     if results_url:
@@ -196,7 +218,9 @@ def rebuild(warehouse: str | Path, runs: str | Path | None = None, results_url: 
             return _rebuild(_fetch_runs(results_url, Path(tmp), out), db, lock_runs=False, out=out)
     root = Path(runs) if runs else runs_dir()
     if not root.is_dir():
-        raise WarehouseError(f"--runs-dir: {root} is not a folder; pass the folder that holds the run folders "
-                             f"(TRADEOFF_RUNS_DIR, default runs/) or --results-url")
+        raise WarehouseError(
+            f"--runs-dir: {root} is not a folder; pass the folder that holds the run folders "
+            f"(TRADEOFF_RUNS_DIR, default runs/) or --results-url"
+        )
     folders = sorted(p for p in root.iterdir() if (p / "results").is_dir())
     return _rebuild(folders, db, lock_runs=True, out=out)

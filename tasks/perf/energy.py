@@ -67,8 +67,11 @@ class _Rapl:
     source = "rapl"
 
     def __init__(self, root: str = "/sys/class/powercap") -> None:
-        zones = [Path(p) for p in sorted(glob.glob(f"{root}/intel-rapl:[0-9]*"))
-                 if ":" not in Path(p).name.split("intel-rapl:", 1)[1]]  # packages only, not sub-zones
+        zones = [
+            Path(p)
+            for p in sorted(glob.glob(f"{root}/intel-rapl:[0-9]*"))
+            if ":" not in Path(p).name.split("intel-rapl:", 1)[1]
+        ]  # packages only, not sub-zones
         if not zones:
             raise RuntimeError(f"no RAPL package zone under {root}")
         self._zones = zones
@@ -122,9 +125,14 @@ class EnergyWindow:
     `clock` is the time source in seconds; `off_reason` turns metering off, with that reason.
     """
 
-    def __init__(self, interval_s: float | None = None, meter: object | None = None,
-                 clock: Callable[[], float] = time.perf_counter, off_reason: str | None = None,
-                 opener: Callable[[], tuple[object | None, str | None]] | None = None) -> None:
+    def __init__(
+        self,
+        interval_s: float | None = None,
+        meter: object | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        off_reason: str | None = None,
+        opener: Callable[[], tuple[object | None, str | None]] | None = None,
+    ) -> None:
         if off_reason:  # e.g. the server runs on another host: this host's counters would not be its energy
             self.meter, self.note = None, off_reason
         else:
@@ -174,5 +182,4 @@ class EnergyWindow:
         e1 = self.meter.read_devices()
         by_device = {d: b - a for d, a, b in zip(self.meter.devices, self._e0, e1)}
         energy = sum(by_device.values())
-        self.reading = EnergyReading(energy, energy / dt if dt > 0 else None, self.meter.source, None,
-                                     by_device, dt)
+        self.reading = EnergyReading(energy, energy / dt if dt > 0 else None, self.meter.source, None, by_device, dt)

@@ -24,8 +24,9 @@ from typing import Any, Callable
 
 from tasks.perf.energy import EnergyWindow, _Nvml, _Rapl, open_meter, per_token
 
-HOSTED_NOTE = ("hosted endpoint: it runs on the provider's hardware, which no energy counter of this host "
-               "measures; not measured")
+HOSTED_NOTE = (
+    "hosted endpoint: it runs on the provider's hardware, which no energy counter of this host measures; not measured"
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,13 @@ def nvml_devices(nvml: Any) -> list[GpuDevice]:
         uuid = nvml.nvmlDeviceGetUUID(h)
         pci = nvml.nvmlDeviceGetPciInfo(h)
         bus = getattr(pci, "busIdLegacy", None) or getattr(pci, "busId", b"")
-        out.append(GpuDevice(i, uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                             bus.decode() if isinstance(bus, bytes) else str(bus)))
+        out.append(
+            GpuDevice(
+                i,
+                uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                bus.decode() if isinstance(bus, bytes) else str(bus),
+            )
+        )
     return out
 
 
@@ -60,8 +66,10 @@ def visible_gpus(devices: list[GpuDevice], cuda_visible: str | None) -> list[Gpu
     out: list[GpuDevice] = []
     for entry in (e.strip() for e in cuda_visible.split(",")):
         if entry.startswith("MIG-"):
-            raise NoEngineGpus(f"CUDA_VISIBLE_DEVICES entry {entry} is a MIG instance: NVML has no energy counter "
-                               f"for MIG instances; energy not measured")
+            raise NoEngineGpus(
+                f"CUDA_VISIBLE_DEVICES entry {entry} is a MIG instance: NVML has no energy counter "
+                f"for MIG instances; energy not measured"
+            )
         if entry.startswith("GPU-"):
             match = [d for d in devices if d.uuid.startswith(entry)]
         elif entry.isdigit() and int(entry) < len(by_pci):
@@ -79,8 +87,10 @@ def engine_gpus(devices: list[GpuDevice], cuda_visible: str | None, count: int) 
     visible = visible_gpus(devices, cuda_visible)
     if len(visible) < count:
         shown = "unset" if cuda_visible is None else repr(cuda_visible)
-        raise NoEngineGpus(f"the engine uses {count} GPU(s) but CUDA_VISIBLE_DEVICES={shown} makes "
-                           f"{len(visible)} visible; energy not measured")
+        raise NoEngineGpus(
+            f"the engine uses {count} GPU(s) but CUDA_VISIBLE_DEVICES={shown} makes "
+            f"{len(visible)} visible; energy not measured"
+        )
     return visible[:count]
 
 
@@ -108,8 +118,10 @@ class EnergyScope:
             try:
                 meter = _Rapl(self.rapl_root)
             except Exception as err:  # noqa: BLE001 - any failure means: no CPU counter here
-                return None, (f"no energy meter for a CPU engine: rapl: {type(err).__name__}: {err}".strip()
-                              + " (GPU counters are not the engine's)")
+                return None, (
+                    f"no energy meter for a CPU engine: rapl: {type(err).__name__}: {err}".strip()
+                    + " (GPU counters are not the engine's)"
+                )
             self.label = f"rapl {','.join(meter.devices)} (CPU engine)"
             return meter, None
         try:
@@ -124,8 +136,10 @@ class EnergyScope:
         except Exception as err:  # noqa: BLE001 - no driver, no counter
             return None, f"no energy meter for a GPU engine: nvml: {type(err).__name__}: {err}".strip()
         shown = "unset" if self.cuda_visible is None else self.cuda_visible
-        self.label = (f"nvml {','.join(meter.devices)} ({self.gpu_count} GPU(s) of the engine; "
-                      f"CUDA_VISIBLE_DEVICES={shown}; UUIDs {','.join(g.uuid for g in gpus)})")
+        self.label = (
+            f"nvml {','.join(meter.devices)} ({self.gpu_count} GPU(s) of the engine; "
+            f"CUDA_VISIBLE_DEVICES={shown}; UUIDs {','.join(g.uuid for g in gpus)})"
+        )
         return meter, None
 
 
@@ -145,8 +159,12 @@ class IdleBaseline:
     by_device_w: dict[str, float] = field(default_factory=dict)
 
 
-def idle_baseline(scope: EnergyScope, seconds: float, sleep: Callable[[float], None] = time.sleep,
-                  clock: Callable[[], float] = time.perf_counter) -> IdleBaseline:
+def idle_baseline(
+    scope: EnergyScope,
+    seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.perf_counter,
+) -> IdleBaseline:
     """Mean power of the scope's devices over `seconds` with nothing sent (the server up and idle)."""
     if seconds <= 0:
         return IdleBaseline(None, None, "idle baseline off (perf.idle_baseline_s: 0)")
@@ -158,16 +176,24 @@ def idle_baseline(scope: EnergyScope, seconds: float, sleep: Callable[[float], N
     r = window.reading
     if not r.window_s or r.energy_j is None:
         return IdleBaseline(None, None, "idle window too short to read")
-    return IdleBaseline(r.energy_j / r.window_s, r.window_s, None,
-                        {d: j / r.window_s for d, j in r.by_device_j.items()})
+    return IdleBaseline(
+        r.energy_j / r.window_s, r.window_s, None, {d: j / r.window_s for d, j in r.by_device_j.items()}
+    )
 
 
-def idle_columns(summary: dict, windows_s: list[float | None], scope: EnergyScope, idle: IdleBaseline | None,
-                 tokens: int) -> dict:
+def idle_columns(
+    summary: dict, windows_s: list[float | None], scope: EnergyScope, idle: IdleBaseline | None, tokens: int
+) -> dict:
     """The perf_summary columns of migration 008: what was metered, idle power, energy and J/token above idle."""
     energy = summary.get("energy_j")
-    out = {"energy_devices": scope.label if energy is not None else None, "idle_power_w": None, "idle_window_s": None,
-           "energy_above_idle_j": None, "energy_j_per_token_above_idle": None, "idle_note": None}
+    out = {
+        "energy_devices": scope.label if energy is not None else None,
+        "idle_power_w": None,
+        "idle_window_s": None,
+        "energy_above_idle_j": None,
+        "energy_j_per_token_above_idle": None,
+        "idle_note": None,
+    }
     if energy is None:
         out["idle_note"] = summary.get("energy_note") or scope.off_reason
         return out
@@ -182,6 +208,8 @@ def idle_columns(summary: dict, windows_s: list[float | None], scope: EnergyScop
         if out["energy_j_per_token_above_idle"] is None:
             out["idle_note"] = "no output tokens in the window"
     else:
-        out["idle_note"] = (f"energy above idle {above:.3g} J is not positive: the load drew no more than the idle "
-                            f"baseline ({idle.power_w:.3g} W) within the counters' noise")
+        out["idle_note"] = (
+            f"energy above idle {above:.3g} J is not positive: the load drew no more than the idle "
+            f"baseline ({idle.power_w:.3g} W) within the counters' noise"
+        )
     return out

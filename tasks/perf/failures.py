@@ -1,4 +1,5 @@
-"""Failures are failures in the perf run: a variant whose measured requests failed above `perf.max_error_rate`, or with a step without an ok request, is failed with the counts."""
+"""Failures are failures in the perf run: a variant whose measured requests failed above `perf.max_error_rate`, or with
+a step without an ok request, is failed with the counts."""
 
 from __future__ import annotations
 
@@ -22,8 +23,14 @@ def request_counts(scenarios: Iterable[Any]) -> dict[str, Any]:
         if measured and not step_ok:
             steps_without_ok.append(sc.step.label)
         first_error = first_error or next((r.error for r in measured if r.status != "ok" and r.error), None)
-    return {"requests": requests, "ok": ok, "errored": errored, "incomplete": incomplete,
-            "steps_without_ok": steps_without_ok, "first_error": first_error}
+    return {
+        "requests": requests,
+        "ok": ok,
+        "errored": errored,
+        "incomplete": incomplete,
+        "steps_without_ok": steps_without_ok,
+        "first_error": first_error,
+    }
 
 
 def perf_failure(counts: dict[str, Any], max_error_rate: float) -> str | None:
@@ -36,11 +43,15 @@ def perf_failure(counts: dict[str, Any], max_error_rate: float) -> str | None:
     share = failed / n
     if share <= max_error_rate and not counts["steps_without_ok"]:
         return None
-    why = [f"{share:.1%} > perf.max_error_rate {max_error_rate:.1%}" if share > max_error_rate else None,
-           f"no ok request in step {', '.join(counts['steps_without_ok'])}" if counts["steps_without_ok"] else None]
+    why = [
+        f"{share:.1%} > perf.max_error_rate {max_error_rate:.1%}" if share > max_error_rate else None,
+        f"no ok request in step {', '.join(counts['steps_without_ok'])}" if counts["steps_without_ok"] else None,
+    ]
     first = f"; first error: {counts['first_error'].splitlines()[0][:200]}" if counts["first_error"] else ""
-    return (f"perf: {failed} of {n} measured requests failed ({counts['errored']} errored, {counts['incomplete']} "
-            f"incomplete, {counts['ok']} ok): {'; '.join(w for w in why if w)}{first}")
+    return (
+        f"perf: {failed} of {n} measured requests failed ({counts['errored']} errored, {counts['incomplete']} "
+        f"incomplete, {counts['ok']} ok): {'; '.join(w for w in why if w)}{first}"
+    )
 
 
 def check_perf(counts: dict[str, Any], max_error_rate: float) -> None:

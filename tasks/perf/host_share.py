@@ -24,9 +24,13 @@ STOCK_LLAMA_SERVER = "llama_cpp.server"
 PINNED_LLAMA_SERVER = "tasks.engines.llama_cpp_server"
 
 # Measured with benchmarks/client_intrusion.py on a 2-core host (docs/timing.md, "The client and the server").
-STOCK_FIGURE = "measured on 2 cores: 29.6 ms per token under tradeoff perf, 23.4 under vllm bench serve, 13.9 under curl"
-NO_CORE_FIGURE = ("on 2 cores, served as the nightly serves it, tradeoff perf, vllm bench serve and curl measured "
-                  "alike within 1 %, but any other busy process on the host slows every decode step")
+STOCK_FIGURE = (
+    "measured on 2 cores: 29.6 ms per token under tradeoff perf, 23.4 under vllm bench serve, 13.9 under curl"
+)
+NO_CORE_FIGURE = (
+    "on 2 cores, served as the nightly serves it, tradeoff perf, vllm bench serve and curl measured "
+    "alike within 1 %, but any other busy process on the host slows every decode step"
+)
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -89,8 +93,12 @@ def llama_server_threads(argv: list[str], host_cores: int, os_cpus: int) -> dict
             return default
         return os_cpus if n == -1 else n
 
-    return {"decode": threads("--n_threads", max(os_cpus // 2, 1)), "prompt": threads("--n_threads_batch", os_cpus),
-            "host_cores": host_cores, "server": module}
+    return {
+        "decode": threads("--n_threads", max(os_cpus // 2, 1)),
+        "prompt": threads("--n_threads_batch", os_cpus),
+        "host_cores": host_cores,
+        "server": module,
+    }
 
 
 def local_server_threads(port: int) -> dict | None:
@@ -113,13 +121,17 @@ def sharing_notes(threads: dict | None) -> list[str]:
     notes = []
     decode, cores = threads.get("decode"), threads.get("host_cores")
     if decode and cores and decode >= cores:
-        notes.append(f"the server decodes on {decode} threads and this host has {cores} cores: none is left for "
-                     f"the load generator, whose wake-ups then take a core from a decode step ({NO_CORE_FIGURE}); "
-                     f"leave one free (llama.cpp: n_threads {max(cores - 1, 1)}) or run the load generator on "
-                     f"another host")
+        notes.append(
+            f"the server decodes on {decode} threads and this host has {cores} cores: none is left for "
+            f"the load generator, whose wake-ups then take a core from a decode step ({NO_CORE_FIGURE}); "
+            f"leave one free (llama.cpp: n_threads {max(cores - 1, 1)}) or run the load generator on "
+            f"another host"
+        )
     if threads.get("server") == STOCK_LLAMA_SERVER and decode and decode > 1:
-        notes.append(f"llama-cpp-python's stock server decoding on {decode} threads: its decode speed depends on "
-                     f"the clients' timing (a second OpenMP team appears when requests follow each other closely; "
-                     f"{STOCK_FIGURE}); serve it with `python -m {PINNED_LLAMA_SERVER}` (the same options) or "
-                     f"with --n_threads 1 (docs/timing.md)")
+        notes.append(
+            f"llama-cpp-python's stock server decoding on {decode} threads: its decode speed depends on "
+            f"the clients' timing (a second OpenMP team appears when requests follow each other closely; "
+            f"{STOCK_FIGURE}); serve it with `python -m {PINNED_LLAMA_SERVER}` (the same options) or "
+            f"with --n_threads 1 (docs/timing.md)"
+        )
     return notes

@@ -50,8 +50,9 @@ def _repeat_interval(values: list[float], level: float, resamples: int, seed: in
     return lo, hi
 
 
-def jitter_summary(runs: list[list[RequestRecord]], level: float = 0.95, resamples: int = 1000,
-                   seed: int = 0) -> dict[str, float | str | None]:
+def jitter_summary(
+    runs: list[list[RequestRecord]], level: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> dict[str, float | str | None]:
     """`ttft_cv_pct_median`, `itl_cv_pct_median`, their `_ci_low/_ci_high`, and `jitter_note` (why any is NULL)."""
     out: dict[str, float | str | None] = {}
     notes = []
@@ -64,7 +65,9 @@ def jitter_summary(runs: list[list[RequestRecord]], level: float = 0.95, resampl
         else:
             out[f"{key}_ci_low"] = out[f"{key}_ci_high"] = None
             what = "2 chunk gaps with a mean above 0" if name == "itl" else "2 ok requests"
-            notes.append(f"{name.upper()} CV: {len(vals)} of {len(cvs)} repeats had one (>= {what}); "
-                         f"an interval needs 2 such repeats")
+            notes.append(
+                f"{name.upper()} CV: {len(vals)} of {len(cvs)} repeats had one (>= {what}); "
+                f"an interval needs 2 such repeats"
+            )
     out["jitter_note"] = "; ".join(notes) or None
     return out

@@ -38,8 +38,14 @@ def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
     """One measured step judged as v_slo_steps judges it: the decision's SLO, percentile and confidence, and for a
     rate step whether its load was sustained."""
     d = cfg.decision
-    return check_step([run.measured for run in sc.runs], d.slo_limits(cfg.perf) or {}, d.percentile, d.confidence,
-                      is_rate_step(sc.step), d.min_rate_ratio)
+    return check_step(
+        [run.measured for run in sc.runs],
+        d.slo_limits(cfg.perf) or {},
+        d.percentile,
+        d.confidence,
+        is_rate_step(sc.step),
+        d.min_rate_ratio,
+    )
 
 
 def bracket(scenarios: list[Scenario], cfg: RunConfig) -> tuple[float | None, float | None, float | None]:
@@ -66,10 +72,16 @@ def chain(judged: list[tuple[float, bool]]) -> tuple[float | None, float | None]
     return lo, None
 
 
-def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measure: Callable[[float], bool],
-                 clock: Callable[[], float] = time.monotonic, start: float | None = None,
-                 expected_s: Callable[[float], float] | None = None,
-                 on_stop: Callable[[str], None] | None = None) -> list[tuple[float, bool]]:
+def search_rates(
+    lo: float | None,
+    hi: float | None,
+    spec: LoadSearchSpec,
+    measure: Callable[[float], bool],
+    clock: Callable[[], float] = time.monotonic,
+    start: float | None = None,
+    expected_s: Callable[[float], float] | None = None,
+    on_stop: Callable[[str], None] | None = None,
+) -> list[tuple[float, bool]]:
     """Bracket, then bisect, the highest passing rate (requests/s): `measure(rate)` runs one step and says whether
     it passed. With no failing rate (hi None) it doubles lo, with no passing one (lo None) it halves hi, with
     neither it tries `start`. Stops at `max_steps`, when the gap is within `tolerance_pct` of hi, or when the
@@ -94,8 +106,10 @@ def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measu
             break
         need = max(last_s, expected_s(rate) if expected_s else 0.0)
         if clock() - t0 + need > spec.budget_s:
-            why = (f"a step at {rate:.3g} req/s (~{need:.0f} s) would end past the {spec.budget_s:g} s budget after "
-                   f"{clock() - t0:.0f} s")
+            why = (
+                f"a step at {rate:.3g} req/s (~{need:.0f} s) would end past the {spec.budget_s:g} s budget after "
+                f"{clock() - t0:.0f} s"
+            )
             break
         started = clock()
         met = measure(rate)
@@ -107,10 +121,18 @@ def search_rates(lo: float | None, hi: float | None, spec: LoadSearchSpec, measu
     return done
 
 
-def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, force: str | None,
-                count_tokens: Callable[[str], int] | None, scenarios: list[Scenario],
-                on_scenario: Callable[[list[Scenario]], None] | None = None, energy_off_reason: str | None = None,
-                meter_opener: Callable | None = None) -> list[Scenario]:
+def search_load(
+    cfg: RunConfig,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    force: str | None,
+    count_tokens: Callable[[str], int] | None,
+    scenarios: list[Scenario],
+    on_scenario: Callable[[list[Scenario]], None] | None = None,
+    energy_off_reason: str | None = None,
+    meter_opener: Callable | None = None,
+) -> list[Scenario]:
     """The search's extra rate steps (each run `perf.repeats` times, as the sweep's, metered as the sweep's: the
     engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or there is nothing
     to start from."""
@@ -130,16 +152,39 @@ def search_load(cfg: RunConfig, base_url: str, model: str, workload: Workload, f
             seed = perf.seed * 1_000_003 + (_SEED_OFFSET + k) * 1009 + repeat
             prompts = workload(seed, step_prompts(perf, sc.step))
             first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
-            sc.runs.append(run_step(perf, sc.step, repeat, prompts, base_url, model, force, count_tokens, first, seed,
-                                    energy_off_reason=energy_off_reason, meter_opener=meter_opener))
+            sc.runs.append(
+                run_step(
+                    perf,
+                    sc.step,
+                    repeat,
+                    prompts,
+                    base_url,
+                    model,
+                    force,
+                    count_tokens,
+                    first,
+                    seed,
+                    energy_off_reason=energy_off_reason,
+                    meter_opener=meter_opener,
+                )
+            )
         added.append(sc)
         if on_scenario:
             on_scenario(scenarios + added)
         check = judge(sc, cfg)
-        print(f"sustainable-load search: {sc.step.label} at {rate:.3g} req/s "
-              + ("meets the SLO, sustained" if check.met else f"does not pass ({check.status}: {check.reason})"))
+        print(
+            f"sustainable-load search: {sc.step.label} at {rate:.3g} req/s "
+            + ("meets the SLO, sustained" if check.met else f"does not pass ({check.status}: {check.reason})")
+        )
         return check.met
 
-    search_rates(lo, hi, search, measure, start=start, expected_s=lambda rate: perf.repeats * perf.stream_requests() / rate,
-                 on_stop=lambda why: print(f"sustainable-load search: {len(added)} step(s) added; stopped: {why}"))
+    search_rates(
+        lo,
+        hi,
+        search,
+        measure,
+        start=start,
+        expected_s=lambda rate: perf.repeats * perf.stream_requests() / rate,
+        on_stop=lambda why: print(f"sustainable-load search: {len(added)} step(s) added; stopped: {why}"),
+    )
     return added

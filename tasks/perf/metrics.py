@@ -78,7 +78,9 @@ def cv_pct(values: Sequence[float]) -> float | None:
     return float(arr.std(ddof=1) / arr.mean() * 100.0)
 
 
-def peak_tokens_per_s(events: list[tuple[float, float]], start_ms: float, end_ms: float, window_s: float) -> float | None:
+def peak_tokens_per_s(
+    events: list[tuple[float, float]], start_ms: float, end_ms: float, window_s: float
+) -> float | None:
     """Most tokens in any `window_s` window that lies inside [start_ms, end_ms], per second.
 
     `events` are (arrival_ms, tokens). See the module docstring for the definition.
@@ -109,12 +111,17 @@ def within_slo(values: dict[str, float | None], slo: dict[str, float]) -> bool:
 
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     """Whether an ok request met every limit of `slo` (TPOT 0 for a one-token answer, as vLLM)."""
-    return r.status == "ok" and within_slo({"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms},
-                                           slo)
+    return r.status == "ok" and within_slo(
+        {"ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms or 0.0, "e2el_ms": r.e2el_ms}, slo
+    )
 
 
-def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: Iterable[float] = (),
-              slo: dict[str, float] | None = None) -> dict[str, float | int | None]:
+def summarize(
+    records: list[RequestRecord],
+    window_s: float = 1.0,
+    percentiles: Iterable[float] = (),
+    slo: dict[str, float] | None = None,
+) -> dict[str, float | int | None]:
     """Scenario summary from its measured (non-warm-up) requests."""
     measured = [r for r in records if not r.is_warmup]
     ok = [r for r in measured if r.status == "ok"]
@@ -161,8 +168,9 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: 
     # 007_timing: time to the first answer (non-reasoning) token, and how many output tokens were reasoning
     out.update(describe([r.ttft_answer_ms for r in ok], "ttft_answer_ms", percentiles))
     out["total_reasoning_tokens"] = sum(r.reasoning_tokens or 0 for r in ok)
-    out["total_answer_tokens"] = sum(r.answer_tokens if r.answer_tokens is not None else (r.output_tokens or 0)
-                                     for r in ok)
+    out["total_answer_tokens"] = sum(
+        r.answer_tokens if r.answer_tokens is not None else (r.output_tokens or 0) for r in ok
+    )
     out["ttft_cv_pct_pooled"] = cv_pct(ttft)
     out["itl_cv_pct_pooled"] = cv_pct(itl)
     p50, p99 = out["ttft_ms_p50"], out["ttft_ms_p99"]
@@ -172,8 +180,13 @@ def summarize(records: list[RequestRecord], window_s: float = 1.0, percentiles: 
     return out
 
 
-def bootstrap_ci(groups: Sequence[Sequence[Sequence[float]]], stat: Callable[[np.ndarray], float],
-                 level: float = 0.95, resamples: int = 1000, seed: int = 0) -> tuple[float | None, float | None]:
+def bootstrap_ci(
+    groups: Sequence[Sequence[Sequence[float]]],
+    stat: Callable[[np.ndarray], float],
+    level: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[float | None, float | None]:
     """Percentile-bootstrap interval of `stat` over pooled values.
 
     `groups` are repeats; each holds units (requests), each unit its values (one TTFT, or
@@ -202,8 +215,13 @@ def _mean_over_repeats(values: list[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, percentiles: Iterable[float] = (),
-                      slo: dict[str, float] | None = None, level: float = 0.95) -> dict[str, float | int | str | None]:
+def summarize_repeats(
+    runs: list[list[RequestRecord]],
+    window_s: float = 1.0,
+    percentiles: Iterable[float] = (),
+    slo: dict[str, float] | None = None,
+    level: float = 0.95,
+) -> dict[str, float | int | str | None]:
     """One scenario's summary over its repeats, with intervals (see the module docstring).
 
     Latency statistics pool the measured requests of every repeat; counts and durations add
@@ -211,8 +229,16 @@ def summarize_repeats(runs: list[list[RequestRecord]], window_s: float = 1.0, pe
     """
     per = [summarize(r, window_s, percentiles, slo) for r in runs]
     pooled = summarize([r for run in runs for r in run], window_s, percentiles, slo)
-    for k in ("num_requests", "num_ok", "num_errors", "num_incomplete", "total_input_tokens", "total_output_tokens",
-              "total_reasoning_tokens", "total_answer_tokens"):
+    for k in (
+        "num_requests",
+        "num_ok",
+        "num_errors",
+        "num_incomplete",
+        "total_input_tokens",
+        "total_output_tokens",
+        "total_reasoning_tokens",
+        "total_answer_tokens",
+    ):
         pooled[k] = sum(p[k] or 0 for p in per)
     pooled["num_good"] = sum(p["num_good"] or 0 for p in per) if slo else None
     pooled["duration_s"] = sum(p["duration_s"] or 0 for p in per) or None
@@ -237,12 +263,17 @@ def repeat_ci_method(repeats: int, small: str | None, n: int, level: float) -> s
     from tasks.core.percentiles import min_requests
 
     need = min_requests(99.0, (1.0 + level) / 2.0)
-    p99 = (f"TTFT p99: order-statistic interval over the {n} pooled requests" if n >= need else
-           f"TTFT p99: NULL ({n} requests; a {level * 100:g} % interval of a p99 needs {need})")
+    p99 = (
+        f"TTFT p99: order-statistic interval over the {n} pooled requests"
+        if n >= need
+        else f"TTFT p99: NULL ({n} requests; a {level * 100:g} % interval of a p99 needs {need})"
+    )
     if small:
         return f"TTFT mean, request and output throughput: NULL ({small}); {p99}"
-    return (f"TTFT mean, request and output throughput: t-interval over the repeats' own figures ({repeats} repeats; "
-            f"run-to-run variation only); {p99}")
+    return (
+        f"TTFT mean, request and output throughput: t-interval over the repeats' own figures ({repeats} repeats; "
+        f"run-to-run variation only); {p99}"
+    )
 
 
 def is_finite_positive(x: float | None) -> bool:

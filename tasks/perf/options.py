@@ -12,14 +12,32 @@ from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError, validation_line
 
 # PerfSpec field -> the flag that sets it, so errors name what the user typed.
-FLAGS = {"concurrency": "--concurrency", "rates": "--rate", "sweep": "--sweep", "burstiness": "--burstiness",
-         "max_concurrency": "--max-concurrency", "num_prompts": "--num-prompts", "max_duration_s": "--max-duration-s",
-         "warmup_requests": "--warmup", "warmup_s": "--warmup-s", "repeats": "--repeats", "input_len": "--input-len",
-         "output_len": "--output-len", "len_spread": "--len-spread", "dataset": "--dataset",
-         "endpoint": "--endpoint-type", "force_output_len": "--force-output-len", "seed": "--seed",
-         "request_timeout_s": "--timeout-s", "percentiles": "--percentiles", "slo": "--slo",
-         "peak_window_s": "--peak-window-s", "confidence": "--confidence", "request_deadline_s": "--deadline-s",
-         "jitter": "--jitter"}
+FLAGS = {
+    "concurrency": "--concurrency",
+    "rates": "--rate",
+    "sweep": "--sweep",
+    "burstiness": "--burstiness",
+    "max_concurrency": "--max-concurrency",
+    "num_prompts": "--num-prompts",
+    "max_duration_s": "--max-duration-s",
+    "warmup_requests": "--warmup",
+    "warmup_s": "--warmup-s",
+    "repeats": "--repeats",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "len_spread": "--len-spread",
+    "dataset": "--dataset",
+    "endpoint": "--endpoint-type",
+    "force_output_len": "--force-output-len",
+    "seed": "--seed",
+    "request_timeout_s": "--timeout-s",
+    "percentiles": "--percentiles",
+    "slo": "--slo",
+    "peak_window_s": "--peak-window-s",
+    "confidence": "--confidence",
+    "request_deadline_s": "--deadline-s",
+    "jitter": "--jitter",
+}
 
 
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
@@ -27,14 +45,21 @@ LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `tradeoff perf` flags."""
-    p.add_argument("--endpoint", required=True,
-                   help="base URL of the server, with or without /v1, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--endpoint", required=True, help="base URL of the server, with or without /v1, e.g. http://127.0.0.1:8000"
+    )
     p.add_argument("--model", help="served model name (default: the first of /v1/models)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="fixed concurrency levels, e.g. 1,4,16 (default 1,2)")
     load.add_argument("--rate", help="request rates (requests/s), Poisson arrivals, e.g. 0.5,1,2")
-    load.add_argument("--sweep", type=int, nargs="?", const=4, metavar="N",
-                      help="synchronous, maximum throughput and N rates in between (default N 4)")
+    load.add_argument(
+        "--sweep",
+        type=int,
+        nargs="?",
+        const=4,
+        metavar="N",
+        help="synchronous, maximum throughput and N rates in between (default N 4)",
+    )
     p.add_argument("--burstiness", type=float, help="gamma shape of inter-arrival gaps (1 = Poisson)")
     p.add_argument("--max-concurrency", type=int, help="cap on requests in flight in rate steps")
     p.add_argument("--input-len", type=int, help="prompt tokens (synthetic prompts)")
@@ -48,26 +73,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-duration-s", type=float, help="stop sending a step's requests after this many seconds")
     p.add_argument("--repeats", type=int, help="run every step this many times (confidence intervals)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--no-unique-prompts", action="store_true",
-                   help="same prompt start for every request (to measure prefix caching on purpose)")
-    p.add_argument("--force-output-len", choices=["both", "min_tokens", "ignore_eos", "none"], default="both",
-                   help="how to ask for exactly --output-len tokens (default both: min_tokens and ignore_eos)")
+    p.add_argument(
+        "--no-unique-prompts",
+        action="store_true",
+        help="same prompt start for every request (to measure prefix caching on purpose)",
+    )
+    p.add_argument(
+        "--force-output-len",
+        choices=["both", "min_tokens", "ignore_eos", "none"],
+        default="both",
+        help="how to ask for exactly --output-len tokens (default both: min_tokens and ignore_eos)",
+    )
     p.add_argument("--slo", help="goodput preset: mlperf-llama2-70b-server (default) or mlperf-llama2-70b-interactive")
     p.add_argument("--slo-ttft-ms", type=float)
     p.add_argument("--slo-tpot-ms", type=float)
     p.add_argument("--slo-e2el-ms", type=float)
     p.add_argument("--percentiles", help="percentiles to report, e.g. 50,90,99 (0 < p <= 100)")
     p.add_argument("--timeout-s", type=float, help="longest wait for a response's next bytes, the first included (s)")
-    p.add_argument("--deadline-s", type=float,
-                   help="longest one request may take, send to last byte (s; default 600), pings included")
-    p.add_argument("--jitter", choices=["auto", "always", "off"],
-                   help="the fixed-length concurrency-1 `jitter` scenario (default auto: when lengths spread)")
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        help="longest one request may take, send to last byte (s; default 600), pings included",
+    )
+    p.add_argument(
+        "--jitter",
+        choices=["auto", "always", "off"],
+        help="the fixed-length concurrency-1 `jitter` scenario (default auto: when lengths spread)",
+    )
     p.add_argument("--connect-timeout-s", type=float, default=10.0, help="wait at most this long for the endpoint")
     p.add_argument("--tokenizer", help="GGUF file whose vocabulary counts tokens (its size also gives MBU)")
     p.add_argument("--model-bytes", type=int, help="bytes of weights read per token, for MBU")
     p.add_argument("--detailed", action="store_true", help="add per-request lists (as --save-detailed)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: when stderr is a terminal)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: when stderr is a terminal)",
+    )
     p.add_argument("--output", required=True, help="JSON file to write")
 
 
@@ -83,19 +125,37 @@ def _numbers(flag: str, text: str | None, kind: type) -> list | None:
 def spec_from_args(args: argparse.Namespace) -> PerfSpec:
     """The flags as a validated PerfSpec; ConfigError naming the flag on bad input."""
     data: dict = {}
-    given = {"rates": _numbers("--rate", args.rate, float), "concurrency": _numbers("--concurrency", args.concurrency, int),
-             "percentiles": _numbers("--percentiles", args.percentiles, float), "sweep": args.sweep,
-             "burstiness": args.burstiness, "max_concurrency": args.max_concurrency, "input_len": args.input_len,
-             "output_len": args.output_len, "len_spread": args.len_spread, "num_prompts": args.num_prompts,
-             "dataset": args.dataset, "endpoint": args.endpoint_type, "warmup_requests": args.warmup,
-             "warmup_s": args.warmup_s, "max_duration_s": args.max_duration_s, "repeats": args.repeats,
-             "seed": args.seed, "request_timeout_s": args.timeout_s, "force_output_len": args.force_output_len,
-             "request_deadline_s": args.deadline_s, "jitter": args.jitter}
+    given = {
+        "rates": _numbers("--rate", args.rate, float),
+        "concurrency": _numbers("--concurrency", args.concurrency, int),
+        "percentiles": _numbers("--percentiles", args.percentiles, float),
+        "sweep": args.sweep,
+        "burstiness": args.burstiness,
+        "max_concurrency": args.max_concurrency,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "len_spread": args.len_spread,
+        "num_prompts": args.num_prompts,
+        "dataset": args.dataset,
+        "endpoint": args.endpoint_type,
+        "warmup_requests": args.warmup,
+        "warmup_s": args.warmup_s,
+        "max_duration_s": args.max_duration_s,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "request_timeout_s": args.timeout_s,
+        "force_output_len": args.force_output_len,
+        "request_deadline_s": args.deadline_s,
+        "jitter": args.jitter,
+    }
     data.update({k: v for k, v in given.items() if v is not None})
     if args.no_unique_prompts:
         data["unique_prompts"] = False
-    limits = {k: v for k, v in (("ttft_ms", args.slo_ttft_ms), ("tpot_ms", args.slo_tpot_ms),
-                                ("e2el_ms", args.slo_e2el_ms)) if v is not None}
+    limits = {
+        k: v
+        for k, v in (("ttft_ms", args.slo_ttft_ms), ("tpot_ms", args.slo_tpot_ms), ("e2el_ms", args.slo_e2el_ms))
+        if v is not None
+    }
     if args.slo or limits:
         data["slo"] = {"preset": args.slo, **limits} if args.slo else limits
     try:

@@ -55,8 +55,10 @@ def cpu_copy_bandwidth(size_mib: int = 256, threads: int | None = None, repeats:
             t0 = time.perf_counter()
             list(pool.map(lambda s: np.copyto(dst[s], src[s]), parts))
             best = min(best, time.perf_counter() - t0)
-    return Bandwidth(2 * src.nbytes / best / 1e9,
-                     f"cpu: {threads}-thread copy of {size_mib} MiB (read + write bytes), best of {repeats}")
+    return Bandwidth(
+        2 * src.nbytes / best / 1e9,
+        f"cpu: {threads}-thread copy of {size_mib} MiB (read + write bytes), best of {repeats}",
+    )
 
 
 def nvml_spec_bandwidth(nvml: Any, index: int = 0) -> Bandwidth:
@@ -64,8 +66,10 @@ def nvml_spec_bandwidth(nvml: Any, index: int = 0) -> Bandwidth:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
     bus_bits = nvml.nvmlDeviceGetMemoryBusWidth(h)
     mem_mhz = nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_MEM)
-    return Bandwidth(bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9,
-                     f"gpu{index}: NVML specification (bus {bus_bits} bit x {mem_mhz} MHz x 2), not measured")
+    return Bandwidth(
+        bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e9,
+        f"gpu{index}: NVML specification (bus {bus_bits} bit x {mem_mhz} MHz x 2), not measured",
+    )
 
 
 def torch_copy_bandwidth(size_mib: int = 1024, repeats: int = 10) -> Bandwidth:
@@ -82,8 +86,10 @@ def torch_copy_bandwidth(size_mib: int = 1024, repeats: int = 10) -> Bandwidth:
         dst.copy_(src)
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
-    return Bandwidth(2 * src.numel() * 4 / best / 1e9,
-                     f"gpu0: torch device copy of {size_mib} MiB (read + write bytes), best of {repeats}")
+    return Bandwidth(
+        2 * src.numel() * 4 / best / 1e9,
+        f"gpu0: torch device copy of {size_mib} MiB (read + write bytes), best of {repeats}",
+    )
 
 
 def gpu_bandwidth() -> Bandwidth | None:
@@ -129,8 +135,10 @@ def engine_bandwidth(bandwidth: Bandwidth | None, gpus: int | None) -> Bandwidth
     """The memory bandwidth an engine decodes with: per-GPU bandwidth x its tensor-parallel GPUs."""
     if bandwidth is None or not gpus or gpus <= 1 or not bandwidth.method.startswith("gpu"):
         return bandwidth
-    return Bandwidth(bandwidth.gb_s * gpus,
-                     f"{bandwidth.method}; x {gpus} GPUs (tensor parallel: every rank reads its share at once)")
+    return Bandwidth(
+        bandwidth.gb_s * gpus,
+        f"{bandwidth.method}; x {gpus} GPUs (tensor parallel: every rank reads its share at once)",
+    )
 
 
 def roofline_inputs(engine, variant, artifact) -> tuple[int | None, str | None, Bandwidth | None]:

@@ -1,4 +1,5 @@
-"""The one perf run: build the workload, sweep the load steps, summarise each scenario (metrics, energy, MBU) and write its rows; the nightly and `tradeoff perf` both call it."""
+"""The one perf run: build the workload, sweep the load steps, summarise each scenario (metrics, energy, MBU) and write
+its rows; the nightly and `tradeoff perf` both call it."""
 
 from __future__ import annotations
 
@@ -44,14 +45,23 @@ def output_len_note(records: list[RequestRecord], force: str | None) -> str | No
     if not force:
         return "output length not forced (the engine honours neither min_tokens nor ignore_eos)"
     if short:
-        return (f"{len(short)} of {len(ok)} requests stopped before max_tokens: the server did not honour "
-                f"{FORCE_LABEL[force]}")
+        return (
+            f"{len(short)} of {len(ok)} requests stopped before max_tokens: the server did not honour "
+            f"{FORCE_LABEL[force]}"
+        )
     return None
 
 
-def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_bytes: int | None = None,
-                       bandwidth: Bandwidth | None = None, model_bytes_method: str | None = None,
-                       scope: EnergyScope | None = None, idle: IdleBaseline | None = None) -> dict:
+def summarize_scenario(
+    spec: PerfSpec,
+    sc: Scenario,
+    force: str | None,
+    model_bytes: int | None = None,
+    bandwidth: Bandwidth | None = None,
+    model_bytes_method: str | None = None,
+    scope: EnergyScope | None = None,
+    idle: IdleBaseline | None = None,
+) -> dict:
     """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline; with the
     energy `scope`, also what was metered and the energy above its `idle` baseline (migration 008)."""
     slo = spec.slo.limits() if spec.slo else None
@@ -69,44 +79,85 @@ def summarize_scenario(spec: PerfSpec, sc: Scenario, force: str | None, model_by
             for d, j in e.by_device_j.items():
                 by_device[d] = by_device.get(d, 0.0) + j
         j_per_token, tokens_per_j = per_token(energy, tokens)
-        energy_cols = {"energy_j": energy, "energy_j_per_token": j_per_token, "tokens_per_j": tokens_per_j,
-                       "mean_power_w": energy / window if window else None, "energy_source": readings[0].source,
-                       "energy_note": None if j_per_token is not None else "no output tokens in the window",
-                       "energy_by_device_j": by_device}
+        energy_cols = {
+            "energy_j": energy,
+            "energy_j_per_token": j_per_token,
+            "tokens_per_j": tokens_per_j,
+            "mean_power_w": energy / window if window else None,
+            "energy_source": readings[0].source,
+            "energy_note": None if j_per_token is not None else "no output tokens in the window",
+            "energy_by_device_j": by_device,
+        }
     else:
         note = next((e.note for e in readings if e.energy_j is None), None)
-        energy_cols = {"energy_j": None, "energy_j_per_token": None, "tokens_per_j": None, "mean_power_w": None,
-                       "energy_source": None, "energy_note": note, "energy_by_device_j": None}
+        energy_cols = {
+            "energy_j": None,
+            "energy_j_per_token": None,
+            "tokens_per_j": None,
+            "mean_power_w": None,
+            "energy_source": None,
+            "energy_note": note,
+            "energy_by_device_j": None,
+        }
     if scope is not None:
         energy_cols.update(idle_columns(energy_cols, [e.window_s for e in readings], scope, idle, tokens))
-    mbu = mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None) \
-        if step.concurrency == 1 else None
-    s.update({"scenario": step.label, "load_kind": step.kind,
-              "concurrency": step.concurrency or spec.num_prompts, "request_rate": step.rate,
-              "burstiness": spec.burstiness if step.rate else None, "peak_window_s": spec.peak_window_s,
-              "num_warmup": sum(len(run.warmup) + sum(r.is_warmup for r in run.measured) for run in sc.runs),
-              "output_len_forced_by": FORCE_LABEL.get(force) if force else None,
-              "output_len_note": output_len_note(measured, force),
-              "goodput_slo": spec.slo.label() if spec.slo else None,
-              **{f"slo_{k}": (slo or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2el_ms")},
-              **energy_cols, "model_bytes": model_bytes,
-              "model_bytes_method": model_bytes_method if model_bytes else None,
-              "mem_bandwidth_gb_s": bandwidth.gb_s if bandwidth and step.concurrency == 1 else None,
-              "mem_bandwidth_method": bandwidth.method if bandwidth and step.concurrency == 1 else None,
-              "mbu_pct": mbu})
+    mbu = (
+        mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None)
+        if step.concurrency == 1
+        else None
+    )
+    s.update(
+        {
+            "scenario": step.label,
+            "load_kind": step.kind,
+            "concurrency": step.concurrency or spec.num_prompts,
+            "request_rate": step.rate,
+            "burstiness": spec.burstiness if step.rate else None,
+            "peak_window_s": spec.peak_window_s,
+            "num_warmup": sum(len(run.warmup) + sum(r.is_warmup for r in run.measured) for run in sc.runs),
+            "output_len_forced_by": FORCE_LABEL.get(force) if force else None,
+            "output_len_note": output_len_note(measured, force),
+            "goodput_slo": spec.slo.label() if spec.slo else None,
+            **{f"slo_{k}": (slo or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2el_ms")},
+            **energy_cols,
+            "model_bytes": model_bytes,
+            "model_bytes_method": model_bytes_method if model_bytes else None,
+            "mem_bandwidth_gb_s": bandwidth.gb_s if bandwidth and step.concurrency == 1 else None,
+            "mem_bandwidth_method": bandwidth.method if bandwidth and step.concurrency == 1 else None,
+            "mbu_pct": mbu,
+        }
+    )
     return s
 
 
 def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
-    return {"run_id": run_id, "variant": variant, "scenario": step.label, "concurrency": concurrency,
-            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": error_excerpt(r.error),
-            "start_s": r.start_ms / 1000.0, "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms,
-            "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-            "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms,
-            "repeat": r.repeat, "prompt_tokens_source": r.prompt_tokens_source, "finish_reason": r.finish_reason,
-            "max_tokens": r.max_tokens, "ttft_answer_ms": r.ttft_answer_ms, "reasoning_tokens": r.reasoning_tokens,
-            "answer_tokens": r.answer_tokens, "reasoning_tokens_source": r.reasoning_tokens_source,
-            "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None}
+    return {
+        "run_id": run_id,
+        "variant": variant,
+        "scenario": step.label,
+        "concurrency": concurrency,
+        "request_index": r.index,
+        "is_warmup": r.is_warmup,
+        "status": r.status,
+        "error": error_excerpt(r.error),
+        "start_s": r.start_ms / 1000.0,
+        "ttft_ms": r.ttft_ms,
+        "tpot_ms": r.tpot_ms,
+        "e2el_ms": r.e2el_ms,
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "output_tokens_source": r.output_tokens_source,
+        "chunk_offsets_ms": r.chunk_offsets_ms,
+        "repeat": r.repeat,
+        "prompt_tokens_source": r.prompt_tokens_source,
+        "finish_reason": r.finish_reason,
+        "max_tokens": r.max_tokens,
+        "ttft_answer_ms": r.ttft_answer_ms,
+        "reasoning_tokens": r.reasoning_tokens,
+        "answer_tokens": r.answer_tokens,
+        "reasoning_tokens_source": r.reasoning_tokens_source,
+        "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None,
+    }
 
 
 def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:
@@ -114,9 +165,20 @@ def power_rows(run_id: str, variant: str, run: StepRun) -> list[dict]:
     rows = []
     for p in run.power:
         i = per_device[p.device] = per_device.get(p.device, -1) + 1
-        rows.append({"run_id": run_id, "variant": variant, "scenario": run.step.label, "repeat": run.repeat,
-                     "device": p.device, "source": run.energy.source, "sample_index": i, "t_s": p.t_s,
-                     "power_w": p.power_w, "energy_j": p.energy_j})
+        rows.append(
+            {
+                "run_id": run_id,
+                "variant": variant,
+                "scenario": run.step.label,
+                "repeat": run.repeat,
+                "device": p.device,
+                "source": run.energy.source,
+                "sample_index": i,
+                "t_s": p.t_s,
+                "power_w": p.power_w,
+                "energy_j": p.energy_j,
+            }
+        )
     return rows
 
 
@@ -128,8 +190,12 @@ _SUMMARY_COLUMNS = frozenset(SCHEMAS["perf_summary"].names)
 
 def summary_row(run_id: str, variant: str, summary: dict) -> dict:
     by_device = summary.get("energy_by_device_j")
-    row = {"run_id": run_id, "variant": variant, **summary,
-           "energy_by_device_j": json.dumps(by_device, sort_keys=True) if by_device is not None else None}
+    row = {
+        "run_id": run_id,
+        "variant": variant,
+        **summary,
+        "energy_by_device_j": json.dumps(by_device, sort_keys=True) if by_device is not None else None,
+    }
     # Dropped here on purpose (the contract refuses unknown keys): only those statistics; any other key
     # the table does not declare still fails the write.
     return {k: v for k, v in row.items() if k in _SUMMARY_COLUMNS or not _UNSTORED_STAT.fullmatch(k)}
@@ -164,18 +230,32 @@ def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: M
     engine = engine_for(variant.engine)
     tok_ref = engine.tokenizer(artifact, model)
     model_bytes, bytes_method, bandwidth = roofline_inputs(engine, variant, artifact)
-    return Target(base_url, engine.served_model_name(variant), open_tokenizer(tok_ref) if tok_ref else None,
-                  engine.forces_output_len, model_bytes, engine.runs_on_host, bytes_method, bandwidth,
-                  scope_for(engine, variant, artifact), engine.cpu_threads(variant, model) if model else None)
+    return Target(
+        base_url,
+        engine.served_model_name(variant),
+        open_tokenizer(tok_ref) if tok_ref else None,
+        engine.forces_output_len,
+        model_bytes,
+        engine.runs_on_host,
+        bytes_method,
+        bandwidth,
+        scope_for(engine, variant, artifact),
+        engine.cpu_threads(variant, model) if model else None,
+    )
 
 
 def warn_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
-            on_scenario: Callable[[list[Scenario]], None] | None = None, search: Search | None = None,
-            warn: Callable[[str], None] = warn_stderr) -> list[Scenario]:
+def measure(
+    spec: PerfSpec,
+    target: Target,
+    progress: bool | None = False,
+    on_scenario: Callable[[list[Scenario]], None] | None = None,
+    search: Search | None = None,
+    warn: Callable[[str], None] = warn_stderr,
+) -> list[Scenario]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
     far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
@@ -190,48 +270,92 @@ def measure(spec: PerfSpec, target: Target, progress: bool | None = False,
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
     # measured once per run, before the first request, and only where it describes the server's host
     bandwidth = target.bandwidth or (host_bandwidth() if target.on_host and target.model_bytes else None)
-    scope = target.scope or EnergyScope(off_reason=None if target.on_host else
-                                        "endpoint is not on this host; energy not measured")
+    scope = target.scope or EnergyScope(
+        off_reason=None if target.on_host else "endpoint is not on this host; energy not measured"
+    )
     idle = idle_baseline(scope, spec.idle_baseline_s)  # the server up and idle, before the first request
     summarized: dict[str, int] = {}  # scenario -> repeats its summary covers
 
     def summarize_new(scenarios: list[Scenario]) -> None:
         for sc in scenarios:
             if summarized.get(sc.step.label) != len(sc.runs):
-                sc.summary = summarize_scenario(spec, sc, force, target.model_bytes, bandwidth,
-                                                target.model_bytes_method, scope, idle)
+                sc.summary = summarize_scenario(
+                    spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle
+                )
                 summarized[sc.step.label] = len(sc.runs)
         if on_scenario:
             on_scenario(scenarios)
 
-    scenarios = run_perf(spec, target.base_url, target.model, workload, force, count, progress=progress,
-                         on_scenario=summarize_new, energy_off_reason=scope.off_reason, meter_opener=scope.open_meter)
+    scenarios = run_perf(
+        spec,
+        target.base_url,
+        target.model,
+        workload,
+        force,
+        count,
+        progress=progress,
+        on_scenario=summarize_new,
+        energy_off_reason=scope.off_reason,
+        meter_opener=scope.open_meter,
+    )
     if search is not None:
-        scenarios += search(target.base_url, target.model, workload, force, count, scenarios, summarize_new,
-                            energy_off_reason=scope.off_reason, meter_opener=scope.open_meter)
+        scenarios += search(
+            target.base_url,
+            target.model,
+            workload,
+            force,
+            count,
+            scenarios,
+            summarize_new,
+            energy_off_reason=scope.off_reason,
+            meter_opener=scope.open_meter,
+        )
     summarize_new(scenarios)
     return scenarios
 
 
-def measure_into(spec: PerfSpec, target: Target, run_id: str, variant: str, results_dir: Path,
-                 search: Search | None = None, warn: Callable[[str], None] = warn_stderr) -> dict:
+def measure_into(
+    spec: PerfSpec,
+    target: Target,
+    run_id: str,
+    variant: str,
+    results_dir: Path,
+    search: Search | None = None,
+    warn: Callable[[str], None] = warn_stderr,
+) -> dict:
     """`measure`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step, repeat);
     returns a short summary for the run's log and the request counts the variant's failure check reads."""
 
     def write(scenarios: list[Scenario]) -> None:
-        write_table(results_dir, "perf_requests", variant,
-                    [request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
-                     for sc in scenarios for r in sc.records])
-        write_table(results_dir, "perf_power", variant,
-                    [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)])
-        write_table(results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios])
+        write_table(
+            results_dir,
+            "perf_requests",
+            variant,
+            [
+                request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
+                for sc in scenarios
+                for r in sc.records
+            ],
+        )
+        write_table(
+            results_dir,
+            "perf_power",
+            variant,
+            [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
+        )
+        write_table(
+            results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios]
+        )
 
     scenarios = measure(spec, target, on_scenario=write, search=search, warn=warn)
     summaries = [sc.summary for sc in scenarios]
-    return {"requests": sum(len(sc.records) for sc in scenarios), "scenarios": len(summaries),
-            "output_throughput": [s["output_throughput"] for s in summaries],
-            "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None],
-            "request_counts": request_counts(scenarios)}  # the variant fails above perf.max_error_rate
+    return {
+        "requests": sum(len(sc.records) for sc in scenarios),
+        "scenarios": len(summaries),
+        "output_throughput": [s["output_throughput"] for s in summaries],
+        "mbu_pct": [s["mbu_pct"] for s in summaries if s["mbu_pct"] is not None],
+        "request_counts": request_counts(scenarios),
+    }  # the variant fails above perf.max_error_rate
 
 
 def run_standalone(args: argparse.Namespace) -> list[dict]:
@@ -251,15 +375,24 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     how = ("--model-bytes" if args.model_bytes else "the --tokenizer GGUF's size") if model_bytes else None
     # An unknown server: `auto` asks for both min_tokens and ignore_eos.
     local = is_local(endpoint)
-    target = Target(endpoint, model, tok, "both", model_bytes, local, how,
-                    cpu_threads=local_server_threads(urlparse(endpoint).port or 80) if local else None)
+    target = Target(
+        endpoint,
+        model,
+        tok,
+        "both",
+        model_bytes,
+        local,
+        how,
+        cpu_threads=local_server_threads(urlparse(endpoint).port or 80) if local else None,
+    )
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def write(scenarios: list[Scenario]) -> None:
         tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text("".join(json.dumps(vllm_result(spec, sc, model, args.tokenizer, args.detailed)) + "\n"
-                               for sc in scenarios))
+        tmp.write_text(
+            "".join(json.dumps(vllm_result(spec, sc, model, args.tokenizer, args.detailed)) + "\n" for sc in scenarios)
+        )
         tmp.replace(out)  # atomic: a reader sees the previous complete file or this one
 
     scenarios = measure(spec, target, progress=args.progress, on_scenario=write)

@@ -73,8 +73,11 @@ def repeat_rates(measured: list[RequestRecord]) -> tuple[float | None, float]:
     """(offered, achieved) requests/s of one repeat's measured requests: slopes of the arrival count on the send
     times and of the ok completion count on the return times (0 achieved when under 2 requests completed)."""
     sends = sorted(r.start_ms / 1000.0 for r in measured)
-    ends = sorted((r.end_ms if r.end_ms is not None else r.start_ms + r.e2el_ms) / 1000.0
-                  for r in measured if r.status == "ok" and (r.end_ms is not None or r.e2el_ms is not None))
+    ends = sorted(
+        (r.end_ms if r.end_ms is not None else r.start_ms + r.e2el_ms) / 1000.0
+        for r in measured
+        if r.status == "ok" and (r.end_ms is not None or r.e2el_ms is not None)
+    )
     offered = _slope(sends, list(range(1, len(sends) + 1)))
     achieved = _slope(ends, list(range(1, len(ends) + 1)))
     return offered, achieved or 0.0
@@ -99,8 +102,14 @@ class SloCheck:
         return self.status == "met"
 
 
-def check_step(runs: list[list[RequestRecord]], limits: dict[str, float], percentile: float, confidence: float = 0.95,
-               rate_step: bool = False, min_rate_ratio: float = 0.95) -> SloCheck:
+def check_step(
+    runs: list[list[RequestRecord]],
+    limits: dict[str, float],
+    percentile: float,
+    confidence: float = 0.95,
+    rate_step: bool = False,
+    min_rate_ratio: float = 0.95,
+) -> SloCheck:
     """Judge one step (its repeats' records) against `limits` at `percentile` and `confidence` (see the module)."""
     measured_runs = [[r for r in run if not r.is_warmup] for run in runs]
     measured = [r for run in measured_runs for r in run]
@@ -126,14 +135,29 @@ def check_step(runs: list[list[RequestRecord]], limits: dict[str, float], percen
     for k in missed:
         parts.append(f"p{percentile:g} {LATENCIES[k]} > {limits[k]:g} ms ({over[k]} of {n} over)")
     for k in undecided:
-        parts.append(f"p{percentile:g} {LATENCIES[k]} <= {limits[k]:g} ms not shown at {confidence * 100:g} % "
-                     f"({over[k]} of {n} over, {max(allowed, 0)} allowed)")
+        parts.append(
+            f"p{percentile:g} {LATENCIES[k]} <= {limits[k]:g} ms not shown at {confidence * 100:g} % "
+            f"({over[k]} of {n} over, {max(allowed, 0)} allowed)"
+        )
     if not sustained:
-        parts.append(f"not sustained: achieved {achieved / offered * 100:.0f} % of the offered rate"
-                     if offered else "not sustained: no arrival rate (under 2 requests)")
+        parts.append(
+            f"not sustained: achieved {achieved / offered * 100:.0f} % of the offered rate"
+            if offered
+            else "not sustained: no arrival rate (under 2 requests)"
+        )
     if needed:
         parts.append(f"{needed} requests needed")
-    status = ("missed" if missed else "not_sustained" if not sustained else "not_enough_requests" if undecided
-              else "met")
-    return SloCheck(status, None if status == "met" else "; ".join(parts), n, failed, allowed, over, pct, bounds,
-                    needed, offered, achieved)
+    status = "missed" if missed else "not_sustained" if not sustained else "not_enough_requests" if undecided else "met"
+    return SloCheck(
+        status,
+        None if status == "met" else "; ".join(parts),
+        n,
+        failed,
+        allowed,
+        over,
+        pct,
+        bounds,
+        needed,
+        offered,
+        achieved,
+    )

@@ -130,9 +130,15 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[tok_s]:>8.1f} tok/s  errors {task.fields[errors]}"),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[tok_s]:>8.1f} tok/s  errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self._bar.__enter__()
         return self
 
@@ -157,41 +163,81 @@ class _Progress:
         return on_record
 
 
-def run_step(spec: PerfSpec, step: Step, repeat: int, prompts: list[Prompt], base_url: str, model: str,
-             force: str | None, count_tokens: Callable[[str], int] | None, first_index: int,
-             offsets_seed: int, on_record: Callable[[RequestRecord], None] | None = None,
-             energy_off_reason: str | None = None, meter_opener: Callable | None = None) -> StepRun:
+def run_step(
+    spec: PerfSpec,
+    step: Step,
+    repeat: int,
+    prompts: list[Prompt],
+    base_url: str,
+    model: str,
+    force: str | None,
+    count_tokens: Callable[[str], int] | None,
+    first_index: int,
+    offsets_seed: int,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    energy_off_reason: str | None = None,
+    meter_opener: Callable | None = None,
+) -> StepRun:
     """Warm-up one by one, then the measured requests of one step inside an energy window."""
-    common = dict(kind=spec.endpoint, force=force, count_tokens=count_tokens, timeout_s=spec.request_timeout_s,
-                  repeat=repeat, deadline_s=spec.request_deadline_s)
+    common = dict(
+        kind=spec.endpoint,
+        force=force,
+        count_tokens=count_tokens,
+        timeout_s=spec.request_timeout_s,
+        repeat=repeat,
+        deadline_s=spec.request_deadline_s,
+    )
     n_warm = spec.warmup_requests
-    warm = run_async(run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1,
-                                first_index=first_index, **common))
+    warm = run_async(
+        run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1, first_index=first_index, **common)
+    )
     for r in warm:
         r.is_warmup = True
     todo = prompts[n_warm:]
     offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
     with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
-        measured = run_async(run_load(base_url, model, todo, spec.output_len, concurrency=step.concurrency,
-                                        offsets_s=offsets, max_duration_s=spec.max_duration_s,
-                                        first_index=first_index + len(warm), on_record=on_record, **common))
+        measured = run_async(
+            run_load(
+                base_url,
+                model,
+                todo,
+                spec.output_len,
+                concurrency=step.concurrency,
+                offsets_s=offsets,
+                max_duration_s=spec.max_duration_s,
+                first_index=first_index + len(warm),
+                on_record=on_record,
+                **common,
+            )
+        )
     head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share
     for r in measured:
         r.is_warmup = r.start_ms < spec.warmup_s * 1000.0 or r.index < head
     return StepRun(step, repeat, warm, measured, window.reading, window.samples)
 
 
-def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, force: str | None,
-             count_tokens: Callable[[str], int] | None = None, progress: bool | None = False,
-             on_scenario: Callable[[list[Scenario]], None] | None = None,
-             energy_off_reason: str | None = None, meter_opener: Callable | None = None) -> list[Scenario]:
+def run_perf(
+    spec: PerfSpec,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    force: str | None,
+    count_tokens: Callable[[str], int] | None = None,
+    progress: bool | None = False,
+    on_scenario: Callable[[list[Scenario]], None] | None = None,
+    energy_off_reason: str | None = None,
+    meter_opener: Callable | None = None,
+) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
     """
-    steps = ([JITTER_STEP] if needs_jitter_step(spec) else []) + fixed_steps(spec) + (
-        [SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
+    steps = (
+        ([JITTER_STEP] if needs_jitter_step(spec) else [])
+        + fixed_steps(spec)
+        + ([SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
+    )
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
     with _Progress(progress) as bar:
@@ -204,16 +250,32 @@ def run_perf(spec: PerfSpec, base_url: str, model: str, workload: Workload, forc
                 n = step_prompts(spec, step)
                 prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
                 tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", n - spec.warmup_requests)
-                sc.runs.append(run_step(spec, step, repeat, prompts, base_url, model, force, count_tokens,
-                                        sum(len(r.warmup) + len(r.measured) for r in sc.runs), seed, tracker,
-                                        energy_off_reason, meter_opener))
+                sc.runs.append(
+                    run_step(
+                        spec,
+                        step,
+                        repeat,
+                        prompts,
+                        base_url,
+                        model,
+                        force,
+                        count_tokens,
+                        sum(len(r.warmup) + len(r.measured) for r in sc.runs),
+                        seed,
+                        tracker,
+                        energy_off_reason,
+                        meter_opener,
+                    )
+                )
                 if sweep_pending and step.label == "max":
                     # The sweep's rates lie between the measured synchronous and maximum request rates.
                     lo = _request_rate(scenarios["sync"].runs[0])
                     hi = _request_rate(sc.runs[0])
                     if lo and hi:
-                        steps += [Step(f"sweep{k + 1}", "rate", spec.max_concurrency, rate)
-                                  for k, rate in enumerate(sweep_rates(lo, hi, spec.sweep))]
+                        steps += [
+                            Step(f"sweep{k + 1}", "rate", spec.max_concurrency, rate)
+                            for k, rate in enumerate(sweep_rates(lo, hi, spec.sweep))
+                        ]
                     sweep_pending = False
                 if on_scenario:
                     on_scenario(list(scenarios.values()))
@@ -229,13 +291,23 @@ def _request_rate(run: StepRun) -> float | None:
     return len(ok) / (span_ms / 1000.0) if span_ms > 0 else None
 
 
-async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tokens: int,
-                   concurrency: int | None = None, offsets_s: Sequence[float] | None = None,
-                   max_duration_s: float | None = None, kind: str = "completions", force: str | None = None,
-                   count_tokens: Callable[[str], int] | None = None, timeout_s: float = 300.0,
-                   first_index: int = 0, repeat: int = 0,
-                   on_record: Callable[[RequestRecord], None] | None = None,
-                   deadline_s: float | None = None) -> list[RequestRecord]:
+async def run_load(
+    base_url: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    max_tokens: int,
+    concurrency: int | None = None,
+    offsets_s: Sequence[float] | None = None,
+    max_duration_s: float | None = None,
+    kind: str = "completions",
+    force: str | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    timeout_s: float = 300.0,
+    first_index: int = 0,
+    repeat: int = 0,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    deadline_s: float | None = None,
+) -> list[RequestRecord]:
     """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
     `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
     those in flight finish (bounded by `timeout_s` per wait for bytes and `deadline_s` per
@@ -263,8 +335,9 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
                 if late():
                     return None
                 body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
-                rec = await stream_request(client, url, body, kind, i, origin, count_tokens, p.tokens,
-                                           p.tokens_source, repeat, deadline_s)
+                rec = await stream_request(
+                    client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
+                )
             if on_record:
                 on_record(rec)
             return rec
@@ -274,10 +347,28 @@ async def run_load(base_url: str, model: str, prompts: Sequence[Prompt], max_tok
     return [r for r in done if r is not None]
 
 
-async def run_concurrency(base_url: str, model: str, prompts: list[Prompt], concurrency: int, max_tokens: int,
-                          kind: str = "completions", force: str | None = None,
-                          count_tokens: Callable[[str], int] | None = None,
-                          timeout_s: float = 300.0, first_index: int = 0) -> list[RequestRecord]:
+async def run_concurrency(
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    concurrency: int,
+    max_tokens: int,
+    kind: str = "completions",
+    force: str | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    timeout_s: float = 300.0,
+    first_index: int = 0,
+) -> list[RequestRecord]:
     """Send every prompt, with at most `concurrency` requests in flight; records keep the prompts' order."""
-    return await run_load(base_url, model, prompts, max_tokens, concurrency=concurrency, kind=kind, force=force,
-                          count_tokens=count_tokens, timeout_s=timeout_s, first_index=first_index)
+    return await run_load(
+        base_url,
+        model,
+        prompts,
+        max_tokens,
+        concurrency=concurrency,
+        kind=kind,
+        force=force,
+        count_tokens=count_tokens,
+        timeout_s=timeout_s,
+        first_index=first_index,
+    )

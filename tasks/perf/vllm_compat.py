@@ -60,7 +60,7 @@ def buckets_1s(records: list[RequestRecord]) -> tuple[float, float] | None:
                 tokens[b] += 1
         first = int(r.start_ms / 1000.0 - t0_s)
         last = int((r.start_ms + r.choice_offsets_ms[-1]) / 1000.0 - t0_s)
-        active[first:last + 1] += 1
+        active[first : last + 1] += 1
     return float(tokens.max()), float(active.max())
 
 
@@ -84,8 +84,11 @@ def _stats(values: list[float], m: str, percentiles: list[float]) -> dict[str, f
     arr = np.asarray(values, dtype=float)
     if not arr.size:  # vLLM prints 0 over an empty list; no figure is the honest one
         return {f"{k}_{m}_ms": None for k in ("mean", "median", "std", *map(pct_name, percentiles))}
-    out = {f"mean_{m}_ms": float(arr.mean()), f"median_{m}_ms": float(np.median(arr)),
-           f"std_{m}_ms": float(arr.std(ddof=0))}
+    out = {
+        f"mean_{m}_ms": float(arr.mean()),
+        f"median_{m}_ms": float(np.median(arr)),
+        f"std_{m}_ms": float(arr.std(ddof=0)),
+    }
     out.update({f"{pct_name(p)}_{m}_ms": float(v) for p, v in zip(percentiles, np.percentile(arr, percentiles))})
     return out
 
@@ -95,20 +98,27 @@ def vllm_keys(runs: list[list[RequestRecord]], summary: dict, percentiles: Itera
     measured = [r for run in runs for r in run if not r.is_warmup]
     completed = sum(bool(r.vllm_success) for r in measured)
     duration = summary.get("duration_s")
-    per_s = (lambda x: x / duration if duration and x is not None else None)  # noqa: E731
+    per_s = lambda x: x / duration if duration and x is not None else None
     peaks = [p for p in (buckets_1s(run) for run in runs) if p is not None]
     lat = latencies(measured)
     limits = {k: summary[f"slo_{k}"] for k in ("ttft_ms", "tpot_ms", "e2el_ms") if summary.get(f"slo_{k}") is not None}
     good = None
     if summary.get("goodput_slo") is not None and limits:
-        good = sum(within_slo({"ttft_ms": t, "tpot_ms": p, "e2el_ms": e}, limits)
-                   for t, p, e in zip(lat["ttft"], lat["all_tpot"], lat["e2el"]))
-    out = {"duration": duration, "completed": completed, "failed": len(measured) - completed,
-           "request_throughput": per_s(completed), "output_throughput": per_s(summary["total_output_tokens"]),
-           "total_token_throughput": per_s(summary["total_input_tokens"] + summary["total_output_tokens"]),
-           "request_goodput": per_s(good),
-           "max_output_tokens_per_s": max(p for p, _ in peaks) if peaks else None,
-           "max_concurrent_requests": int(max(c for _, c in peaks)) if peaks else 0}
+        good = sum(
+            within_slo({"ttft_ms": t, "tpot_ms": p, "e2el_ms": e}, limits)
+            for t, p, e in zip(lat["ttft"], lat["all_tpot"], lat["e2el"])
+        )
+    out = {
+        "duration": duration,
+        "completed": completed,
+        "failed": len(measured) - completed,
+        "request_throughput": per_s(completed),
+        "output_throughput": per_s(summary["total_output_tokens"]),
+        "total_token_throughput": per_s(summary["total_input_tokens"] + summary["total_output_tokens"]),
+        "request_goodput": per_s(good),
+        "max_output_tokens_per_s": max(p for p, _ in peaks) if peaks else None,
+        "max_concurrent_requests": int(max(c for _, c in peaks)) if peaks else 0,
+    }
     ps = sorted({float(p) for p in percentiles})
     for m in ("ttft", "tpot", "itl", "e2el"):
         out.update(_stats(lat[m], m, ps))

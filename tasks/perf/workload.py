@@ -38,10 +38,16 @@ def _spread(rng: random.Random, length: int, spread: float, least: int) -> int:
     return max(least, rng.randint(int(length * (1 - spread)), int(math.ceil(length * (1 + spread)))))
 
 
-def synthetic_prompts(n: int, input_len: int, seed: int, unique: bool = True,
-                      encode: Callable[[str], list[int]] | None = None,
-                      decode: Callable[[list[int]], str] | None = None,
-                      output_len: int | None = None, len_spread: float = 0.0) -> list[Prompt]:
+def synthetic_prompts(
+    n: int,
+    input_len: int,
+    seed: int,
+    unique: bool = True,
+    encode: Callable[[str], list[int]] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    output_len: int | None = None,
+    len_spread: float = 0.0,
+) -> list[Prompt]:
     """`n` seeded prompts of `input_len` tokens of common words (each length spread by `len_spread`).
 
     With `unique`, each prompt starts with its own index and nonce so that no prefix
@@ -69,8 +75,9 @@ def synthetic_prompts(n: int, input_len: int, seed: int, unique: bool = True,
     return out
 
 
-def load_sharegpt(path: str | Path, n: int, seed: int, count_tokens: Callable[[str], int] | None = None,
-                  output_len: int | None = None) -> list[Prompt]:
+def load_sharegpt(
+    path: str | Path, n: int, seed: int, count_tokens: Callable[[str], int] | None = None, output_len: int | None = None
+) -> list[Prompt]:
     """`n` prompts from a ShareGPT-format JSON file, chosen as `vllm bench serve` chooses them.
 
     The file is a list of {"conversations": [{"from": "human", "value": ...}, {"from": "gpt",
@@ -81,7 +88,7 @@ def load_sharegpt(path: str | Path, n: int, seed: int, count_tokens: Callable[[s
     over 2048 are skipped. Too few left: they are reused in order.
     """
     p = Path(path)
-    fix = "give a ShareGPT JSON file: a list of {\"conversations\": [{\"from\": ..., \"value\": ...}, ...]}"
+    fix = 'give a ShareGPT JSON file: a list of {"conversations": [{"from": ..., "value": ...}, ...]}'
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -90,8 +97,11 @@ def load_sharegpt(path: str | Path, n: int, seed: int, count_tokens: Callable[[s
         raise ConfigError(f"perf.dataset: {p} is not JSON ({type(err).__name__}); {fix}") from None
     if not isinstance(data, list):
         raise ConfigError(f"perf.dataset: {p} holds a {type(data).__name__}, not a list; {fix}")
-    data = [e for e in data if isinstance(e, dict) and isinstance(e.get("conversations"), list)
-            and len(e["conversations"]) >= 2]
+    data = [
+        e
+        for e in data
+        if isinstance(e, dict) and isinstance(e.get("conversations"), list) and len(e["conversations"]) >= 2
+    ]
     random.Random(seed).shuffle(data)
     count, source = (count_tokens, "tokenizer") if count_tokens else ((lambda t: len(t.split())), "approx_words")
     out: list[Prompt] = []
@@ -112,9 +122,12 @@ def load_sharegpt(path: str | Path, n: int, seed: int, count_tokens: Callable[[s
 Workload = Callable[..., list[Prompt]]  # (seed, n[, fixed_length]) -> prompts
 
 
-def make_workload(spec: PerfSpec, encode: Callable[[str], list[int]] | None = None,
-                  decode: Callable[[list[int]], str] | None = None,
-                  count_tokens: Callable[[str], int] | None = None) -> Workload:
+def make_workload(
+    spec: PerfSpec,
+    encode: Callable[[str], list[int]] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> Workload:
     """Prompts for each (step, repeat): synthetic (seeded, unique starts) or from the ShareGPT file.
 
     From a file, output lengths are the dataset's unless `output_len` was set explicitly
@@ -122,6 +135,7 @@ def make_workload(spec: PerfSpec, encode: Callable[[str], list[int]] | None = No
     `fixed_length` (the jitter scenario) asks for synthetic prompts of exactly `input_len`
     tokens asking for `output_len`, whatever the spread or dataset.
     """
+
     def fixed(seed: int, n: int) -> list[Prompt]:
         return synthetic_prompts(n, spec.input_len, seed, spec.unique_prompts, encode, decode, spec.output_len, 0.0)
 
@@ -141,7 +155,8 @@ def make_workload(spec: PerfSpec, encode: Callable[[str], list[int]] | None = No
     def synthetic(seed: int, n: int, fixed_length: bool = False) -> list[Prompt]:
         if fixed_length:
             return fixed(seed, n)
-        return synthetic_prompts(n, spec.input_len, seed, spec.unique_prompts, encode, decode,
-                                 spec.output_len, spec.len_spread)
+        return synthetic_prompts(
+            n, spec.input_len, seed, spec.unique_prompts, encode, decode, spec.output_len, spec.len_spread
+        )
 
     return synthetic

@@ -50,8 +50,14 @@ def judge_rows(rows: list[dict], metrics: list[str], cfg: RunConfig) -> str:
     """The combined gate of a suite's gating metrics on its delta rows (undecided for a metric without a row)."""
     d = cfg.decision
     by_metric = {r["metric"]: r for r in rows}
-    return combine([judge(by_metric[m], d.retention, d.margin_points, cfg.quality.min_samples, d.identity_gate)
-                    if m in by_metric else UNDECIDED for m in metrics])
+    return combine(
+        [
+            judge(by_metric[m], d.retention, d.margin_points, cfg.quality.min_samples, d.identity_gate)
+            if m in by_metric
+            else UNDECIDED
+            for m in metrics
+        ]
+    )
 
 
 class Budget:
@@ -79,8 +85,9 @@ class Budget:
         self.seconds += seconds
 
 
-def sequential_gate(schedule: list[int], judge_at: Callable[[int], str],
-                    extend_to: Callable[[int], bool]) -> list[tuple[int, str]]:
+def sequential_gate(
+    schedule: list[int], judge_at: Callable[[int], str], extend_to: Callable[[int], bool]
+) -> list[tuple[int, str]]:
     """Look at the sample at schedule[0], schedule[1], ... until the gate decides; (n, gate) of every look.
 
     `judge_at(k)` judges the sample of schedule[k] items at look k's level; `extend_to(n)` answers

@@ -113,9 +113,19 @@ def binary_scores(samples: list[dict], metric: str = "accuracy") -> list[Score]:
     acc, se = mean_stderr([s["score"] for s in samples])
     n = len(samples)
     invalid = sum(not s["valid"] for s in samples)
-    return [Score(metric, acc, se, n, "fraction", True, "mean(score)"),
-            Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",
-                  note=f"{invalid} of {n} answers empty, unparseable or errored" if invalid else None)]
+    return [
+        Score(metric, acc, se, n, "fraction", True, "mean(score)"),
+        Score(
+            "invalid_rate",
+            invalid / n if n else None,
+            None,
+            n,
+            "fraction",
+            False,
+            "mean(invalid)",
+            note=f"{invalid} of {n} answers empty, unparseable or errored" if invalid else None,
+        ),
+    ]
 
 
 def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
@@ -138,11 +148,14 @@ def sibling_server(ctx: SuiteContext, log_name: str, **variant_changes: Any) -> 
     Started with the one launcher (tasks.engines.launcher) on a free port, stopped on exit.
     """
     if ctx.variant_spec is None or ctx.model_spec is None or ctx.engine is None or ctx.artifact is None:
-        raise ValueError("needs a variant built by tradeoff (engine, model, artifact); not available on a bare endpoint")
+        raise ValueError(
+            "needs a variant built by tradeoff (engine, model, artifact); not available on a bare endpoint"
+        )
 
     variant = ctx.variant_spec.model_copy(update=variant_changes)
-    with engine_for(ctx.engine).serving(ctx.artifact, variant, ctx.model_spec, ctx.work_dir / f"{log_name}.server.log",
-                                        ctx.server_start_timeout_s) as endpoint:
+    with engine_for(ctx.engine).serving(
+        ctx.artifact, variant, ctx.model_spec, ctx.work_dir / f"{log_name}.server.log", ctx.server_start_timeout_s
+    ) as endpoint:
         yield endpoint.base_url
 
 
@@ -159,7 +172,10 @@ def check_params(name: str, params: dict[str, Any]) -> str | None:
     try:
         SUITES[name].Params.model_validate(params)
     except ValidationError as err:
-        return validation_line(err, "params", missing="required; add it",
-                               unknown=f"unknown parameter of suite {name}; known: "
-                                       f"{', '.join(SUITES[name].Params.model_fields)}")
+        return validation_line(
+            err,
+            "params",
+            missing="required; add it",
+            unknown=f"unknown parameter of suite {name}; known: {', '.join(SUITES[name].Params.model_fields)}",
+        )
     return None

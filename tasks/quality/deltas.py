@@ -108,14 +108,16 @@ def errored(sample: dict) -> bool:
     return bool(_field(sample, "errored"))
 
 
-def paired_columns(stat: SampleStat, ref_samples: list[dict], var_samples: list[dict],
-                   errored_as: float | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
+def paired_columns(
+    stat: SampleStat, ref_samples: list[dict], var_samples: list[dict], errored_as: float | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The sample ids both sides have (with numeric fields), and their field columns: arrays (fields x n).
 
     An errored sample has no score; with `errored_as` it takes that value (the worst outcome of a
     0/1 metric) instead of dropping out of the pairs, so a variant that errors on hard items does
     not look better than one that answers them.
     """
+
     def table(samples: list[dict]) -> dict[str, tuple[float, ...]]:
         out = {}
         for s in stat.rows(samples):
@@ -145,7 +147,8 @@ def mcnemar_p(ref: np.ndarray, var: np.ndarray) -> float:
 
 
 def _delta_of(stat: SampleStat, ref: np.ndarray, var: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """stat(variant rows) - stat(reference rows) over index arrays into both sides stacked (see tasks.core.stat_tests)."""
+    """stat(variant rows) - stat(reference rows) over index arrays into both sides stacked (see
+    tasks.core.stat_tests)."""
     both = np.concatenate([ref, var], axis=1)  # fields x 2n: the reference's n rows, then the variant's
 
     def delta(ref_idx: np.ndarray, var_idx: np.ndarray) -> np.ndarray:
@@ -154,8 +157,9 @@ def _delta_of(stat: SampleStat, ref: np.ndarray, var: np.ndarray) -> Callable[[n
     return delta
 
 
-def bootstrap_delta_ci(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float,
-                       seed: int) -> tuple[float, float]:
+def bootstrap_delta_ci(
+    stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float, seed: int
+) -> tuple[float, float]:
     """BCa bootstrap CI of stat(var) - stat(ref) over paired resamples (the same sample ids on both sides)."""
     lo, hi, _ = paired_bootstrap_interval(_delta_of(stat, ref, var), ref.shape[1], resamples, confidence, seed)
     return lo, hi
@@ -178,8 +182,16 @@ def retention(value: float | None, reference: float | None, higher_is_better: bo
     return bool(num / den >= level)
 
 
-def verdict(delta: float | None, ci: tuple[float, float] | None, n: int, higher_is_better: bool,
-            min_samples: int, p_value: float | None = None, alpha: float = 0.05, identical: bool | None = None) -> str:
+def verdict(
+    delta: float | None,
+    ci: tuple[float, float] | None,
+    n: int,
+    higher_is_better: bool,
+    min_samples: int,
+    p_value: float | None = None,
+    alpha: float = 0.05,
+    identical: bool | None = None,
+) -> str:
     """better | worse | inconclusive | identical | no_ci | no_data.
 
     A finding needs the interval to exclude zero on the side of `delta` AND, where the metric
@@ -251,9 +263,19 @@ def _zero_one(stat: SampleStat, samples: list[dict]) -> bool:
     return bool(vals) and all(v in (0.0, 1.0) for v in vals)
 
 
-def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples: list[dict], *,
-              reference_variant: str, resamples: int = 2000, confidence: float = 0.95, min_samples: int = 30,
-              seed: int = 0, look: Look | None = None) -> dict:
+def delta_row(
+    score: dict,
+    ref_score: dict,
+    ref_samples: list[dict],
+    var_samples: list[dict],
+    *,
+    reference_variant: str,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    min_samples: int = 30,
+    seed: int = 0,
+    look: Look | None = None,
+) -> dict:
     """One quality_deltas row: a variant's score against the reference's, paired over shared samples.
 
     `look`: the look of an adaptive suite (its interval at the look's own level, tasks.quality.gate);
@@ -262,18 +284,40 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
     """
     look = look or Look.fixed(confidence)
     hib = bool(score["higher_is_better"])
-    common = dict(run_id=score["run_id"], variant=score["variant"], reference_variant=reference_variant,
-                  suite=score["suite"], metric=score["metric"], unit=score.get("unit"), higher_is_better=hib,
-                  confidence=confidence, look_confidence=look.level, looks=look.number, looks_planned=look.planned)
+    common = dict(
+        run_id=score["run_id"],
+        variant=score["variant"],
+        reference_variant=reference_variant,
+        suite=score["suite"],
+        metric=score["metric"],
+        unit=score.get("unit"),
+        higher_is_better=hib,
+        confidence=confidence,
+        look_confidence=look.level,
+        looks=look.number,
+        looks_planned=look.planned,
+    )
     text = score.get("sample_stat")
     if not text:
         value, ref_value = _number(score.get("value")), _number(ref_score.get("value"))
         d = value - ref_value if value is not None and ref_value is not None else None
         n = int(min(score.get("n") or 0, ref_score.get("n") or 0))
-        return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d, ci_low=None, ci_high=None,
-                            p_value=None, n=n, retention_99=retention(value, ref_value, hib, 0.99),
-                            retention_999=retention(value, ref_value, hib, 0.999),
-                            verdict=verdict(d, None, n, hib, min_samples), method="no per-sample statistic"))
+        return asdict(
+            Delta(
+                **common,
+                reference_value=ref_value,
+                value=value,
+                delta=d,
+                ci_low=None,
+                ci_high=None,
+                p_value=None,
+                n=n,
+                retention_99=retention(value, ref_value, hib, 0.99),
+                retention_999=retention(value, ref_value, hib, 0.999),
+                verdict=verdict(d, None, n, hib, min_samples),
+                method="no per-sample statistic",
+            )
+        )
     stat = parse_sample_stat(text)
     zero_one = _zero_one(stat, ref_samples + var_samples)
     errored_as = (0.0 if hib else 1.0) if zero_one else None
@@ -281,15 +325,32 @@ def delta_row(score: dict, ref_score: dict, ref_samples: list[dict], var_samples
     note = ""
     if errored_as is not None:
         paired = set(ids)
-        counts = [sum(errored(s) for s in stat.rows(side) if s["sample_id"] in paired) for side in (ref_samples, var_samples)]
+        counts = [
+            sum(errored(s) for s in stat.rows(side) if s["sample_id"] in paired) for side in (ref_samples, var_samples)
+        ]
         if any(counts):
-            note = f"errored requests count as {'wrong' if hib else int(errored_as)} (reference {counts[0]}, variant {counts[1]})"
-    return pairs_row(common, stat, text, ref, var, resamples=resamples, min_samples=min_samples, seed=seed, look=look,
-                     note=note)
+            note = (
+                f"errored requests count as {'wrong' if hib else int(errored_as)} (reference {counts[0]}, variant "
+                f"{counts[1]})"
+            )
+    return pairs_row(
+        common, stat, text, ref, var, resamples=resamples, min_samples=min_samples, seed=seed, look=look, note=note
+    )
 
 
-def pairs_row(common: dict, stat: SampleStat, text: str, ref: np.ndarray, var: np.ndarray, *, resamples: int,
-              min_samples: int, seed: int, look: Look, note: str = "") -> dict:
+def pairs_row(
+    common: dict,
+    stat: SampleStat,
+    text: str,
+    ref: np.ndarray,
+    var: np.ndarray,
+    *,
+    resamples: int,
+    min_samples: int,
+    seed: int,
+    look: Look,
+    note: str = "",
+) -> dict:
     """The quality_deltas row of paired columns (fields x n, pair i at column i of both): delta_row after pairing.
 
     benchmarks/gate_error.py calls it on simulated columns: the same interval, test, verdict and gate bounds.
@@ -297,14 +358,30 @@ def pairs_row(common: dict, stat: SampleStat, text: str, ref: np.ndarray, var: n
     hib = common["higher_is_better"]
     n = ref.shape[1]
     if n == 0:
-        return asdict(Delta(**common, reference_value=None, value=None, delta=None, ci_low=None, ci_high=None,
-                            p_value=None, n=0, retention_99=None, retention_999=None, verdict="no_data",
-                            method=f"paired: {text}"))
+        return asdict(
+            Delta(
+                **common,
+                reference_value=None,
+                value=None,
+                delta=None,
+                ci_low=None,
+                ci_high=None,
+                p_value=None,
+                n=0,
+                retention_99=None,
+                retention_999=None,
+                verdict="no_data",
+                method=f"paired: {text}",
+            )
+        )
     ref_value, value = float(stat.compute(*ref)), float(stat.compute(*var))
     d = value - ref_value
     identical = bool(np.array_equal(ref, var))
-    zero_one = stat.fn == "mean" and len(stat.fields) == 1 and bool(np.isin(ref, (0.0, 1.0)).all()
-                                                                    and np.isin(var, (0.0, 1.0)).all())
+    zero_one = (
+        stat.fn == "mean"
+        and len(stat.fields) == 1
+        and bool(np.isin(ref, (0.0, 1.0)).all() and np.isin(var, (0.0, 1.0)).all())
+    )
     ci, p, method = paired_test(stat, ref, var, resamples, look.level, seed)
     lost, gained = discordant(ref[0], var[0]) if zero_one else (None, None)
     # every pair identical on a continuous statistic: a bootstrap has no spread, [0, 0] bounds nothing
@@ -314,17 +391,33 @@ def pairs_row(common: dict, stat: SampleStat, text: str, ref: np.ndarray, var: n
         method += f"; {note}"
     if look.planned > 1:
         method += f"; look {look.number} of {look.planned} at {look.level:.4%}"
-    return asdict(Delta(**common, reference_value=ref_value, value=value, delta=d,
-                        ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
-                        p_value=p, n=n, retention_99=retention(value, ref_value, hib, 0.99),
-                        retention_999=retention(value, ref_value, hib, 0.999),
-                        verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - look.level, identical=identical),
-                        method=f"{method} over {text}", p_value_adjusted=p, p_family_size=1 if p is not None else None,
-                        n_lost=lost, n_gained=gained, retention_ci_low=ret_low, retention_ci_high=ret_high))
+    return asdict(
+        Delta(
+            **common,
+            reference_value=ref_value,
+            value=value,
+            delta=d,
+            ci_low=ci[0] if ci else None,
+            ci_high=ci[1] if ci else None,
+            p_value=p,
+            n=n,
+            retention_99=retention(value, ref_value, hib, 0.99),
+            retention_999=retention(value, ref_value, hib, 0.999),
+            verdict=verdict(d, ci, n, hib, min_samples, p, 1.0 - look.level, identical=identical),
+            method=f"{method} over {text}",
+            p_value_adjusted=p,
+            p_family_size=1 if p is not None else None,
+            n_lost=lost,
+            n_gained=gained,
+            retention_ci_low=ret_low,
+            retention_ci_high=ret_high,
+        )
+    )
 
 
-def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float,
-                seed: int) -> tuple[tuple[float, float] | None, float | None, str]:
+def paired_test(
+    stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: int, confidence: float, seed: int
+) -> tuple[tuple[float, float] | None, float | None, str]:
     """(interval of the delta, raw two-sided p, method) for paired columns (fields x n) of both sides.
 
     0/1 scores under `mean`: Tango's score interval and exact McNemar, also when no pair differs
@@ -337,8 +430,11 @@ def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: i
     if stat.fn == "mean" and np.isin(ref, (0.0, 1.0)).all() and np.isin(var, (0.0, 1.0)).all():
         losses, gains = discordant(ref[0], var[0])
         how = "identical paired samples; " if losses + gains == 0 else ""
-        return (tango_interval(losses, gains, n, confidence), mcnemar_exact_p(losses, gains),
-                f"{how}Tango score interval; exact McNemar (binomtest)")
+        return (
+            tango_interval(losses, gains, n, confidence),
+            mcnemar_exact_p(losses, gains),
+            f"{how}Tango score interval; exact McNemar (binomtest)",
+        )
     if np.array_equal(ref, var):
         return (0.0, 0.0), 1.0, "identical paired samples"
     if n < 2:
@@ -354,24 +450,45 @@ def paired_test(stat: SampleStat, ref: np.ndarray, var: np.ndarray, resamples: i
     return (lo, hi), p, f"{how}; sign-flip permutation test B={permutations}"
 
 
-def quality_deltas(ref_scores: list[dict], ref_samples: list[dict], var_scores: list[dict], var_samples: list[dict],
-                   *, reference_variant: str, resamples: int = 2000, confidence: float = 0.95,
-                   min_samples: int = 30, seed: int = 0, looks: dict[str, Look] | None = None) -> list[dict]:
+def quality_deltas(
+    ref_scores: list[dict],
+    ref_samples: list[dict],
+    var_scores: list[dict],
+    var_samples: list[dict],
+    *,
+    reference_variant: str,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    min_samples: int = 30,
+    seed: int = 0,
+    looks: dict[str, Look] | None = None,
+) -> list[dict]:
     """A delta row for every (suite, metric) that both the reference and the variant scored.
 
     `looks`: suite -> the look its interval is taken at (adaptive suites); the others one look at `confidence`.
     """
     ref_by_key = {(s["suite"], s["metric"]): s for s in ref_scores}
-    by_suite = lambda rows: {k: [r for r in rows if r["suite"] == k] for k in {r["suite"] for r in rows}}  # noqa: E731
+    by_suite = lambda rows: {k: [r for r in rows if r["suite"] == k] for k in {r["suite"] for r in rows}}
     ref_s, var_s = by_suite(ref_samples), by_suite(var_samples)
     out = []
     for s in var_scores:
         ref = ref_by_key.get((s["suite"], s["metric"]))
         if ref is None:
             continue
-        out.append(delta_row(s, ref, ref_s.get(s["suite"], []), var_s.get(s["suite"], []),
-                             reference_variant=reference_variant, resamples=resamples, confidence=confidence,
-                             min_samples=min_samples, seed=seed, look=(looks or {}).get(s["suite"])))
+        out.append(
+            delta_row(
+                s,
+                ref,
+                ref_s.get(s["suite"], []),
+                var_s.get(s["suite"], []),
+                reference_variant=reference_variant,
+                resamples=resamples,
+                confidence=confidence,
+                min_samples=min_samples,
+                seed=seed,
+                look=(looks or {}).get(s["suite"]),
+            )
+        )
     return adjust_family(out, min_samples)
 
 
@@ -384,8 +501,9 @@ def adjust_family(rows: list[dict], min_samples: int) -> list[dict]:
             continue  # nothing differs: no adjustment makes it a finding
         ci = (r["ci_low"], r["ci_high"]) if r["ci_low"] is not None else None
         level = r.get("look_confidence") or r["confidence"]
-        r["verdict"] = verdict(r["delta"], ci, r["n"], r["higher_is_better"], min_samples, adjusted,
-                               1.0 - level, identical=False)
+        r["verdict"] = verdict(
+            r["delta"], ci, r["n"], r["higher_is_better"], min_samples, adjusted, 1.0 - level, identical=False
+        )
     return rows
 
 
@@ -402,6 +520,10 @@ def add_identity_bounds(rows: list[dict], same: int, n: int, confidence: float) 
     for r in rows:
         if r.get("n_lost") is None:
             continue
-        r.update(identity_n=n, identity_same=same, identity_flip_high=flip,
-                 identity_retention_low=identity_retention_low(r["reference_value"], flip, r["higher_is_better"]))
+        r.update(
+            identity_n=n,
+            identity_same=same,
+            identity_flip_high=flip,
+            identity_retention_low=identity_retention_low(r["reference_value"], flip, r["higher_is_better"]),
+        )
     return rows

@@ -31,7 +31,8 @@ def request_errored(sample: dict) -> bool:
 
 
 def _field(sample: dict, details: dict, name: str) -> Any:
-    """A sample's column (score, valid, sample_id) or a key of its details, as tasks.quality.deltas reads a sample_stat."""
+    """A sample's column (score, valid, sample_id) or a key of its details, as tasks.quality.deltas reads a
+    sample_stat."""
     return sample.get(name) if name in ("score", "valid", "sample_id") else details.get(name)
 
 
@@ -95,19 +96,36 @@ def account_errors(result: SuiteResult, max_error_rate: float) -> tuple[SuiteRes
         d = _details(s)
         if bad:
             first = first or str(d.get("error") or "request failed")
-        samples.append({**s, "score": None if bad else s.get("score"),
-                        "details": json.dumps({**d, "errored": int(bad)}, default=str)})
+        samples.append(
+            {
+                **s,
+                "score": None if bad else s.get("score"),
+                "details": json.dumps({**d, "errored": int(bad)}, default=str),
+            }
+        )
         if not bad:
             kept.append(samples[-1])
     errored = n - len(kept)
     rate = errored / n
-    error_rate = Score("error_rate", rate, None, n, "fraction", False, None,
-                       note=f"{errored} of {n} requests errored at the endpoint; first: {first.splitlines()[0][:200]}"
-                       if errored else None)
+    error_rate = Score(
+        "error_rate",
+        rate,
+        None,
+        n,
+        "fraction",
+        False,
+        None,
+        note=f"{errored} of {n} requests errored at the endpoint; first: {first.splitlines()[0][:200]}"
+        if errored
+        else None,
+    )
     if rate > max_error_rate:
-        line = (f"{errored} of {n} requests errored at the endpoint ({rate:.1%} > max_error_rate "
-                f"{max_error_rate:.1%}); first: {first.splitlines()[0][:200]}")
-        return SuiteResult(samples, [error_rate, Score("suite_failed", 1.0, None, 1, "count", False, None,
-                                                       note=line[:300])]), line
+        line = (
+            f"{errored} of {n} requests errored at the endpoint ({rate:.1%} > max_error_rate "
+            f"{max_error_rate:.1%}); first: {first.splitlines()[0][:200]}"
+        )
+        return SuiteResult(
+            samples, [error_rate, Score("suite_failed", 1.0, None, 1, "count", False, None, note=line[:300])]
+        ), line
     scores = [_rescored(s, kept, errored, n) if errored else s for s in result.scores]
     return SuiteResult(samples, [*scores, error_rate]), None

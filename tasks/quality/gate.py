@@ -33,8 +33,9 @@ PASS, FAIL, UNDECIDED = "pass", "fail", "not_enough_evidence"
 _SLACK = 1e-12
 
 
-def retention_interval(reference: float | None, ci_low: float | None, ci_high: float | None,
-                       higher_is_better: bool) -> tuple[float | None, float | None]:
+def retention_interval(
+    reference: float | None, ci_low: float | None, ci_high: float | None, higher_is_better: bool
+) -> tuple[float | None, float | None]:
     """A delta interval as a retention interval, with v_retention's definition of retention.
 
     value / reference (higher is better): [(ref + lo) / ref, (ref + hi) / ref], the lower bound
@@ -98,8 +99,13 @@ def basis(row: Mapping[str, Any], margin_points: float | None, identity_gate: bo
     return "margin_points" if margin_of(row, margin_points) is not None else "retention"
 
 
-def judge(row: Mapping[str, Any], target: float, margin_points: float | None = None, min_samples: int = 30,
-          identity_gate: bool = False) -> str:
+def judge(
+    row: Mapping[str, Any],
+    target: float,
+    margin_points: float | None = None,
+    min_samples: int = 30,
+    identity_gate: bool = False,
+) -> str:
     """pass | fail | not_enough_evidence for one quality_deltas row (the rule of v_quality_gate's `gated` CTE).
 
     Pass when the gate's lower bound clears the threshold, fail when its upper bound is below it:

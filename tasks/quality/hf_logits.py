@@ -48,9 +48,9 @@ class TransformersLogits:
 
     def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
         """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
-        tokens = (context + continuation)[-self.n_ctx:]
+        tokens = (context + continuation)[-self.n_ctx :]
         ctxlen = len(tokens) - len(continuation)
-        lp = self.logprobs(tokens)[ctxlen - 1: len(tokens) - 1]
+        lp = self.logprobs(tokens)[ctxlen - 1 : len(tokens) - 1]
         picked = lp[np.arange(len(continuation)), continuation]
         return float(picked.sum()), bool((lp.argmax(axis=1) == np.asarray(continuation)).all())
 
@@ -69,8 +69,12 @@ def hf_logits_worker(folder: str | Path, n_ctx: int = 2048) -> ChildWorker:
 
 def is_hf_checkpoint(path: Path | None) -> bool:
     """A folder transformers can load a causal LM from (config.json and weights)."""
-    return bool(path is not None and path.is_dir() and (path / "config.json").is_file()
-                and (any(path.glob("*.safetensors")) or any(path.glob("*.bin"))))
+    return bool(
+        path is not None
+        and path.is_dir()
+        and (path / "config.json").is_file()
+        and (any(path.glob("*.safetensors")) or any(path.glob("*.bin")))
+    )
 
 
 class TransformersScorer:

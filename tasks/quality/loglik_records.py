@@ -82,8 +82,10 @@ def records_dir() -> Path:
 def record_paths(ctx: SuiteContext) -> tuple[Path, Path]:
     """(this engine + version + artifact's record, this engine + version's latest record)."""
     engine, version = ctx.engine or "", engine_version(ctx)
-    return (records_dir() / f"{_key(engine, version, artifact_sha(ctx))}.json",
-            records_dir() / f"engine-{_key(engine, version)}.json")
+    return (
+        records_dir() / f"{_key(engine, version, artifact_sha(ctx))}.json",
+        records_dir() / f"engine-{_key(engine, version)}.json",
+    )
 
 
 def save_record(ctx: SuiteContext, rec: LoglikRecord) -> None:
@@ -107,13 +109,25 @@ def find_record(ctx: SuiteContext) -> tuple[LoglikRecord | None, bool]:
     return None, False
 
 
-def new_record(ctx: SuiteContext, rows: list[dict], tolerance: float, reference: str, error: str | None) -> LoglikRecord:
+def new_record(
+    ctx: SuiteContext, rows: list[dict], tolerance: float, reference: str, error: str | None
+) -> LoglikRecord:
     diffs = [r["abs_diff_nats"] for r in rows if r["abs_diff_nats"] is not None]
     within = sum(r["within"] for r in rows)
-    return LoglikRecord(ctx.engine or "", engine_version(ctx), artifact_sha(ctx),
-                        bool(rows) and within == len(rows) and error is None, within, len(rows),
-                        max(diffs) if diffs else None, tolerance, reference, ctx.variant,
-                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), error)
+    return LoglikRecord(
+        ctx.engine or "",
+        engine_version(ctx),
+        artifact_sha(ctx),
+        bool(rows) and within == len(rows) and error is None,
+        within,
+        len(rows),
+        max(diffs) if diffs else None,
+        tolerance,
+        reference,
+        ctx.variant,
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        error,
+    )
 
 
 def same_weights_reference(ctx: SuiteContext) -> tuple[str, Path] | None:
@@ -126,7 +140,7 @@ def same_weights_reference(ctx: SuiteContext) -> tuple[str, Path] | None:
     if art.path.suffix == ".gguf" and art.path.is_file():
         return "gguf", art.path
     quant = ctx.variant_spec.quantization if ctx.variant_spec is not None else None
-    checkpoint = (ctx.variant_spec.engine_args.get("checkpoint") if ctx.variant_spec is not None else None)
+    checkpoint = ctx.variant_spec.engine_args.get("checkpoint") if ctx.variant_spec is not None else None
     as_stored = art.meta.get("dequantized_from") is not None or (quant in SAME_WEIGHTS_DTYPES and not checkpoint)
     if not as_stored:
         return None

@@ -90,8 +90,12 @@ class Outcome:
     timed_out: bool  # the host had to kill the jail (the harness did not end in wall_s + KILL_GRACE_S)
     stdout: str  # last bytes of the candidate's stdout: diagnostics only
     stderr: str  # last bytes of its stderr: diagnostics only
-    killed: list[tuple[int, str]] = field(default_factory=list)  # host PID, command line: the jail's processes at the kill
-    survivors: list[int] = field(default_factory=list)  # of the jail's processes, still alive after it (must stay empty)
+    killed: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # host PID, command line: the jail's processes at the kill
+    survivors: list[int] = field(
+        default_factory=list
+    )  # of the jail's processes, still alive after it (must stay empty)
     cgroup: str | None = None  # the cgroup that held the totals ('v2', 'v1'), None where none could be made
     oom_killed: bool = False  # the cgroup's memory limit killed a process of the jail
 
@@ -212,9 +216,13 @@ def _tail(path: Path) -> str:
 
 def _rlimits(limits: Limits, confine: bool) -> list[tuple[str, int, int]]:
     mib = 1 << 20
-    out = [("RLIMIT_CPU", limits.cpu_s, limits.cpu_s + 1), ("RLIMIT_AS", limits.memory_mb * mib, limits.memory_mb * mib),
-           ("RLIMIT_FSIZE", limits.file_size_mb * mib, limits.file_size_mb * mib),
-           ("RLIMIT_NOFILE", limits.open_files, limits.open_files), ("RLIMIT_CORE", 0, 0)]
+    out = [
+        ("RLIMIT_CPU", limits.cpu_s, limits.cpu_s + 1),
+        ("RLIMIT_AS", limits.memory_mb * mib, limits.memory_mb * mib),
+        ("RLIMIT_FSIZE", limits.file_size_mb * mib, limits.file_size_mb * mib),
+        ("RLIMIT_NOFILE", limits.open_files, limits.open_files),
+        ("RLIMIT_CORE", 0, 0),
+    ]
     if confine:
         # Counted per uid (per user namespace) over the whole host: in the jail that uid is the jail's own (root
         # draws one from JAIL_UIDS; a user's jail has its own user namespace). Outside a jail it would count the
@@ -237,12 +245,35 @@ def jail_argv(info_fd: int, seccomp_fd: int | None, limits: Limits, as_root: boo
     argv = [shutil.which(BWRAP) or BWRAP]
     if as_root:
         # No user namespace: the harness needs CAP_SETUID/SETGID (and nothing else) to drop to the jail's uid.
-        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-                 "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
     else:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
-    argv += ["--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
-             "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    argv += [
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+    ]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
@@ -255,9 +286,26 @@ def jail_argv(info_fd: int, seccomp_fd: int | None, limits: Limits, as_root: boo
         argv += ["--ro-bind", path, path]
     # /dev: bubblewrap's few nodes (null, zero, full, random, urandom, tty) on a tmpfs made read-only, so neither
     # /dev nor /dev/shm holds a byte the candidate writes; the nodes themselves still work.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-             "--perms", "01777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp",
-             "--remount-ro", "/", "--info-fd", str(info_fd)]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/dev",
+        "--perms",
+        "01777",
+        "--size",
+        str(limits.tmpfs_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--remount-ro",
+        "/",
+        "--info-fd",
+        str(info_fd),
+    ]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--", exe, "-I", "-S", "-c", _HARNESS]
@@ -267,15 +315,48 @@ def jail_argv(info_fd: int, seccomp_fd: int | None, limits: Limits, as_root: boo
 # filter cannot read: ENOSYS, and libc falls back to clone), no other syscall ABI (x32, i386) to get round it,
 # and EPERM for kernel interfaces a function never needs and that keep turning up in kernel exploits: io_uring,
 # the kernel keyrings, bpf, perf_event_open, userfaultfd (Docker's default profile refuses them too).
-DENIED_SYSCALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "bpf",
-                   "perf_event_open", "userfaultfd")
+DENIED_SYSCALLS = (
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+)
 _SYSCALLS = {
-    "x86_64": {"arch": 0xC000003E, "unshare": 272, "clone": 56, "clone3": 435, "io_uring_setup": 425,
-               "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248, "request_key": 249,
-               "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
-    "aarch64": {"arch": 0xC00000B7, "unshare": 97, "clone": 220, "clone3": 435, "io_uring_setup": 425,
-                "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219, "add_key": 217, "request_key": 218,
-                "bpf": 280, "perf_event_open": 241, "userfaultfd": 282},
+    "x86_64": {
+        "arch": 0xC000003E,
+        "unshare": 272,
+        "clone": 56,
+        "clone3": 435,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "userfaultfd": 323,
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "unshare": 97,
+        "clone": 220,
+        "clone3": 435,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "userfaultfd": 282,
+    },
 }
 CLONE_NEWUSER = 0x10000000
 
@@ -288,24 +369,27 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     # (label, code, k, jump if true, jump if false): jumps name a later label, None is the next instruction
-    prog = [(None, ld, 4, None, None),                      # arch
-            (None, jeq, nr["arch"], None, "enosys"),        # any other ABI
-            (None, ld, 0, None, None),                      # syscall number
-            (None, jge, 0x40000000, "eperm", None),         # x32 numbers
-            (None, jeq, nr["clone3"], "enosys", None),
-            (None, jeq, nr["unshare"], "flags", None),
-            (None, jeq, nr["clone"], "flags", None),
-            *[(None, jeq, nr[name], "eperm", None) for name in DENIED_SYSCALLS],
-            (None, ret, allow, None, None),
-            ("flags", ld, 16, None, None),                  # args[0], low 32 bits
-            (None, jset, CLONE_NEWUSER, "eperm", None),
-            (None, ret, allow, None, None),
-            ("eperm", ret, eperm, None, None),
-            ("enosys", ret, enosys, None, None)]
+    prog = [
+        (None, ld, 4, None, None),  # arch
+        (None, jeq, nr["arch"], None, "enosys"),  # any other ABI
+        (None, ld, 0, None, None),  # syscall number
+        (None, jge, 0x40000000, "eperm", None),  # x32 numbers
+        (None, jeq, nr["clone3"], "enosys", None),
+        (None, jeq, nr["unshare"], "flags", None),
+        (None, jeq, nr["clone"], "flags", None),
+        *[(None, jeq, nr[name], "eperm", None) for name in DENIED_SYSCALLS],
+        (None, ret, allow, None, None),
+        ("flags", ld, 16, None, None),  # args[0], low 32 bits
+        (None, jset, CLONE_NEWUSER, "eperm", None),
+        (None, ret, allow, None, None),
+        ("eperm", ret, eperm, None, None),
+        ("enosys", ret, enosys, None, None),
+    ]
     at = {label: i for i, (label, *_) in enumerate(prog) if label}
-    rel = lambda i, target: 0 if target is None else at[target] - i - 1  # noqa: E731
-    return b"".join(struct.pack("<HBBI", code, rel(i, jt), rel(i, jf), k)
-                    for i, (_, code, k, jt, jf) in enumerate(prog))
+    rel = lambda i, target: 0 if target is None else at[target] - i - 1
+    return b"".join(
+        struct.pack("<HBBI", code, rel(i, jt), rel(i, jf), k) for i, (_, code, k, jt, jf) in enumerate(prog)
+    )
 
 
 def _pidns_members(ns_inode: int) -> list[tuple[int, str]]:
@@ -383,13 +467,13 @@ def _own_cgroups() -> dict[str, str]:
         return out
     for line in lines:
         hid, ctrls, path = line.split(":", 2)
-        for key in ([""] if hid == "0" else [c for c in ctrls.split(",") if c]):
+        for key in [""] if hid == "0" else [c for c in ctrls.split(",") if c]:
             out[key] = path
     return out
 
 
 def _in_mount(point: str, root: str, path: str) -> Path:
-    rel = path[len(root):] if root != "/" and path.startswith(root) else path
+    rel = path[len(root) :] if root != "/" and path.startswith(root) else path
     return Path(point) / rel.lstrip("/")
 
 
@@ -524,7 +608,7 @@ class JailCgroup:
 def _remove_stale(parent: Path, kind: str) -> None:
     """Remove the jail cgroups a process that is gone (killed before its clean-up) left under `parent`."""
     for d in parent.glob(f"{CGROUP_PREFIX}*"):
-        owner = d.name[len(CGROUP_PREFIX):].split("-")[0]
+        owner = d.name[len(CGROUP_PREFIX) :].split("-")[0]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
             stale = JailCgroup(kind, [d])
             stale.kill()
@@ -540,7 +624,9 @@ def run_untrusted(child_code: str, payload: str, limits: Limits = Limits(), conf
     """Run `child_code` on `payload` in the jail (or, `confine=False`, as a plain limited child); see the module doc."""
     as_root = os.geteuid() == 0
     # bwrap's own two processes (the outer one and the namespace's init) count in pids.max too.
-    cgroup = None if _CGROUP_REFUSED else JailCgroup.make(limits.memory_total_mb, limits.processes + (2 if confine else 0))
+    cgroup = (
+        None if _CGROUP_REFUSED else JailCgroup.make(limits.memory_total_mb, limits.processes + (2 if confine else 0))
+    )
     try:
         return _run(child_code, payload, limits, confine, as_root, cgroup)
     except subprocess.SubprocessError as err:  # the child could not move into the cgroup (its preexec_fn failed)
@@ -554,18 +640,26 @@ def run_untrusted(child_code: str, payload: str, limits: Limits = Limits(), conf
             cgroup.remove()
 
 
-def _run(child_code: str, payload: str, limits: Limits, confine: bool, as_root: bool,
-         cgroup: JailCgroup | None) -> Outcome:
+def _run(
+    child_code: str, payload: str, limits: Limits, confine: bool, as_root: bool, cgroup: JailCgroup | None
+) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="tradeoff-jail-") as tmp:
         work = Path(tmp)
         (work / "cwd").mkdir()
         chan_path, out_path, err_path, in_path = (work / n for n in ("verdict", "stdout", "stderr", "stdin"))
         chan = os.open(chan_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         uid = JAIL_UIDS[secrets.randbelow(len(JAIL_UIDS))]
-        cfg = {"channel_fd": chan, "drop": [uid, uid] if confine and as_root else None, "wall_s": limits.wall_s,
-               "rlimits": _rlimits(limits, confine), "child_code": child_code, "payload": payload,
-               "max_frame": MAX_FRAME_BYTES, "cwd": "/tmp" if confine else str(work / "cwd"),
-               "env": {"PATH": "/usr/bin:/bin"}}
+        cfg = {
+            "channel_fd": chan,
+            "drop": [uid, uid] if confine and as_root else None,
+            "wall_s": limits.wall_s,
+            "rlimits": _rlimits(limits, confine),
+            "child_code": child_code,
+            "payload": payload,
+            "max_frame": MAX_FRAME_BYTES,
+            "cwd": "/tmp" if confine else str(work / "cwd"),
+            "env": {"PATH": "/usr/bin:/bin"},
+        }
         in_path.write_text(json.dumps(cfg))
         info_r, info_w = os.pipe() if confine else (-1, -1)
         bpf = seccomp_filter() if confine else None
@@ -580,17 +674,33 @@ def _run(child_code: str, payload: str, limits: Limits, confine: bool, as_root: 
                 if confine:
                     argv = jail_argv(info_w, sec_r if sec_r >= 0 else None, limits, as_root)
                     fds = (chan, info_w) + ((sec_r,) if sec_r >= 0 else ())
-                    proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds,
-                                            start_new_session=True, cwd="/", env={"PATH": "/usr/bin:/bin"},
-                                            preexec_fn=enter)
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                        pass_fds=fds,
+                        start_new_session=True,
+                        cwd="/",
+                        env={"PATH": "/usr/bin:/bin"},
+                        preexec_fn=enter,
+                    )
                     os.close(info_w)
                     info_w = -1
                     info = _read_info(info_r, min(10.0, limits.wall_s + 5.0))
                 else:
                     exe, _ = _python()
-                    proc = subprocess.Popen([exe, "-I", "-S", "-c", _HARNESS], stdin=stdin, stdout=stdout,
-                                            stderr=stderr, pass_fds=(chan,), start_new_session=True,
-                                            cwd=work / "cwd", env={"PATH": "/usr/bin:/bin"}, preexec_fn=enter)
+                    proc = subprocess.Popen(
+                        [exe, "-I", "-S", "-c", _HARNESS],
+                        stdin=stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                        pass_fds=(chan,),
+                        start_new_session=True,
+                        cwd=work / "cwd",
+                        env={"PATH": "/usr/bin:/bin"},
+                        preexec_fn=enter,
+                    )
                     info = {}
                 os.close(chan)
                 chan = -1
@@ -619,9 +729,17 @@ def _run(child_code: str, payload: str, limits: Limits, confine: bool, as_root: 
             verdict = None
         if cgroup is not None:
             survivors = sorted(set(survivors) | set(cgroup.kill()))
-        return Outcome(verdict if isinstance(verdict, dict) else None, proc.returncode, timed_out,
-                       _tail(out_path), _tail(err_path), killed, survivors,
-                       cgroup.kind if cgroup is not None else None, cgroup is not None and cgroup.oom_killed())
+        return Outcome(
+            verdict if isinstance(verdict, dict) else None,
+            proc.returncode,
+            timed_out,
+            _tail(out_path),
+            _tail(err_path),
+            killed,
+            survivors,
+            cgroup.kind if cgroup is not None else None,
+            cgroup is not None and cgroup.oom_killed(),
+        )
 
 
 def _kill(proc: subprocess.Popen, info: dict) -> list[tuple[int, str]]:
@@ -668,12 +786,20 @@ _available: dict[tuple[str | None, int], None] = {}  # where the jail started: a
 
 def _userns_cause() -> str | None:
     """Why this kernel refuses an unprivileged user namespace, read from its settings; None when none says so."""
-    checks = (("/proc/sys/user/max_user_namespaces", "0", "user namespaces are off (sysctl user.max_user_namespaces=0)"),
-              ("/proc/sys/kernel/unprivileged_userns_clone", "0",
-               "unprivileged user namespaces are off (sysctl kernel.unprivileged_userns_clone=0)"),
-              ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
-               "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): "
-               "give bwrap an AppArmor profile that allows userns, or set it to 0"))
+    checks = (
+        ("/proc/sys/user/max_user_namespaces", "0", "user namespaces are off (sysctl user.max_user_namespaces=0)"),
+        (
+            "/proc/sys/kernel/unprivileged_userns_clone",
+            "0",
+            "unprivileged user namespaces are off (sysctl kernel.unprivileged_userns_clone=0)",
+        ),
+        (
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1",
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): "
+            "give bwrap an AppArmor profile that allows userns, or set it to 0",
+        ),
+    )
     for path, value, why in checks:
         try:
             if Path(path).read_text().strip() == value:

@@ -13,29 +13,43 @@ import pandas as pd
 from warehouse.errors import WarehouseError
 
 # The series `tradeoff history` and the HTML report show first (v_history.metric); quality metrics follow.
-HEADLINE_METRICS = ("best_output_tok_s", "peak_output_tok_s", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean",
-                    "jitter_pct", "energy_j_per_token")
+HEADLINE_METRICS = (
+    "best_output_tok_s",
+    "peak_output_tok_s",
+    "ttft_ms_mean",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_mean",
+    "jitter_pct",
+    "energy_j_per_token",
+)
 
 
-def history_frame(con: duckdb.DuckDBPyConnection, config: str | None = None, variant: str | None = None,
-                  metric: str | None = None) -> pd.DataFrame:
+def history_frame(
+    con: duckdb.DuckDBPyConnection, config: str | None = None, variant: str | None = None, metric: str | None = None
+) -> pd.DataFrame:
     """v_history's points of every series that matches: a series matches a config when any of its nights ran
     under that config name (so a renamed config shows its whole history), a variant likewise."""
-    return con.execute("""
+    return con.execute(
+        """
         with matching as (
             select distinct series_key, metric from v_history
             where (? is null or config_name = ?) and (? is null or variant = ?) and (? is null or metric = ?)
         )
         select h.* from v_history as h join matching as m using (series_key, metric)
         order by h.variant, h.metric, h.series_key, h.started_at, h.run_id""",
-                       [config, config, variant, variant, metric, metric]).df()
+        [config, config, variant, variant, metric, metric],
+    ).df()
 
 
 def change_points_frame(con: duckdb.DuckDBPyConnection, series_keys: list[str]) -> pd.DataFrame:
     """v_change_points of these series, oldest first."""
-    return con.execute("""
+    return con.execute(
+        """
         select * from v_change_points where list_contains(?::varchar[], series_key)
-        order by series_key, metric, started_at, rule""", [series_keys]).df()
+        order by series_key, metric, started_at, rule""",
+        [series_keys],
+    ).df()
 
 
 def _num(x) -> str:
@@ -44,79 +58,100 @@ def _num(x) -> str:
 
 def change_line(c: pd.Series) -> str:
     """One change point in words: where, from what to what, by which rule and how sure."""
-    how = (f"Otava p={c.p_value:.1e}, {int(c.n_before)} nights before / {int(c.n_after)} after"
-           if c.rule == "otava" else f"band of {int(c.n_before)} previous nights")
+    how = (
+        f"Otava p={c.p_value:.1e}, {int(c.n_before)} nights before / {int(c.n_after)} after"
+        if c.rule == "otava"
+        else f"band of {int(c.n_before)} previous nights"
+    )
     change = f"{c.change_pct:+.1f} %" if not pd.isna(c.change_pct) else "n/a"
     cause = f"; known cause: {c.known_cause}" if isinstance(c.known_cause, str) else ""
-    return (f"{c.direction or 'change'} at run {c.run_id} ({c.started_at:%Y-%m-%d}): {_num(c.mean_before)} -> "
-            f"{_num(c.mean_after)} ({change}; {how}){cause}")
+    return (
+        f"{c.direction or 'change'} at run {c.run_id} ({c.started_at:%Y-%m-%d}): {_num(c.mean_before)} -> "
+        f"{_num(c.mean_after)} ({change}; {how}){cause}"
+    )
 
 
 def _marks(points: pd.DataFrame, changes: pd.DataFrame) -> dict[str, str]:
     by_run = {}
     for _, c in changes.iterrows():
-        by_run.setdefault(c.run_id, []).append(f"<- {c.rule}: {c.direction} {c.change_pct:+.1f} %"
-                                               + (f" (p={c.p_value:.1e})" if c.rule == "otava" else ""))
+        by_run.setdefault(c.run_id, []).append(
+            f"<- {c.rule}: {c.direction} {c.change_pct:+.1f} %" + (f" (p={c.p_value:.1e})" if c.rule == "otava" else "")
+        )
     for _, p in points.iterrows():
         if isinstance(p.known_cause, str):
             by_run.setdefault(p.run_id, []).append(f"[{p.known_cause}]")
     return {r: " ".join(m) for r, m in by_run.items()}
 
 
-def format_history(con: duckdb.DuckDBPyConnection, config: str | None = None, variant: str | None = None,
-                   metric: str | None = None) -> str:
-    """`tradeoff history`: per series, a header, its change points, and (for one metric, or with --metric) each night."""
+def format_history(
+    con: duckdb.DuckDBPyConnection, config: str | None = None, variant: str | None = None, metric: str | None = None
+) -> str:
+    """`tradeoff history`: per series, a header, its change points, and (for one metric, or with --metric) each
+    night."""
     points = history_frame(con, config, variant, metric)
     if points.empty:
         asked = ", ".join(f"{k} {v}" for k, v in (("config", config), ("variant", variant), ("metric", metric)) if v)
-        known = con.execute("select string_agg(distinct config_name, ', ' order by config_name) from v_history"
-                            ).fetchall()[0][0]
+        known = con.execute(
+            "select string_agg(distinct config_name, ', ' order by config_name) from v_history"
+        ).fetchall()[0][0]
         raise WarehouseError(f"no history matches {asked or 'anything'}; configs with history: {known or 'none'}")
     changes = change_points_frame(con, sorted(points.series_key.unique()))
     show_nights = metric is not None or points.metric.nunique() == 1
     order = {m: i for i, m in enumerate(HEADLINE_METRICS)}
     lines = []
-    groups = sorted(points.groupby(["variant", "metric", "series_key"], sort=False),
-                    key=lambda g: (g[0][0], order.get(g[0][1], len(order)), g[0][1]))
+    groups = sorted(
+        points.groupby(["variant", "metric", "series_key"], sort=False),
+        key=lambda g: (g[0][0], order.get(g[0][1], len(order)), g[0][1]),
+    )
     for (v, m, key), g in groups:
         c = changes[(changes.series_key == key) & (changes.metric == m)]
         names = ", ".join(sorted(g.config_name.unique()))
         first, last = g.iloc[0], g.iloc[-1]
-        lines.append(f"{v} {m} [series {key}: {g.engine.iloc[-1]}, {g.quantization.iloc[-1]}, hardware "
-                     f"{first.hardware_id}, config {names}]: {len(g)} nights {first.started_at:%Y-%m-%d}.."
-                     f"{last.started_at:%Y-%m-%d}, latest {_num(last.value)}, "
-                     f"{'higher' if last.higher_is_better else 'lower'} is better")
+        lines.append(
+            f"{v} {m} [series {key}: {g.engine.iloc[-1]}, {g.quantization.iloc[-1]}, hardware "
+            f"{first.hardware_id}, config {names}]: {len(g)} nights {first.started_at:%Y-%m-%d}.."
+            f"{last.started_at:%Y-%m-%d}, latest {_num(last.value)}, "
+            f"{'higher' if last.higher_is_better else 'lower'} is better"
+        )
         lines += [f"  {change_line(r)}" for _, r in c.iterrows()] or ["  no change point"]
         if show_nights:
             marks = _marks(g, c)
-            lines += [f"    {p.started_at:%Y-%m-%d} {p.run_id}  {_num(p.value):>10}  {marks.get(p.run_id, '')}".rstrip()
-                      for _, p in g.iterrows()]
+            lines += [
+                f"    {p.started_at:%Y-%m-%d} {p.run_id}  {_num(p.value):>10}  {marks.get(p.run_id, '')}".rstrip()
+                for _, p in g.iterrows()
+            ]
     return "\n".join(lines)
 
 
 def new_change_points(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """One line per regression this night's load reported: Otava's change points first seen in this run (the
     change may lie a few nights back) and band flags of this night."""
-    df = con.execute("""
+    df = con.execute(
+        """
         select * from v_change_points where first_seen_run_id = ? and direction = 'regression'
-        order by variant, metric, rule""", [run_id]).df()
+        order by variant, metric, rule""",
+        [run_id],
+    ).df()
     return [f"{r.variant} {r.metric}: {r.rule} {change_line(r)}" for _, r in df.iterrows()]
 
 
 def flips_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The run's items each variant lost against the reference (v_quality_flips, change = 'lost'), with how the
     item fared across nights."""
-    return con.execute("""
+    return con.execute(
+        """
         select variant, reference_variant, suite, sample_id, prompt, target, reference_response, response,
                item_history, nights, nights_lost
         from v_quality_flips where run_id = ? and change = 'lost'
-        order by variant, item_history = 'lost every night', suite, sample_id""", [run_id]).df()
+        order by variant, item_history = 'lost every night', suite, sample_id""",
+        [run_id],
+    ).df()
 
 
 def _clip(text, n: int) -> str:
     text = "" if text is None or (not isinstance(text, str) and pd.isna(text)) else str(text)
     text = " ".join(text.split())
-    return text if len(text) <= n else text[:n - 1] + "…"
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def flip_lines(df: pd.DataFrame, per_variant: int = 5) -> list[str]:
@@ -127,9 +162,12 @@ def flip_lines(df: pd.DataFrame, per_variant: int = 5) -> list[str]:
         kinds = ", ".join(f"{n} {k}" for k, n in counts.items())
         out.append(f"{variant} lost {len(g)} item(s) {g.reference_variant.iloc[0]} got right ({kinds}):")
         for _, r in g.head(per_variant).iterrows():
-            out.append(f"  {r.suite}/{r.sample_id} [{r.item_history}, lost {r.nights_lost} of {r.nights} nights]: "
-                       f"{_clip(r.prompt, 80)!r} expected {_clip(r.target, 30)!r}, reference {_clip(r.reference_response, 30)!r}, "
-                       f"{variant} {_clip(r.response, 30)!r}")
+            out.append(
+                f"  {r.suite}/{r.sample_id} [{r.item_history}, lost {r.nights_lost} of {r.nights} nights]: "
+                f"{_clip(r.prompt, 80)!r} expected {_clip(r.target, 30)!r}, reference "
+                f"{_clip(r.reference_response, 30)!r}, "
+                f"{variant} {_clip(r.response, 30)!r}"
+            )
         if len(g) > per_variant:
             out.append(f"  ... and {len(g) - per_variant} more (v_quality_flips)")
     return out

@@ -27,7 +27,8 @@ from tasks.report.text import quality_unit, takeaways, tradeoff_frame
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
-.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}.note{color:#666;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}.fig{border:1px solid #eee;padding:8px}
 .fig h3{font-size:14px;margin:0 0 4px}.bad{color:#b00}.good{color:#070}h3{font-size:15px}
@@ -43,7 +44,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     svg = buf.getvalue()
-    return svg[svg.index("<svg"):]
+    return svg[svg.index("<svg") :]
 
 
 def _figure(title: str, body: str) -> str:
@@ -71,7 +72,9 @@ def pareto_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return _note("no variant has both tokens/s and a primary quality metric")
     fig, ax = _axes()
     on = df[df.on_quality_frontier]
-    ax.scatter(df.best_output_tok_s, df.quality, c=["#1f77b4" if f else "#aaa" for f in df.on_quality_frontier], zorder=3)
+    ax.scatter(
+        df.best_output_tok_s, df.quality, c=["#1f77b4" if f else "#aaa" for f in df.on_quality_frontier], zorder=3
+    )
     for _, r in df.iterrows():
         ax.annotate(r.variant, (r.best_output_tok_s, r.quality), textcoords="offset points", xytext=(4, 4), fontsize=8)
     front = on.sort_values("best_output_tok_s")
@@ -84,12 +87,15 @@ def pareto_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 
 def _headline_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The ok requests of each variant's headline scenario (stg_headline_scenario, as v_tradeoff's latencies)."""
-    return con.execute("""
+    return con.execute(
+        """
         select r.variant, r.concurrency, r.ttft_ms, r.chunk_offsets_ms
         from perf_requests as r
         join stg_headline_scenario as h using (run_id, variant, scenario)
         where r.run_id = ? and r.status = 'ok' and not r.is_warmup
-        order by r.variant""", [run_id]).df()
+        order by r.variant""",
+        [run_id],
+    ).df()
 
 
 def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
@@ -103,7 +109,12 @@ def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
             if what == "ttft":
                 vals = np.sort(g.ttft_ms.to_numpy(dtype=float))
             else:
-                vals = np.sort(np.concatenate([np.diff(np.asarray(c, dtype=float)) for c in g.chunk_offsets_ms if len(c) > 1] or [np.array([])]))
+                vals = np.sort(
+                    np.concatenate(
+                        [np.diff(np.asarray(c, dtype=float)) for c in g.chunk_offsets_ms if len(c) > 1]
+                        or [np.array([])]
+                    )
+                )
             if vals.size:
                 ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=variant)
         ax.set_xlabel("TTFT (ms)" if what == "ttft" else "inter-token latency (ms)")
@@ -116,9 +127,12 @@ def cdf_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
 
 def jitter_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     # v_tradeoff's jitter figures: per-repeat CVs of the fixed-length jitter workload (tasks.perf.jitter)
-    s = con.execute("""
+    s = con.execute(
+        """
         select variant, ttft_cv_pct, itl_cv_pct from v_tradeoff where run_id = ? and status = 'ok'
-        order by variant""", [run_id]).df()
+        order by variant""",
+        [run_id],
+    ).df()
     if s.empty:
         return _note("no perf summary")
     fig, ax = _axes()
@@ -132,8 +146,11 @@ def jitter_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 
 
 def concurrency_plots(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, str]:
-    s = con.execute("select variant, concurrency, output_throughput, ttft_ms_mean, ttft_ms_p99 from perf_summary "
-                    "where run_id = ? order by variant, concurrency", [run_id]).df()
+    s = con.execute(
+        "select variant, concurrency, output_throughput, ttft_ms_mean, ttft_ms_p99 from perf_summary "
+        "where run_id = ? order by variant, concurrency",
+        [run_id],
+    ).df()
     if s.empty:
         return _note("no perf summary"), _note("no perf summary")
     figs = []
@@ -162,10 +179,13 @@ def energy_plot(df: pd.DataFrame) -> str:
 
 def long_context_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """Accuracy per (context length, depth) for the reference and the worst-scoring variant."""
-    s = con.execute("""
+    s = con.execute(
+        """
         select variant, try_cast(json_extract(details, '$.context_tokens') as integer) as length_tokens,
                try_cast(json_extract(details, '$.depth_pct') as double) as depth_pct, score
-        from quality_samples where run_id = ? and json_extract(details, '$.depth_pct') is not null""", [run_id]).df()
+        from quality_samples where run_id = ? and json_extract(details, '$.depth_pct') is not null""",
+        [run_id],
+    ).df()
     s = s.dropna(subset=["length_tokens", "depth_pct"])
     if s.empty:
         return _note("no long-context retrieval suite in this run")
@@ -189,11 +209,14 @@ def long_context_plot(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 def _run_series(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> pd.DataFrame:
     """v_history of `metric` for the series of this run's variants (keyed on what was measured: a renamed config
     keeps its nights), up to this run."""
-    return con.execute("""
+    return con.execute(
+        """
         with this as (select distinct series_key from v_history where run_id = ? and metric = ?)
         select h.* from v_history as h join this using (series_key)
         where h.metric = ? and h.started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
-        order by h.variant, h.started_at, h.run_id""", [run_id, metric, metric, run_id]).df()
+        order by h.variant, h.started_at, h.run_id""",
+        [run_id, metric, metric, run_id],
+    ).df()
 
 
 def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> str:
@@ -203,20 +226,28 @@ def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> st
     h = _run_series(con, run_id, metric)
     if h.run_id.nunique() < 2:
         return _note(f"{metric}: fewer than two nights in this run's series yet")
-    cps = con.execute("""select * from v_change_points where metric = ? and list_contains(?::varchar[], series_key)
+    cps = con.execute(
+        """select * from v_change_points where metric = ? and list_contains(?::varchar[], series_key)
                          and started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)""",
-                      [metric, sorted(h.series_key.unique()), run_id]).df()
+        [metric, sorted(h.series_key.unique()), run_id],
+    ).df()
     fig, ax = _axes(6.4, 3.8)
     for (variant, key), g in h.groupby(["variant", "series_key"]):
-        line, = ax.plot(g.started_at, g.value, "o-", ms=3, label=variant)
+        (line,) = ax.plot(g.started_at, g.value, "o-", ms=3, label=variant)
         for _, c in cps[(cps.series_key == key) & (cps.rule == "otava")].iterrows():
             ax.axvline(c.started_at, ls="--", color=line.get_color(), alpha=0.7)
             before = g[g.started_at < c.started_at].tail(int(c.n_before))
             after = g[g.started_at >= c.started_at].head(int(c.n_after))
             ax.plot(before.started_at, [c.mean_before] * len(before), "-", color=line.get_color(), lw=2, alpha=0.4)
             ax.plot(after.started_at, [c.mean_after] * len(after), "-", color=line.get_color(), lw=2, alpha=0.4)
-            ax.annotate(f"{c.change_pct:+.0f} % ({c.direction}, p={c.p_value:.0e})", (c.started_at, c.mean_after),
-                        textcoords="offset points", xytext=(4, 6), fontsize=7, color=line.get_color())
+            ax.annotate(
+                f"{c.change_pct:+.0f} % ({c.direction}, p={c.p_value:.0e})",
+                (c.started_at, c.mean_after),
+                textcoords="offset points",
+                xytext=(4, 6),
+                fontsize=7,
+                color=line.get_color(),
+            )
         band = cps[(cps.series_key == key) & (cps.rule == "band")]
         pts = g[g.run_id.isin(band.run_id)]
         ax.scatter(pts.started_at, pts.value, s=80, facecolors="none", edgecolors=line.get_color(), zorder=4)
@@ -232,36 +263,76 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
     """The headline series across nights with their change points, the change points themselves, and the pick
     of each night (v_recommendation_history)."""
     metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
-    figs = "".join(_figure(f"History: {m} across nights (dashed: Otava change point; ring: band rule)",
-                           history_plot(con, run_id, m)) for m in metrics)
+    figs = "".join(
+        _figure(
+            f"History: {m} across nights (dashed: Otava change point; ring: band rule)", history_plot(con, run_id, m)
+        )
+        for m in metrics
+    )
     keys = con.execute("select distinct series_key from v_history where run_id = ?", [run_id]).df().series_key.tolist()
-    cps = con.execute("""
+    cps = con.execute(
+        """
         select variant, metric, run_id, started_at, rule, direction, mean_before, mean_after, change_pct, p_value,
                known_cause, first_seen_run_id
         from v_change_points where list_contains(?::varchar[], series_key)
             and started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
-        order by started_at desc, variant, metric, rule""", [keys, run_id]).df()
+        order by started_at desc, variant, metric, rule""",
+        [keys, run_id],
+    ).df()
     cps["p_value"] = cps.p_value.map(_p_text)
-    picks = con.execute("""
+    picks = con.execute(
+        """
         with this as (select series_key from v_recommendation_history where run_id = ?)
         select h.started_at, h.run_id, h.config_name, h.recommended_variant, h.load_req_s, h.retention,
                h.retention_ci_low, h.retention_ci_high, h.pick_changed
         from v_recommendation_history as h join this using (series_key)
         where h.started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
-        order by h.started_at desc limit 30""", [run_id, run_id]).df()
-    cp_table = _table(cps, [("started_at", "night", 0), ("run_id", "run where it changed", 0), ("variant", "variant", 0),
-                            ("metric", "metric", 0), ("rule", "rule", 0), ("direction", "direction", 0),
-                            ("mean_before", "before", 3), ("mean_after", "after", 3), ("change_pct", "change %", 1),
-                            ("p_value", "p-value", 6), ("known_cause", "known cause", 0),
-                            ("first_seen_run_id", "first seen with run", 0)]) \
-        if not cps.empty else _note("no change point in this run's series (or fewer than two nights)")
-    pick_table = _table(picks, [("started_at", "night", 0), ("run_id", "run", 0), ("config_name", "config", 0),
-                                ("recommended_variant", "pick", 0), ("load_req_s", "load req/s", 3),
-                                ("retention", "retention", 4), ("retention_ci_low", "CI low", 4),
-                                ("retention_ci_high", "CI high", 4), ("pick_changed", "changed", 0)]) \
-        if not picks.empty else _note("no recommendation history")
-    return (f'<div class="grid">{figs}</div><h3>Change points of these series</h3><div class="scroll">{cp_table}</div>'
-            f'<h3>The pick of each night (latest 30)</h3><div class="scroll">{pick_table}</div>')
+        order by h.started_at desc limit 30""",
+        [run_id, run_id],
+    ).df()
+    cp_table = (
+        _table(
+            cps,
+            [
+                ("started_at", "night", 0),
+                ("run_id", "run where it changed", 0),
+                ("variant", "variant", 0),
+                ("metric", "metric", 0),
+                ("rule", "rule", 0),
+                ("direction", "direction", 0),
+                ("mean_before", "before", 3),
+                ("mean_after", "after", 3),
+                ("change_pct", "change %", 1),
+                ("p_value", "p-value", 6),
+                ("known_cause", "known cause", 0),
+                ("first_seen_run_id", "first seen with run", 0),
+            ],
+        )
+        if not cps.empty
+        else _note("no change point in this run's series (or fewer than two nights)")
+    )
+    pick_table = (
+        _table(
+            picks,
+            [
+                ("started_at", "night", 0),
+                ("run_id", "run", 0),
+                ("config_name", "config", 0),
+                ("recommended_variant", "pick", 0),
+                ("load_req_s", "load req/s", 3),
+                ("retention", "retention", 4),
+                ("retention_ci_low", "CI low", 4),
+                ("retention_ci_high", "CI high", 4),
+                ("pick_changed", "changed", 0),
+            ],
+        )
+        if not picks.empty
+        else _note("no recommendation history")
+    )
+    return (
+        f'<div class="grid">{figs}</div><h3>Change points of these series</h3><div class="scroll">{cp_table}</div>'
+        f'<h3>The pick of each night (latest 30)</h3><div class="scroll">{pick_table}</div>'
+    )
 
 
 def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
@@ -272,12 +343,24 @@ def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     out = []
     for variant, g in df.groupby("variant", sort=True):
         kinds = ", ".join(f"{n} {k}" for k, n in g.item_history.value_counts().items())
-        table = _table(g, [("suite", "suite", 0), ("sample_id", "sample", 0), ("item_history", "across nights", 0),
-                           ("nights_lost", "nights lost", 0), ("nights", "nights", 0), ("prompt", "prompt", 0),
-                           ("target", "expected", 0), ("reference_response", g.reference_variant.iloc[0], 0),
-                           ("response", variant, 0)])
-        out.append(f"<details><summary>{html.escape(variant)}: {len(g)} item(s) lost ({html.escape(kinds)})"
-                   f"</summary><div class=\"scroll\">{table}</div></details>")
+        table = _table(
+            g,
+            [
+                ("suite", "suite", 0),
+                ("sample_id", "sample", 0),
+                ("item_history", "across nights", 0),
+                ("nights_lost", "nights lost", 0),
+                ("nights", "nights", 0),
+                ("prompt", "prompt", 0),
+                ("target", "expected", 0),
+                ("reference_response", g.reference_variant.iloc[0], 0),
+                ("response", variant, 0),
+            ],
+        )
+        out.append(
+            f"<details><summary>{html.escape(variant)}: {len(g)} item(s) lost ({html.escape(kinds)})"
+            f'</summary><div class="scroll">{table}</div></details>'
+        )
     return "".join(out)
 
 
@@ -296,20 +379,46 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     else:
         fig, ax = _axes(6.4, 4.0)
         x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
-        xerr = [(x - pts.sustainable_output_tok_s_ci_low.astype(float).fillna(x)).clip(lower=0),
-                (pts.sustainable_output_tok_s_ci_high.astype(float).fillna(x) - x).clip(lower=0)]
-        yerr = [(y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
-                (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0)]
-        colors = {"recommended": "#2ca02c", "passes": "#1f77b4", "fails_gate": "#d62728",
-                  "not_enough_evidence": "#ff7f0e", "not_ranked": "#7f7f7f"}
+        xerr = [
+            (x - pts.sustainable_output_tok_s_ci_low.astype(float).fillna(x)).clip(lower=0),
+            (pts.sustainable_output_tok_s_ci_high.astype(float).fillna(x) - x).clip(lower=0),
+        ]
+        yerr = [
+            (y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
+            (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0),
+        ]
+        colors = {
+            "recommended": "#2ca02c",
+            "passes": "#1f77b4",
+            "fails_gate": "#d62728",
+            "not_enough_evidence": "#ff7f0e",
+            "not_ranked": "#7f7f7f",
+        }
         for verdict, g in pts.groupby("verdict"):
             i = g.index
-            ax.errorbar(x[i], y[i], xerr=[xerr[0][i], xerr[1][i]], yerr=[yerr[0][i], yerr[1][i]], fmt="o",
-                        color=colors.get(verdict, "#7f7f7f"), capsize=3, label=verdict, zorder=3)
+            ax.errorbar(
+                x[i],
+                y[i],
+                xerr=[xerr[0][i], xerr[1][i]],
+                yerr=[yerr[0][i], yerr[1][i]],
+                fmt="o",
+                color=colors.get(verdict, "#7f7f7f"),
+                capsize=3,
+                label=verdict,
+                zorder=3,
+            )
         chosen = pts[pts.verdict == "recommended"]
         if not chosen.empty:
-            ax.scatter(x[chosen.index], y[chosen.index], marker="*", s=260, color="#2ca02c", edgecolor="black",
-                       zorder=4, label="ship this")
+            ax.scatter(
+                x[chosen.index],
+                y[chosen.index],
+                marker="*",
+                s=260,
+                color="#2ca02c",
+                edgecolor="black",
+                zorder=4,
+                label="ship this",
+            )
         # frontier: no other point has both more tokens/s and a higher retention
         front = pts[[not ((x > x[i]) & (y >= y[i]) | (x >= x[i]) & (y > y[i])).any() for i in pts.index]]
         front = front.assign(_x=x[front.index], _y=y[front.index]).sort_values("_x")
@@ -320,22 +429,41 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         for i in pts.index:
             ax.annotate(pts.variant[i], (x[i], y[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
         ax.set_xlabel("output tokens/s at the sustainable load (95 % CI where >= 2 repeats)")
-        ax.set_ylabel(f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)")
+        ax.set_ylabel(
+            f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)"
+        )
         ax.legend(fontsize=7)
-        plot = _svg(fig) + (_note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}")
-                            if left_out else "")
-    table = _table(df, [("variant", "variant", 0), ("verdict", "verdict", 0), ("sustainable_scenario", "step", 0),
-                        ("sustainable_req_s", "req/s", 3), ("sustainable_output_tok_s", "tok/s", 1),
-                        ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
-                        ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1), ("gate", "gate", 0),
-                        ("gate_metric", "metric", 0), ("retention", "retention", 4),
-                        ("retention_ci_low", "CI low", 4), ("retention_ci_high", "CI high", 4),
-                        ("n", "pairs", 0), ("n_needed_if_equal", "n needed if equal", 0),
-                        ("n_needed", "n needed at observed", 0), ("j_per_1m_output_tok", "J/1M tok", 0),
-                        ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1), ("usd_per_1m_output_tok", "USD/1M tok", 3),
-                        ("verdict_reason", "reason", 0)])
-    return f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>' \
-           f'<div class="scroll">{table}</div>'
+        plot = _svg(fig) + (
+            _note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}") if left_out else ""
+        )
+    table = _table(
+        df,
+        [
+            ("variant", "variant", 0),
+            ("verdict", "verdict", 0),
+            ("sustainable_scenario", "step", 0),
+            ("sustainable_req_s", "req/s", 3),
+            ("sustainable_output_tok_s", "tok/s", 1),
+            ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
+            ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1),
+            ("gate", "gate", 0),
+            ("gate_metric", "metric", 0),
+            ("retention", "retention", 4),
+            ("retention_ci_low", "CI low", 4),
+            ("retention_ci_high", "CI high", 4),
+            ("n", "pairs", 0),
+            ("n_needed_if_equal", "n needed if equal", 0),
+            ("n_needed", "n needed at observed", 0),
+            ("j_per_1m_output_tok", "J/1M tok", 0),
+            ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1),
+            ("usd_per_1m_output_tok", "USD/1M tok", 3),
+            ("verdict_reason", "reason", 0),
+        ],
+    )
+    return (
+        f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>'
+        f'<div class="scroll">{table}</div>'
+    )
 
 
 def _fmt(x, digits: int = 1) -> str:
@@ -370,17 +498,35 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     metric = run.primary_quality_metric
     lines = takeaways(df, quality_unit(con, run_id, metric))
     quality_cols = [c for c in df.columns if c not in _BASE_COLS]
-    table = _table(df, [("variant", "variant", 0), ("engine", "engine", 0), ("quantization", "quant", 0),
-                        ("speculative", "spec", 0), ("status", "status", 0), ("peak_output_tok_s", "peak tok/s", 1),
-                        ("best_output_tok_s", "best tok/s", 1), ("speedup_vs_reference", "speed-up", 2),
-                        ("ttft_ms_mean", "TTFT ms mean", 1), ("ttft_ms_p99", "TTFT ms p99", 1),
-                        ("jitter_pct", "jitter %", 1), ("energy_j_per_token", "J/token", 3)]
-                   + [(c, c, 4) for c in quality_cols])
-    ret = con.execute("""select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
-                         from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""", [run_id]).df()
-    reg = con.execute("""select variant, metric, rule, value, prior_mean, band_low, band_high, change_pct, otava_change_pct,
+    table = _table(
+        df,
+        [
+            ("variant", "variant", 0),
+            ("engine", "engine", 0),
+            ("quantization", "quant", 0),
+            ("speculative", "spec", 0),
+            ("status", "status", 0),
+            ("peak_output_tok_s", "peak tok/s", 1),
+            ("best_output_tok_s", "best tok/s", 1),
+            ("speedup_vs_reference", "speed-up", 2),
+            ("ttft_ms_mean", "TTFT ms mean", 1),
+            ("ttft_ms_p99", "TTFT ms p99", 1),
+            ("jitter_pct", "jitter %", 1),
+            ("energy_j_per_token", "J/token", 3),
+        ]
+        + [(c, c, 4) for c in quality_cols],
+    )
+    ret = con.execute(
+        """select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
+                         from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""",
+        [run_id],
+    ).df()
+    reg = con.execute(
+        """select variant, metric, rule, value, prior_mean, band_low, band_high, change_pct, otava_change_pct,
                                 otava_p_value, known_cause
-                         from v_regressions where run_id = ? and is_regression order by variant, metric""", [run_id]).df()
+                         from v_regressions where run_id = ? and is_regression order by variant, metric""",
+        [run_id],
+    ).df()
     reg["otava_p_value"] = reg.otava_p_value.map(_p_text)
     ttft_cdf, itl_cdf = cdf_plots(con, run_id)
     tput, lat = concurrency_plots(con, run_id)
@@ -395,9 +541,38 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
     ]
     versions = json.loads(run.library_versions or "{}")
-    meta = (f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
-            f"GPU {html.escape(str(run.gpu or 'none'))} · git {html.escape(str(run.git_sha or 'n/a'))[:12]} · "
-            + " · ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in sorted(versions.items())))
+    meta = (
+        f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
+        f"GPU {html.escape(str(run.gpu or 'none'))} · git {html.escape(str(run.git_sha or 'n/a'))[:12]} · "
+        + " · ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in sorted(versions.items()))
+    )
+    retention_cols = [
+        ("variant", "variant", 0),
+        ("metric", "metric", 0),
+        ("reference_value", "reference", 4),
+        ("value", "value", 4),
+        ("retention", "retention", 4),
+        ("retention_class", "class", 0),
+    ]
+    retention = _table(ret, retention_cols) if not ret.empty else _note("no fraction-valued quality metric")
+    regression_cols = [
+        ("variant", "variant", 0),
+        ("metric", "metric", 0),
+        ("rule", "rule", 0),
+        ("value", "value", 3),
+        ("prior_mean", "prior mean", 3),
+        ("band_low", "band low", 3),
+        ("band_high", "band high", 3),
+        ("change_pct", "change %", 1),
+        ("otava_change_pct", "Otava change %", 1),
+        ("otava_p_value", "Otava p", 6),
+        ("known_cause", "known cause", 0),
+    ]
+    regressions = (
+        _table(reg, regression_cols)
+        if not reg.empty
+        else _note("none flagged (or no previous night in this run's series)")
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
 <title>tradeoff report {html.escape(run_id)}</title><style>{CSS}</style></head><body>
@@ -405,20 +580,44 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <p class="note">started {_fmt(run.started_at)} UTC · reference {html.escape(str(run.reference_variant))} · {meta}</p>
 <h2>Decision: which variant to ship</h2>{decision_section(con, run_id)}
 <h2>Trade-off table</h2><div class="scroll">{table}</div>
-<h2>Takeaways (against the reference)</h2><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines)}</ul>
-<h2>Plots</h2><div class="grid">{''.join(figs)}</div>
-<h2>Quality retention (MLPerf classes)</h2>{_table(ret, [("variant", "variant", 0), ("metric", "metric", 0), ("reference_value", "reference", 4), ("value", "value", 4), ("retention", "retention", 4), ("retention_class", "class", 0)]) if not ret.empty else _note("no fraction-valued quality metric")}
-<h2>Regressions against previous nights</h2>{_table(reg, [("variant", "variant", 0), ("metric", "metric", 0), ("rule", "rule", 0), ("value", "value", 3), ("prior_mean", "prior mean", 3), ("band_low", "band low", 3), ("band_high", "band high", 3), ("change_pct", "change %", 1), ("otava_change_pct", "Otava change %", 1), ("otava_p_value", "Otava p", 6), ("known_cause", "known cause", 0)]) if not reg.empty else _note("none flagged (or no previous night in this run's series)")}
-<h2>History: the series across nights, their change points and the pick of each night</h2>{history_section(con, run_id, metric)}
+<h2>Takeaways (against the reference)</h2><ul>{"".join(f"<li>{html.escape(t)}</li>" for t in lines)}</ul>
+<h2>Plots</h2><div class="grid">{"".join(figs)}</div>
+<h2>Quality retention (MLPerf classes)</h2>{retention}
+<h2>Regressions against previous nights</h2>{regressions}
+<h2>History: the series across nights, their change points and the pick of each night</h2>
+{history_section(con, run_id, metric)}
 <h2>Items lost against the reference</h2>{flips_section(con, run_id)}
 </body></html>
 """
 
 
-_BASE_COLS = {"run_id", "started_at", "variant", "engine", "model", "quantization", "speculative", "is_reference",
-              "status", "error", "peak_output_tok_s", "best_output_tok_s", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
-              "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "speedup_vs_reference",
-              "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "quality_delta_vs_reference"}
+_BASE_COLS = {
+    "run_id",
+    "started_at",
+    "variant",
+    "engine",
+    "model",
+    "quantization",
+    "speculative",
+    "is_reference",
+    "status",
+    "error",
+    "peak_output_tok_s",
+    "best_output_tok_s",
+    "ttft_ms_mean",
+    "ttft_ms_p99",
+    "jitter_pct",
+    "itl_ms_mean",
+    "tpot_ms_mean",
+    "energy_j_per_token",
+    "energy_note",
+    "quality",
+    "quality_metric",
+    "speedup_vs_reference",
+    "ttft_change_pct_vs_reference",
+    "jitter_ratio_vs_reference",
+    "quality_delta_vs_reference",
+}
 
 
 def write_html(con: duckdb.DuckDBPyConnection, run_id: str, path: str | Path) -> Path:

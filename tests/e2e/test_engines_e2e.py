@@ -60,8 +60,12 @@ def stand_in(tmp_path_factory):
     from tasks.engines.launcher import free_port
     from tasks.loader import parse_config
 
-    cfg = parse_config({"models": {"smol": SMOL}, "variants": [
-        {"name": "smol-hosted", "model": "smol", "quantization": "q4_1", "reference": True}]})
+    cfg = parse_config(
+        {
+            "models": {"smol": SMOL},
+            "variants": [{"name": "smol-hosted", "model": "smol", "quantization": "q4_1", "reference": True}],
+        }
+    )
     v = cfg.variant("smol-hosted")
     engine = engine_for("llama.cpp")
     art = engine.build(v, cfg.models["smol"], tmp_path_factory.mktemp("builds"))
@@ -87,17 +91,35 @@ def run(stand_in, tmp_path_factory, prefect_harness):
         "name": "engines-e2e",
         "models": {"smol": SMOL},
         "variants": [
-            {"name": "hosted", "model": "smol", "engine": "openai-compatible", "quantization": "q4_1",
-             "reference": True, "engine_args": {"base_url": url + "/v1", "model": "smol-hosted", "api_key_env": KEY_ENV},
-             "cost": {"usd_per_1m_input_tokens": PRICE_IN, "usd_per_1m_output_tokens": PRICE_OUT}},
-            {"name": "never-healthy", "model": "smol", "engine": "stub-test", "quantization": "q4_1",
-             "engine_args": {"mode": "hang"}},
-            {"name": "dies", "model": "smol", "engine": "stub-test", "quantization": "q4_1",
-             "engine_args": {"mode": "die-after-5"}},
+            {
+                "name": "hosted",
+                "model": "smol",
+                "engine": "openai-compatible",
+                "quantization": "q4_1",
+                "reference": True,
+                "engine_args": {"base_url": url + "/v1", "model": "smol-hosted", "api_key_env": KEY_ENV},
+                "cost": {"usd_per_1m_input_tokens": PRICE_IN, "usd_per_1m_output_tokens": PRICE_OUT},
+            },
+            {
+                "name": "never-healthy",
+                "model": "smol",
+                "engine": "stub-test",
+                "quantization": "q4_1",
+                "engine_args": {"mode": "hang"},
+            },
+            {
+                "name": "dies",
+                "model": "smol",
+                "engine": "stub-test",
+                "quantization": "q4_1",
+                "engine_args": {"mode": "die-after-5"},
+            },
         ],
         "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
-        "quality": {"primary": "arithmetic.accuracy",
-                    "suites": [{"name": "arithmetic", "limit": 10, "params": {"tasks": ["1D+"]}}]},
+        "quality": {
+            "primary": "arithmetic.accuracy",
+            "suites": [{"name": "arithmetic", "limit": 10, "params": {"tasks": ["1D+"]}}],
+        },
         "server_start_timeout_s": 5,
     }
     mp = pytest.MonkeyPatch()
@@ -121,14 +143,18 @@ def test_failed_servers_fail_their_variant_only(run) -> None:
     rows = dict(q(tmp / "wh.duckdb", "select variant, error from variants"))
     assert rows["hosted"] is None
     assert "not healthy after 5 s" in rows["never-healthy"] and "stub: loading weights" in rows["never-healthy"]
-    assert rows["dies"].startswith("ServerDied: server exited with code 3 during the perf sweep: "
-                                   "stub: exiting after 5 completions")
+    assert rows["dies"].startswith(
+        "ServerDied: server exited with code 3 during the perf sweep: stub: exiting after 5 completions"
+    )
 
 
 def test_a_server_dying_mid_sweep_keeps_completed_requests(run) -> None:
     _, tmp = run
-    rows = q(tmp / "wh.duckdb", """select status, error from perf_requests where variant = 'dies'
-                                    order by scenario, "repeat", request_index""")
+    rows = q(
+        tmp / "wh.duckdb",
+        """select status, error from perf_requests where variant = 'dies'
+                                    order by scenario, "repeat", request_index""",
+    )
     ok = [r for r in rows if r[0] == "ok"]
     failed = [r for r in rows if r[0] != "ok"]
     assert len(ok) == 5 and len(rows) == 2 * (1 + 3)  # every request recorded, the first five completed
@@ -139,14 +165,22 @@ def test_a_server_dying_mid_sweep_keeps_completed_requests(run) -> None:
 def test_hosted_endpoint_is_measured_and_costed(run) -> None:
     _, tmp = run
     db = tmp / "wh.duckdb"
-    (tps, quality, engine), = q(db, "select best_output_tok_s, quality, engine from v_tradeoff where variant = 'hosted'")
+    ((tps, quality, engine),) = q(
+        db, "select best_output_tok_s, quality, engine from v_tradeoff where variant = 'hosted'"
+    )
     assert tps > 0 and 0 <= quality <= 1 and engine == "openai-compatible"
-    (basis, per_1m, per_answer, note, tokens), = q(db, """select cost_basis, usd_per_1m_tok, usd_per_correct_answer,
-        cost_note, tokens_per_answer from v_cost where variant = 'hosted'""")
+    ((basis, per_1m, per_answer, note, tokens),) = q(
+        db,
+        """select cost_basis, usd_per_1m_tok, usd_per_correct_answer,
+        cost_note, tokens_per_answer from v_cost where variant = 'hosted'""",
+    )
     assert basis == "token prices" and per_1m == PRICE_OUT and tokens > 0
-    (pt, ot), = q(db, """select avg(json_extract(details, '$.prompt_tokens')::double),
+    ((pt, ot),) = q(
+        db,
+        """select avg(json_extract(details, '$.prompt_tokens')::double),
                                 avg(json_extract(details, '$.output_tokens')::double)
-                         from quality_samples where variant = 'hosted' and suite = 'arithmetic'""")
+                         from quality_samples where variant = 'hosted' and suite = 'arithmetic'""",
+    )
     if quality > 0:
         assert per_answer == pytest.approx((PRICE_IN * pt + PRICE_OUT * ot) / 1e6 / quality)
     else:
@@ -185,9 +219,21 @@ def test_a_wrong_key_is_refused_in_one_line(stand_in, tmp_path, monkeypatch) -> 
 
     url, _ = stand_in
     monkeypatch.setenv(KEY_ENV, "sk-wrong")
-    cfg = parse_config({"models": {"smol": SMOL}, "variants": [
-        {"name": "h", "model": "smol", "engine": "openai-compatible", "quantization": "q4_1", "reference": True,
-         "engine_args": {"base_url": url, "model": "smol-hosted", "api_key_env": KEY_ENV}}]})
+    cfg = parse_config(
+        {
+            "models": {"smol": SMOL},
+            "variants": [
+                {
+                    "name": "h",
+                    "model": "smol",
+                    "engine": "openai-compatible",
+                    "quantization": "q4_1",
+                    "reference": True,
+                    "engine_args": {"base_url": url, "model": "smol-hosted", "api_key_env": KEY_ENV},
+                }
+            ],
+        }
+    )
     v = cfg.variant("h")
     engine = engine_for("openai-compatible")
     art = engine.build(v, cfg.models["smol"], tmp_path)
@@ -203,6 +249,9 @@ def test_key_from_a_prefect_secret_block(prefect_harness) -> None:
     from tasks.engines.openai_compatible import HostedArgs, HostedError, read_key
 
     Secret(value="sk-from-block").save("tradeoff-test-key", overwrite=True)
-    assert read_key(HostedArgs(base_url="http://127.0.0.1:9", model="m", api_key_secret="tradeoff-test-key")) == "sk-from-block"
+    assert (
+        read_key(HostedArgs(base_url="http://127.0.0.1:9", model="m", api_key_secret="tradeoff-test-key"))
+        == "sk-from-block"
+    )
     with pytest.raises(HostedError, match=r"^Prefect Secret block 'no-such-block' cannot be read"):
         read_key(HostedArgs(base_url="http://127.0.0.1:9", model="m", api_key_secret="no-such-block"))

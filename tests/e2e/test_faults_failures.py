@@ -48,8 +48,14 @@ class Http500Engine(StubTestEngine):
 
 
 def dead(name: str, reference: bool = False) -> dict:
-    return {"name": name, "model": "smol", "engine": "stub-http500", "quantization": "q4_1", "reference": reference,
-            "engine_args": {"mode": "die-after-1000000"}}
+    return {
+        "name": name,
+        "model": "smol",
+        "engine": "stub-http500",
+        "quantization": "q4_1",
+        "reference": reference,
+        "engine_args": {"mode": "die-after-1000000"},
+    }
 
 
 def error_logs(flow_run_id) -> list[str]:
@@ -60,8 +66,9 @@ def error_logs(flow_run_id) -> list[str]:
 
     APILogWorker.drain_all(timeout=30)  # logs reach the API in batches
     with get_client(sync_client=True) as client:
-        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]),
-                                          level=LogFilterLevel(ge_=logging.ERROR)))
+        logs = client.read_logs(
+            LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]), level=LogFilterLevel(ge_=logging.ERROR))
+        )
     return [log.message for log in logs]
 
 
@@ -69,8 +76,11 @@ def run_nightly_state(config: dict, tmp: Path, monkeypatch):
     """The nightly flow in-process on CONFIG (runs, warehouse, builds under TMP); its final state."""
     path = tmp / f"{config['name']}.yaml"
     path.write_text(yaml.safe_dump(config))
-    for key, value in {"TRADEOFF_RUNS_DIR": tmp / "runs", "TRADEOFF_WAREHOUSE": tmp / "wh.duckdb",
-                       "TRADEOFF_CACHE_DIR": tmp / "builds"}.items():
+    for key, value in {
+        "TRADEOFF_RUNS_DIR": tmp / "runs",
+        "TRADEOFF_WAREHOUSE": tmp / "wh.duckdb",
+        "TRADEOFF_CACHE_DIR": tmp / "builds",
+    }.items():
         monkeypatch.setenv(key, str(value))
     monkeypatch.setitem(ENGINES, "stub-http500", Http500Engine)
     from flows.nightly import nightly
@@ -80,8 +90,14 @@ def run_nightly_state(config: dict, tmp: Path, monkeypatch):
 
 def smol_config(**extra):
     """One llama.cpp variant of SmolLM2-135M, the tiny sweep, and EXTRA sections."""
-    return parse_config({"models": {"smol": SMOL}, "perf": PERF, **extra, "variants": [
-        {"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True}]})
+    return parse_config(
+        {
+            "models": {"smol": SMOL},
+            "perf": PERF,
+            **extra,
+            "variants": [{"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True}],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +124,14 @@ def proxy(llama, request):
 
 # ---------------------------------------------------------------- variants and the nightly
 
+
 def test_every_variant_erroring_fails_the_nightly(prefect_harness, tmp_path, monkeypatch) -> None:
     """Every variant's server answers HTTP 500: each failed with its counts, the nightly's state is Failed."""
-    state = run_nightly_state({"name": "all-500", "models": {"smol": SMOL}, "variants": [dead("a", True), dead("b")],
-                               "perf": PERF}, tmp_path, monkeypatch)
+    state = run_nightly_state(
+        {"name": "all-500", "models": {"smol": SMOL}, "variants": [dead("a", True), dead("b")], "perf": PERF},
+        tmp_path,
+        monkeypatch,
+    )
     assert state.is_failed() and state.name == "Failed"  # was Completed: green
     from tasks.orchestration.failures import run_summary
 
@@ -121,21 +141,32 @@ def test_every_variant_erroring_fails_the_nightly(prefect_harness, tmp_path, mon
     rows = dict(q(tmp_path / "wh.duckdb", "select variant, error from variants where status = 'failed'"))
     assert sorted(rows) == ["a", "b"]
     for error in rows.values():
-        assert error.startswith("PerfFailed: perf: 4 of 4 measured requests failed (4 errored, 0 incomplete, 0 ok): "
-                                "100.0% > perf.max_error_rate 10.0%; no ok request in step c1, c2; first error: HTTP 500")
+        assert error.startswith(
+            "PerfFailed: perf: 4 of 4 measured requests failed (4 errored, 0 incomplete, 0 ok): "
+            "100.0% > perf.max_error_rate 10.0%; no ok request in step c1, c2; first error: HTTP 500"
+        )
     logged = error_logs(state.state_details.flow_run_id)
     assert any(m.startswith("a: FAILED") for m in logged) and any(m.startswith("b: FAILED") for m in logged)
 
 
 def test_one_variant_erroring_makes_the_nightly_partial(prefect_harness, tmp_path, monkeypatch) -> None:
     """One of two variants answers HTTP 500: it alone failed, the nightly's state is Partial (FAILED type: red)."""
-    state = run_nightly_state({"name": "one-500", "models": {"smol": SMOL}, "perf": PERF,
-                               "variants": [{"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True},
-                                            dead("dead")]}, tmp_path, monkeypatch)
+    state = run_nightly_state(
+        {
+            "name": "one-500",
+            "models": {"smol": SMOL},
+            "perf": PERF,
+            "variants": [{"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True}, dead("dead")],
+        },
+        tmp_path,
+        monkeypatch,
+    )
     assert state.is_failed() and state.name == "Partial"  # was Completed: green
     from tasks.orchestration.failures import run_summary
 
-    assert state.message.startswith(f"run {run_summary(state)['run_id']}: 1 of 2 variants failed: dead: PerfFailed: perf: ")
+    assert state.message.startswith(
+        f"run {run_summary(state)['run_id']}: 1 of 2 variants failed: dead: PerfFailed: perf: "
+    )
     assert run_summary(state)["status"] == "partial" and run_summary(state)["failed_variants"] == ["dead"]
     assert dict(q(tmp_path / "wh.duckdb", "select variant, status from variants")) == {"q4_1": "ok", "dead": "failed"}
     assert [m.split(":")[0] for m in error_logs(state.state_details.flow_run_id) if ": FAILED" in m] == ["dead"]
@@ -157,11 +188,17 @@ def third_failing(llama, tmp_path_factory) -> dict:
         srv.server_close()
 
 
-@pytest.mark.parametrize("max_error_rate, outcome", [
-    (None, "perf: 2 of 6 measured requests failed (2 errored, 0 incomplete, 4 ok): 33.3% > perf.max_error_rate 10.0%; "
-           "first error: HTTP 500: injected fault"),  # the default share (10 %): failed, with the counts
-    (0.5, None),  # the same faults under perf.max_error_rate: 0.5: ok
-])
+@pytest.mark.parametrize(
+    "max_error_rate, outcome",
+    [
+        (
+            None,
+            "perf: 2 of 6 measured requests failed (2 errored, 0 incomplete, 4 ok): 33.3% > perf.max_error_rate 10.0%; "
+            "first error: HTTP 500: injected fault",
+        ),  # the default share (10 %): failed, with the counts
+        (0.5, None),  # the same faults under perf.max_error_rate: 0.5: ok
+    ],
+)
 def test_the_error_share_decides(third_failing, max_error_rate, outcome) -> None:
     from tasks.perf.failures import perf_failure
 
@@ -179,19 +216,38 @@ def test_a_share_above_one_is_refused_in_one_line(section) -> None:
 
 # ---------------------------------------------------------------- quality suites
 
+
 @pytest.mark.parametrize("proxy", [1], indirect=True)
 def test_a_suite_against_an_erroring_endpoint_is_suite_failed(llama, proxy, tmp_path, capsys) -> None:
     """tradeoff quality, every request HTTP 500: error_rate 1 and suite_failed, no accuracy; exit 1 (a failed
     suite is a failure, as a perf scenario without an ok request is for `tradeoff perf`), its tables written."""
     from flows.cli import main
 
-    assert main(["quality", "--endpoint", proxy, "--model", "q4_1", "--suite", "arithmetic", "--limit", "6",
-                 "--output", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "quality",
+                "--endpoint",
+                proxy,
+                "--model",
+                "q4_1",
+                "--suite",
+                "arithmetic",
+                "--limit",
+                "6",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     scores = {s["metric"]: s for s in json.loads((tmp_path / "scores.json").read_text())["scores"]}
     assert sorted(scores) == ["error_rate", "suite_failed"]
     assert scores["error_rate"]["value"] == 1.0 and scores["error_rate"]["n"] == 6
-    assert scores["suite_failed"]["note"].startswith("6 of 6 requests errored at the endpoint (100.0% > max_error_rate "
-                                                     "10.0%); first: HTTPStatusError: Server error '500 Internal Server Error'")
+    assert scores["suite_failed"]["note"].startswith(
+        "6 of 6 requests errored at the endpoint (100.0% > max_error_rate "
+        "10.0%); first: HTTPStatusError: Server error '500 Internal Server Error'"
+    )
     assert "6 errored at the endpoint" in capsys.readouterr().out
 
 
@@ -202,8 +258,26 @@ def test_errored_samples_are_not_wrong_answers(llama, proxy, tmp_path) -> None:
 
     from flows.cli import main
 
-    assert main(["quality", "--endpoint", proxy, "--model", "q4_1", "--suite", "arithmetic", "--limit", "8",
-                 "--max-error-rate", "0.5", "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "quality",
+                "--endpoint",
+                proxy,
+                "--model",
+                "q4_1",
+                "--suite",
+                "arithmetic",
+                "--limit",
+                "8",
+                "--max-error-rate",
+                "0.5",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     scores = {s["metric"]: s for s in json.loads((tmp_path / "scores.json").read_text())["scores"]}
     samples = pd.read_parquet(tmp_path / "results" / "quality_samples" / "q4_1.parquet")
     errored = samples["details"].map(lambda d: json.loads(d)["errored"]) == 1
@@ -247,11 +321,23 @@ class StreamOnlyEngine(StubTestEngine):
 def test_a_failed_suite_fails_its_variant_and_makes_the_nightly_partial(prefect_harness, tmp_path, monkeypatch) -> None:
     """Before (issue 26): a suite_failed score left the variant ok and the nightly Completed, exit 0."""
     monkeypatch.setitem(ENGINES, "stub-stream-only", StreamOnlyEngine)
-    ok = {"model": "smol", "engine": "stub-stream-only", "quantization": "q4_1", "engine_args": {"mode": "die-after-1000000"}}
-    state = run_nightly_state({"name": "suite-fails", "models": {"smol": SMOL}, "perf": {**PERF, "request_timeout_s": 2},
-                               "variants": [{"name": "a", "reference": True, **ok}, {"name": "b", **ok}],
-                               "quality": {"suites": [{"name": "arithmetic", "limit": 2, "variants": ["b"]}]}},
-                              tmp_path, monkeypatch)
+    ok = {
+        "model": "smol",
+        "engine": "stub-stream-only",
+        "quantization": "q4_1",
+        "engine_args": {"mode": "die-after-1000000"},
+    }
+    state = run_nightly_state(
+        {
+            "name": "suite-fails",
+            "models": {"smol": SMOL},
+            "perf": {**PERF, "request_timeout_s": 2},
+            "variants": [{"name": "a", "reference": True, **ok}, {"name": "b", **ok}],
+            "quality": {"suites": [{"name": "arithmetic", "limit": 2, "variants": ["b"]}]},
+        },
+        tmp_path,
+        monkeypatch,
+    )
     from tasks.orchestration.failures import run_summary
 
     assert state.is_failed() and state.name == "Partial"
@@ -260,4 +346,6 @@ def test_a_failed_suite_fails_its_variant_and_makes_the_nightly_partial(prefect_
     assert dict(q(tmp_path / "wh.duckdb", "select variant, status from variants")) == {"a": "ok", "b": "failed"}
     # measured and kept: b's perf sweep and its failed suite are in the warehouse
     assert q(tmp_path / "wh.duckdb", "select count(*) from perf_requests where variant = 'b'")[0][0] > 0
-    assert q(tmp_path / "wh.duckdb", "select metric from quality_scores where variant = 'b' and metric = 'suite_failed'")
+    assert q(
+        tmp_path / "wh.duckdb", "select metric from quality_scores where variant = 'b' and metric = 'suite_failed'"
+    )

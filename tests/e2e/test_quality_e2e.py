@@ -25,27 +25,44 @@ TINY_QUALITY = {
     "variants": [
         {"name": "q4_1", "model": "smollm2-135m", "quantization": "q4_1", "reference": True},
         {"name": "q2_k", "model": "smollm2-135m", "quantization": "q2_k"},
-        {"name": "q4_1-spec", "model": "smollm2-135m", "quantization": "q4_1",
-         "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4}},
+        {
+            "name": "q4_1-spec",
+            "model": "smollm2-135m",
+            "quantization": "q4_1",
+            "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4},
+        },
     ],
     "perf": {"concurrency": [1], "num_prompts": 2, "warmup_requests": 1, "input_len": 16, "output_len": 4},
-    "quality": {"primary": "arithmetic.accuracy", "min_samples": 10, "bootstrap_resamples": 500, "suites": [
-        {"name": "arithmetic", "limit": 12},
-        {"name": "fidelity", "limit": 48},
-        {"name": "longctx", "params": {"context_tokens": [256, 1024], "depths_pct": [0, 100]}},
-        {"name": "coherence", "limit": 1, "params": {"max_tokens": 48, "window_tokens": 16,
-                                                     "judge": {"base_url": "http://127.0.0.1:9", "model": "judge",
-                                                               "timeout_s": 2}}},
-        {"name": "code", "limit": 4},
-        {"name": "multiturn", "limit": 2, "params": {"distractor_turns": 1}},
-        {"name": "greedy_identity", "limit": 2, "params": {"max_tokens": 24}},
-        {"name": "loglik_check", "limit": 4, "variants": ["q4_1"]},
-    ]},
+    "quality": {
+        "primary": "arithmetic.accuracy",
+        "min_samples": 10,
+        "bootstrap_resamples": 500,
+        "suites": [
+            {"name": "arithmetic", "limit": 12},
+            {"name": "fidelity", "limit": 48},
+            {"name": "longctx", "params": {"context_tokens": [256, 1024], "depths_pct": [0, 100]}},
+            {
+                "name": "coherence",
+                "limit": 1,
+                "params": {
+                    "max_tokens": 48,
+                    "window_tokens": 16,
+                    "judge": {"base_url": "http://127.0.0.1:9", "model": "judge", "timeout_s": 2},
+                },
+            },
+            {"name": "code", "limit": 4},
+            {"name": "multiturn", "limit": 2, "params": {"distractor_turns": 1}},
+            {"name": "greedy_identity", "limit": 2, "params": {"max_tokens": 24}},
+            {"name": "loglik_check", "limit": 4, "variants": ["q4_1"]},
+        ],
+    },
     "server_start_timeout_s": 60,
 }
 GSM8K = ROOT.parent / "shared" / "datasets" / "gsm8k"
-needs_gsm8k = pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(),
-                                 reason="../shared/datasets/gsm8k is absent (a fresh clone has no shared datasets)")
+needs_gsm8k = pytest.mark.skipif(
+    not (GSM8K / "test.jsonl").is_file(),
+    reason="../shared/datasets/gsm8k is absent (a fresh clone has no shared datasets)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +81,28 @@ def test_every_suite_scored_every_variant(nightly_run):
     assert ("q4_1-spec", "greedy_identity") in got and ("q4_1", "greedy_identity") not in got  # speculative only
     assert not q(db, "select * from quality_scores where metric = 'suite_failed'")
     # no request failed at the server: a prompt longer than n_batch (512) once broke the speculative server
-    assert not q(db, "select variant, suite, details from quality_samples where json_extract_string(details, '$.error') is not null")
+    assert not q(
+        db,
+        "select variant, suite, details from quality_samples where json_extract_string(details, '$.error') is not null",
+    )
 
 
 def test_deltas_with_confidence_and_verdicts(nightly_run):
     _, db = nightly_run
-    rows = q(db, """select variant, suite, metric, reference_value, value, delta, ci_low, ci_high, n, verdict
-                    from v_quality_deltas order by all""")
+    rows = q(
+        db,
+        """select variant, suite, metric, reference_value, value, delta, ci_low, ci_high, n, verdict
+                    from v_quality_deltas order by all""",
+    )
     assert {r[0] for r in rows} == {"q2_k", "q4_1-spec"}
     by = {(r[0], r[1], r[2]): r for r in rows}
-    for suite, metric in [("arithmetic", "accuracy"), ("longctx", "accuracy"), ("code", "pass_rate"),
-                          ("coherence", "distinct_2"), ("fidelity", "kl_mean")]:
+    for suite, metric in [
+        ("arithmetic", "accuracy"),
+        ("longctx", "accuracy"),
+        ("code", "pass_rate"),
+        ("coherence", "distinct_2"),
+        ("fidelity", "kl_mean"),
+    ]:
         for v in ("q2_k", "q4_1-spec"):
             r = by[(v, suite, metric)]
             assert r[9] in ("better", "worse", "inconclusive", "identical"), r
@@ -89,9 +117,9 @@ def test_long_context_grid_and_coherence(nightly_run):
     _, db = nightly_run
     cells = q(db, "select context_tokens, depth_pct, n from v_longctx_grid where variant = 'q4_1' order by all")
     assert [(c, d) for c, d, _ in cells] == [(256, 0.0), (256, 100.0), (1008, 0.0), (1008, 100.0)]  # 1024 clipped
-    (note, value), = q(db, "select note, value from quality_scores where variant = 'q4_1' and metric = 'judge_score'")
+    ((note, value),) = q(db, "select note, value from quality_scores where variant = 'q4_1' and metric = 'judge_score'")
     assert value is None and "judge endpoint http://127.0.0.1:9 failed" in note
-    (drift,), = q(db, "select value from quality_scores where variant = 'q4_1' and metric = 'drift_mean'")
+    ((drift,),) = q(db, "select value from quality_scores where variant = 'q4_1' and metric = 'drift_mean'")
     assert 0 < drift < 2
 
 
@@ -105,7 +133,7 @@ def test_loglik_check_per_path(nightly_run):
 
 def test_speculative_identity_reported(nightly_run):
     _, db = nightly_run
-    (rate, n), = q(db, "select value, n from quality_scores where variant = 'q4_1-spec' and metric = 'identity_rate'")
+    ((rate, n),) = q(db, "select value, n from quality_scores where variant = 'q4_1-spec' and metric = 'identity_rate'")
     assert n == 2 and 0.0 <= rate <= 1.0
 
 
@@ -138,19 +166,60 @@ def test_gsm8k_through_tradeoff_quality_matches_lmeval_cli(endpoint, tmp_path):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     suite = ROOT / "configs" / "suites" / "gsm8k-local.yaml"
     bindir = Path(sys.executable).parent
-    ours = subprocess.run([bindir / "tradeoff", "quality", "--endpoint", url, "--model", "q4_1", "--suite", str(suite),
-                           "--limit", "2", "--param", "gen_kwargs={max_gen_toks: 24}", "--output", tmp_path / "ours"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=suite.parents[2])
+    ours = subprocess.run(
+        [
+            bindir / "tradeoff",
+            "quality",
+            "--endpoint",
+            url,
+            "--model",
+            "q4_1",
+            "--suite",
+            str(suite),
+            "--limit",
+            "2",
+            "--param",
+            "gen_kwargs={max_gen_toks: 24}",
+            "--output",
+            tmp_path / "ours",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=suite.parents[2],
+    )
     assert ours.returncode == 0, ours.stderr[-2000:]
     assert "gsm8k.exact_match.strict-match" in ours.stdout
     tasks_dir = tmp_path / "ours" / "quality" / "gsm8k" / "lm_eval" / "tasks"
     assert yaml.safe_load((tasks_dir / "gsm8k.yaml").read_text())["dataset_kwargs"]["data_files"]["test"] == str(
-        (GSM8K / "test.jsonl").resolve())
-    cli = subprocess.run([bindir / "lm-eval", "run", "--model", "local-completions", "--model_args",
-                          f"base_url={url}/v1/completions,model=q4_1,tokenizer_backend=None,tokenized_requests=False",
-                          "--tasks", "gsm8k", "--include_path", tasks_dir, "--limit", "2", "--log_samples",
-                          "--gen_kwargs", "max_gen_toks=24", "--output_path", tmp_path / "cli"],
-                         capture_output=True, text=True, env=env, timeout=600)
+        (GSM8K / "test.jsonl").resolve()
+    )
+    cli = subprocess.run(
+        [
+            bindir / "lm-eval",
+            "run",
+            "--model",
+            "local-completions",
+            "--model_args",
+            f"base_url={url}/v1/completions,model=q4_1,tokenizer_backend=None,tokenized_requests=False",
+            "--tasks",
+            "gsm8k",
+            "--include_path",
+            tasks_dir,
+            "--limit",
+            "2",
+            "--log_samples",
+            "--gen_kwargs",
+            "max_gen_toks=24",
+            "--output_path",
+            tmp_path / "cli",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert cli.returncode == 0, cli.stderr[-2000:]
     result = compare_lmeval_samples(tmp_path / "ours", tmp_path / "cli", "gsm8k")
     assert result["same"] and result["samples"] == 4, result  # 2 docs x 2 filters

@@ -31,15 +31,23 @@ CONFIG = {
     "models": {"smol": SMOL},
     "variants": [
         {"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True},
-        {"name": "vllm-q4_1-ngram", "model": "smol", "engine": "vllm", "quantization": "q4_1",
-         "speculative": {"method": "ngram", "num_speculative_tokens": 4},
-         "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1}},
+        {
+            "name": "vllm-q4_1-ngram",
+            "model": "smol",
+            "engine": "vllm",
+            "quantization": "q4_1",
+            "speculative": {"method": "ngram", "num_speculative_tokens": 4},
+            "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1},
+        },
     ],
     "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 16},
-    "quality": {"primary": "arithmetic.accuracy",
-                "suites": [{"name": "arithmetic", "limit": 8},
-                           {"name": "coherence", "label": "greedy32", "limit": 2,
-                            "params": {"max_tokens": 32, "embeddings": False}}]},
+    "quality": {
+        "primary": "arithmetic.accuracy",
+        "suites": [
+            {"name": "arithmetic", "limit": 8},
+            {"name": "coherence", "label": "greedy32", "limit": 2, "params": {"max_tokens": 32, "embeddings": False}},
+        ],
+    },
     "server_start_timeout_s": 900,  # 2 shared cores: vLLM takes 1.5-3 min, more when the host is busy
 }
 
@@ -56,7 +64,10 @@ def run(tmp_path_factory, prefect_harness):
 def test_both_engines_side_by_side(run) -> None:
     summary, tmp = run
     assert summary["status"] == "ok", summary
-    rows = q(tmp / "wh.duckdb", "select variant, engine, best_output_tok_s, ttft_ms_mean, quality from v_tradeoff order by engine")
+    rows = q(
+        tmp / "wh.duckdb",
+        "select variant, engine, best_output_tok_s, ttft_ms_mean, quality from v_tradeoff order by engine",
+    )
     assert [r[1] for r in rows] == ["llama.cpp", "vllm"]
     for _, _, tps, ttft, quality in rows:
         assert tps > 0 and ttft > 0 and 0 <= quality <= 1
@@ -64,15 +75,20 @@ def test_both_engines_side_by_side(run) -> None:
 
 def test_vllm_metrics_are_scraped(run) -> None:
     _, tmp = run
-    (version, startup, kv_max, running_max, accept, reads), = q(tmp / "wh.duckdb", """
+    ((version, startup, kv_max, running_max, accept, reads),) = q(
+        tmp / "wh.duckdb",
+        """
         select engine_version, server_startup_s, kv_cache_usage_pct_max, requests_running_max, spec_acceptance_rate,
                metric_reads
-        from v_engine_metrics where engine = 'vllm'""")
+        from v_engine_metrics where engine = 'vllm'""",
+    )
     assert version.startswith("vllm 0.32.0") and startup > 0
     assert 0 < kv_max <= 100 and running_max >= 1 and reads >= 2
     assert 0 <= accept <= 1  # n-gram drafts proposed and some accepted or not: measured, not assumed
-    assert q(tmp / "wh.duckdb", "select count(*) from v_engine_metrics where engine = 'llama.cpp' "
-                                "and kv_cache_usage_pct_max is null") == [(1,)]
+    assert q(
+        tmp / "wh.duckdb",
+        "select count(*) from v_engine_metrics where engine = 'llama.cpp' and kv_cache_usage_pct_max is null",
+    ) == [(1,)]
 
 
 def test_greedy_agreement_is_measured(run) -> None:

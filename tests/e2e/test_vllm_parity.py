@@ -33,8 +33,13 @@ CONFIG = {
     "models": {"smol": smollm2(max_context=1024)},
     "variants": [
         {"name": "q4_1", "model": "smol", "quantization": "q4_1", "reference": True},
-        {"name": "vllm-q4_1", "model": "smol", "engine": "vllm", "quantization": "q4_1",
-         "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1, "max_num_seqs": 4}},
+        {
+            "name": "vllm-q4_1",
+            "model": "smol",
+            "engine": "vllm",
+            "quantization": "q4_1",
+            "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1, "max_num_seqs": 4},
+        },
     ],
 }
 SUITES = {
@@ -48,13 +53,26 @@ def context(cfg, name: str, art, ref_art, url: str, work: Path, limit: int | Non
     v = cfg.variant(name)
     engine = engine_for(v.engine)
     in_process = engine.has_in_process_logits
-    return SuiteContext(variant=name, base_url=url, served_model=engine.served_model_name(v),
-                        artifact_path=art.path if in_process else None,
-                        reference_artifact_path=ref_art.path if in_process else None, limit=limit, seed=0,
-                        params=params, work_dir=work, n_ctx=cfg.models[v.model].max_context, engine=v.engine,
-                        artifact=art, variant_spec=v, model_spec=cfg.models[v.model], server_start_timeout_s=900,
-                        request_timeout_s=300, tokenizer_ref=engine.tokenizer(art, cfg.models[v.model]),
-                        reference_artifact=ref_art)
+    return SuiteContext(
+        variant=name,
+        base_url=url,
+        served_model=engine.served_model_name(v),
+        artifact_path=art.path if in_process else None,
+        reference_artifact_path=ref_art.path if in_process else None,
+        limit=limit,
+        seed=0,
+        params=params,
+        work_dir=work,
+        n_ctx=cfg.models[v.model].max_context,
+        engine=v.engine,
+        artifact=art,
+        variant_spec=v,
+        model_spec=cfg.models[v.model],
+        server_start_timeout_s=900,
+        request_timeout_s=300,
+        tokenizer_ref=engine.tokenizer(art, cfg.models[v.model]),
+        reference_artifact=ref_art,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,18 +87,29 @@ def measured(tmp_path_factory):
     out: dict = {"arts": arts}
     try:
         for v in cfg.variants:
-            extra = {} if v.engine == "llama.cpp" else {"fidelity": (128, {"in_process": True}), "loglik_check": (12, {})}
+            extra = (
+                {} if v.engine == "llama.cpp" else {"fidelity": (128, {"in_process": True}), "loglik_check": (12, {})}
+            )
             with engine_for(v.engine).serving(arts[v.name], v, cfg.models[v.model], tmp / f"{v.name}.log", 900) as ep:
                 for suite, (limit, params) in {**SUITES, **extra}.items():
-                    ctx = context(cfg, v.name, arts[v.name], arts["q4_1"], ep.base_url, tmp / v.name / suite, limit,
-                                  params)
+                    ctx = context(
+                        cfg, v.name, arts[v.name], arts["q4_1"], ep.base_url, tmp / v.name / suite, limit, params
+                    )
                     out[(v.name, suite)] = suite_for(suite).run(ctx)
                     out[(v.name, "ctx")] = ctx
     finally:
         mp.undo()
-    (tmp / "parity.json").write_text(json.dumps(
-        {f"{k[0]}/{k[1]}": [(s.metric, s.value, s.note) for s in r.scores] for k, r in out.items()
-         if isinstance(k, tuple) and k[1] != "ctx"}, indent=1, default=str))
+    (tmp / "parity.json").write_text(
+        json.dumps(
+            {
+                f"{k[0]}/{k[1]}": [(s.metric, s.value, s.note) for s in r.scores]
+                for k, r in out.items()
+                if isinstance(k, tuple) and k[1] != "ctx"
+            },
+            indent=1,
+            default=str,
+        )
+    )
     print("parity figures:", tmp / "parity.json")
     return out
 
@@ -107,8 +136,10 @@ def test_coherence_same_units_and_lengths(measured) -> None:
 
 
 def test_longctx_same_prompts_in_the_same_tokens(measured) -> None:
-    cells = {v: {(d["context_tokens"], d["depth_pct"]): d for d in details(measured[(v, "longctx")])}
-             for v in ("q4_1", "vllm-q4_1")}
+    cells = {
+        v: {(d["context_tokens"], d["depth_pct"]): d for d in details(measured[(v, "longctx")])}
+        for v in ("q4_1", "vllm-q4_1")
+    }
     assert set(cells["q4_1"]) == set(cells["vllm-q4_1"]) and len(cells["q4_1"]) == 6
     for cell, d in cells["q4_1"].items():
         e = cells["vllm-q4_1"][cell]

@@ -39,14 +39,19 @@ def endpoints():
 
 def config(adaptive: dict | None, decision: dict) -> RunConfig:
     demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
-    variants = [{"name": n, "model": "smollm2-135m", "quantization": "q4_1", "reference": n == "ref"}
-                for n in ("ref", "same", "worse")]
-    quality = {"primary": "arithmetic.accuracy", "suites": [{"name": "arithmetic", "limit": 40,
-                                                             "params": {"tasks": ["1D+", "1D-", "1Dx", "2D+"]}}]}
+    variants = [
+        {"name": n, "model": "smollm2-135m", "quantization": "q4_1", "reference": n == "ref"}
+        for n in ("ref", "same", "worse")
+    ]
+    quality = {
+        "primary": "arithmetic.accuracy",
+        "suites": [{"name": "arithmetic", "limit": 40, "params": {"tasks": ["1D+", "1D-", "1Dx", "2D+"]}}],
+    }
     if adaptive:
         quality["adaptive"] = adaptive
-    return parse_config({"name": "adapt", "models": demo["models"], "variants": variants, "quality": quality,
-                         "decision": decision})
+    return parse_config(
+        {"name": "adapt", "models": demo["models"], "variants": variants, "quality": quality, "decision": decision}
+    )
 
 
 def measure(cfg: RunConfig, urls: dict[str, str], tmp_path: Path) -> dict[str, dict]:
@@ -54,8 +59,17 @@ def measure(cfg: RunConfig, urls: dict[str, str], tmp_path: Path) -> dict[str, d
     art = Artifact("ref", gguf, "0" * 64, 1, True, 0.0)
     out = {}
     for v in cfg.variants:  # the reference first, as the nightly measures it
-        out[v.name] = run_suites(cfg, "r1", v, art, art, urls[v.name], tmp_path / "quality" / v.name, tmp_path / "results",
-                                 logging.getLogger("test"))
+        out[v.name] = run_suites(
+            cfg,
+            "r1",
+            v,
+            art,
+            art,
+            urls[v.name],
+            tmp_path / "quality" / v.name,
+            tmp_path / "results",
+            logging.getLogger("test"),
+        )
     return out
 
 

@@ -75,12 +75,15 @@ def run_window(nvml: FakeNvml, scope: EnergyScope, seconds: float = 2.0, joules_
     return w
 
 
-@pytest.mark.parametrize("cuda_visible, tp, nvml_indices", [
-    ("GPU-cccc,GPU-aaaa1111", 2, ["gpu2", "gpu0"]),  # UUID prefixes, as CUDA accepts them
-    ("2,3", 2, ["gpu3", "gpu2"]),                    # CUDA ordinals count in PCI bus order: 01, 41, 81, C1
-    ("1,0,3", 2, ["gpu0", "gpu1"]),                  # the first `tp` visible devices are the engine's ranks
-    (None, 2, ["gpu1", "gpu0"]),                     # unset: every device, PCI order
-])
+@pytest.mark.parametrize(
+    "cuda_visible, tp, nvml_indices",
+    [
+        ("GPU-cccc,GPU-aaaa1111", 2, ["gpu2", "gpu0"]),  # UUID prefixes, as CUDA accepts them
+        ("2,3", 2, ["gpu3", "gpu2"]),  # CUDA ordinals count in PCI bus order: 01, 41, 81, C1
+        ("1,0,3", 2, ["gpu0", "gpu1"]),  # the first `tp` visible devices are the engine's ranks
+        (None, 2, ["gpu1", "gpu0"]),  # unset: every device, PCI order
+    ],
+)
 def test_only_the_engines_gpus_are_metered(cuda_visible, tp, nvml_indices) -> None:
     nvml = FakeNvml()
     scope = EnergyScope(gpu_count=tp, cuda_visible=cuda_visible, nvml=nvml)
@@ -91,11 +94,14 @@ def test_only_the_engines_gpus_are_metered(cuda_visible, tp, nvml_indices) -> No
     assert scope.label.startswith(f"nvml {','.join(nvml_indices)} ({tp} GPU(s) of the engine")
 
 
-@pytest.mark.parametrize("cuda_visible, reason", [
-    ("3,7,0", "the engine uses 2 GPU(s) but CUDA_VISIBLE_DEVICES='3,7,0' makes 1 visible"),  # CUDA stops at 7
-    ("GPU-ffff", "makes 0 visible"),
-    ("MIG-1234", "CUDA_VISIBLE_DEVICES entry MIG-1234 is a MIG instance: NVML has no energy counter"),
-])
+@pytest.mark.parametrize(
+    "cuda_visible, reason",
+    [
+        ("3,7,0", "the engine uses 2 GPU(s) but CUDA_VISIBLE_DEVICES='3,7,0' makes 1 visible"),  # CUDA stops at 7
+        ("GPU-ffff", "makes 0 visible"),
+        ("MIG-1234", "CUDA_VISIBLE_DEVICES entry MIG-1234 is a MIG instance: NVML has no energy counter"),
+    ],
+)
 def test_engine_gpus_that_cannot_be_found_give_null_with_the_reason(cuda_visible, reason) -> None:
     w = run_window(FakeNvml(), EnergyScope(gpu_count=2, cuda_visible=cuda_visible, nvml=FakeNvml()))
     assert w.reading.energy_j is None and reason in w.reading.note
@@ -145,11 +151,27 @@ def test_idle_baseline_and_energy_above_idle() -> None:
 
 
 def hosted_config(url: str) -> dict:
-    return {"models": {"m": {"hub": "org/model"}},
-            "variants": [{"name": "hosted", "model": "m", "engine": "openai-compatible", "quantization": "unknown",
-                          "reference": True, "engine_args": {"base_url": url, "model": "ok"}}],
-            "perf": {"concurrency": [1], "num_prompts": 2, "warmup_requests": 0, "input_len": 8, "output_len": 4,
-                     "idle_baseline_s": 0.2}}
+    return {
+        "models": {"m": {"hub": "org/model"}},
+        "variants": [
+            {
+                "name": "hosted",
+                "model": "m",
+                "engine": "openai-compatible",
+                "quantization": "unknown",
+                "reference": True,
+                "engine_args": {"base_url": url, "model": "ok"},
+            }
+        ],
+        "perf": {
+            "concurrency": [1],
+            "num_prompts": 2,
+            "warmup_requests": 0,
+            "input_len": 8,
+            "output_len": 4,
+            "idle_baseline_s": 0.2,
+        },
+    }
 
 
 def test_hosted_variants_never_get_this_hosts_energy(tmp_path: Path, monkeypatch) -> None:
@@ -186,16 +208,33 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
     monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
     srv, url = start_paced_stub(service_ms=100)
     try:
-        cfg = RunConfig.model_validate({
-            "models": {"m": {"path": __file__}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
-                                                                "reference": True}],
-            "perf": {"rates": [5.0, 40.0], "burstiness": 100.0, "num_prompts": 12, "warmup_requests": 0,
-                     "input_len": 8, "output_len": 4, "slo": {"ttft_ms": 500.0}, "idle_baseline_s": 0},
-            "decision": {"percentile": 50, "min_requests": 12,
-                         "search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5}}})
+        cfg = RunConfig.model_validate(
+            {
+                "models": {"m": {"path": __file__}},
+                "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
+                "perf": {
+                    "rates": [5.0, 40.0],
+                    "burstiness": 100.0,
+                    "num_prompts": 12,
+                    "warmup_requests": 0,
+                    "input_len": 8,
+                    "output_len": 4,
+                    "slo": {"ttft_ms": 500.0},
+                    "idle_baseline_s": 0,
+                },
+                "decision": {
+                    "percentile": 50,
+                    "min_requests": 12,
+                    "search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5},
+                },
+            }
+        )
         scope = EnergyScope(off_reason=HOSTED_NOTE)
-        scenarios = measure(cfg.perf, Target(url, "paced", None, None, on_host=False, scope=scope),
-                            search=lambda *a, **kw: search_load(cfg, *a, **kw))
+        scenarios = measure(
+            cfg.perf,
+            Target(url, "paced", None, None, on_host=False, scope=scope),
+            search=lambda *a, **kw: search_load(cfg, *a, **kw),
+        )
     finally:
         srv.shutdown()
     assert [sc.step.label for sc in scenarios] == ["r5", "r40", "search1"]
@@ -204,6 +243,7 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
 
 
 # ---------------------------------------------------------------- MBU bytes and artifact hashes
+
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
     """A .safetensors file with these (dtype, shape) tensors, zero-filled."""
@@ -219,9 +259,14 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> 
     path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"\0" * offset)
 
 
-LLAMA_LIKE = {"model.embed_tokens.weight": ("BF16", [1000, 64]), "model.layers.0.self_attn.q_proj.weight": ("BF16", [64, 64]),
-              "model.layers.0.mlp.up_proj.weight": ("BF16", [256, 64]), "model.layers.0.input_layernorm.weight": ("BF16", [64]),
-              "model.norm.weight": ("BF16", [64]), "lm_head.weight": ("BF16", [1000, 64])}
+LLAMA_LIKE = {
+    "model.embed_tokens.weight": ("BF16", [1000, 64]),
+    "model.layers.0.self_attn.q_proj.weight": ("BF16", [64, 64]),
+    "model.layers.0.mlp.up_proj.weight": ("BF16", [256, 64]),
+    "model.layers.0.input_layernorm.weight": ("BF16", [64]),
+    "model.norm.weight": ("BF16", [64]),
+    "lm_head.weight": ("BF16", [1000, 64]),
+}
 
 
 def test_fp8_and_bitsandbytes_bytes_come_from_the_quantized_weights(tmp_path: Path) -> None:
@@ -236,8 +281,8 @@ def test_fp8_and_bitsandbytes_bytes_come_from_the_quantized_weights(tmp_path: Pa
 
 
 def test_vllm_fp8_variant_reports_the_bytes_decoding_reads(tmp_path: Path, monkeypatch) -> None:
-    import tasks.perf.roofline as roofline
     import tasks.engines.vllm as mod
+    import tasks.perf.roofline as roofline
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -248,9 +293,21 @@ def test_vllm_fp8_variant_reports_the_bytes_decoding_reads(tmp_path: Path, monke
     monkeypatch.setattr(mod, "vllm_version", lambda py: "0.32.0")
     monkeypatch.setattr(mod.Vllm, "_fetch", lambda self, source, cache_dir, python: ckpt)
     monkeypatch.setattr(roofline, "host_bandwidth", lambda: Bandwidth(4800.0, "gpu0: torch device copy"))
-    cfg = parse_config({"models": {"m": {"hub": "org/model"}}, "variants": [
-        {"name": "fp8", "model": "m", "engine": "vllm", "quantization": "fp8", "reference": True,
-         "engine_args": {"tensor_parallel_size": 2}}]})
+    cfg = parse_config(
+        {
+            "models": {"m": {"hub": "org/model"}},
+            "variants": [
+                {
+                    "name": "fp8",
+                    "model": "m",
+                    "engine": "vllm",
+                    "quantization": "fp8",
+                    "reference": True,
+                    "engine_args": {"tensor_parallel_size": 2},
+                }
+            ],
+        }
+    )
     v = cfg.variant("fp8")
     eng = engine_for("vllm")
     art = eng.build(v, cfg.models["m"], tmp_path / "cache")
@@ -312,15 +369,27 @@ def test_checkpoint_hash_covers_every_serving_file_but_not_original(tmp_path: Pa
         assert serving_digest(d)[0] != before, name
 
 
-@pytest.mark.parametrize("change, expectation", [
-    ({"energy_j_per_token_above_idle": 1e6},  # above idle cannot exceed the whole device's J/token
-     "expect_column_pair_values_a_to_be_greater_than_b(energy_j_per_token, energy_j_per_token_above_idle)"),
-    ({"energy_devices": "nvml gpu0", "idle_note": None},  # metered, no figure above idle, and no reason given
-     "expect_column_values_to_not_be_null(idle_note"),
-    ({"idle_power_w": -3.0, "idle_window_s": 5.0, "idle_note": "x"}, "expect_column_values_to_be_between(idle_power_w)"),
-    ({"model_bytes": 1000, "model_bytes_method": None},
-     "expect_column_values_to_not_be_null(model_bytes_method where model_bytes is not null)"),
-])
+@pytest.mark.parametrize(
+    "change, expectation",
+    [
+        (
+            {"energy_j_per_token_above_idle": 1e6},  # above idle cannot exceed the whole device's J/token
+            "expect_column_pair_values_a_to_be_greater_than_b(energy_j_per_token, energy_j_per_token_above_idle)",
+        ),
+        (
+            {"energy_devices": "nvml gpu0", "idle_note": None},  # metered, no figure above idle, and no reason given
+            "expect_column_values_to_not_be_null(idle_note",
+        ),
+        (
+            {"idle_power_w": -3.0, "idle_window_s": 5.0, "idle_note": "x"},
+            "expect_column_values_to_be_between(idle_power_w)",
+        ),
+        (
+            {"model_bytes": 1000, "model_bytes_method": None},
+            "expect_column_values_to_not_be_null(model_bytes_method where model_bytes is not null)",
+        ),
+    ],
+)
 def test_gx_gates_the_engine_energy_columns(tmp_path: Path, change: dict, expectation: str) -> None:
     from tests.integration.test_validate import _row, expected_rows, valid_tables, write_run
     from warehouse.gate import validate_results

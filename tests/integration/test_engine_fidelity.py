@@ -67,8 +67,10 @@ def vllm_like(variant: np.ndarray, ids: list[int], seen: list[dict]):
         seen.append(body)
         assert body["prompt"] == ids and body["max_tokens"] == 1
         k = body["prompt_logprobs"]
-        entries = [None] + [{str(t): {"logprob": lp, "rank": 1, "decoded_token": "x"} for t, lp in d.items()}
-                            for d in truncate(variant, k, ids)[1:]]
+        entries = [None] + [
+            {str(t): {"logprob": lp, "rank": 1, "decoded_token": "x"} for t, lp in d.items()}
+            for d in truncate(variant, k, ids)[1:]
+        ]
         return 200, {"choices": [{"index": 0, "text": "x", "prompt_logprobs": entries}]}
 
     return answer
@@ -76,9 +78,21 @@ def vllm_like(variant: np.ndarray, ids: list[int], seen: list[dict]):
 
 def context(url: str, tmp_path: Path, engine: str = "vllm", **params) -> SuiteContext:
     gguf = demo_gguf()
-    return SuiteContext(variant="v", base_url=url, served_model="v", artifact_path=None, reference_artifact_path=None,
-                        limit=N, seed=0, params=params, work_dir=tmp_path, n_ctx=512, engine=engine,
-                        reference_artifact=Artifact("ref", gguf, "sha", 1, True, 0.0, {}), request_timeout_s=30)
+    return SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="v",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=N,
+        seed=0,
+        params=params,
+        work_dir=tmp_path,
+        n_ctx=512,
+        engine=engine,
+        reference_artifact=Artifact("ref", gguf, "sha", 1, True, 0.0, {}),
+        request_timeout_s=30,
+    )
 
 
 @pytest.mark.parametrize("k", [5, 20])
@@ -105,8 +119,9 @@ def test_endpoint_fidelity_is_a_lower_bound_that_tightens_with_k(reference, tmp_
 def test_pooling_bounds_the_exact_kl(reference) -> None:
     ref, ids, variant = reference
     exact = [r["kl"] for r in fidelity_rows(ref, variant, ids)]
-    pooled = {k: [pooled_kl(ref[i], truncate(variant, k, ids)[i + 1]) for i in range(len(ids) - 1)]
-              for k in (1, 20, 1000)}
+    pooled = {
+        k: [pooled_kl(ref[i], truncate(variant, k, ids)[i + 1]) for i in range(len(ids) - 1)] for k in (1, 20, 1000)
+    }
     means = {k: float(np.mean(v)) for k, v in pooled.items()}
     assert means[1] <= means[20] <= means[1000] <= float(np.mean(exact)) + 1e-12
     assert all(p <= e + 1e-9 for p, e in zip(pooled[20], exact))
@@ -114,14 +129,35 @@ def test_pooling_bounds_the_exact_kl(reference) -> None:
     assert full == pytest.approx(exact[:3], abs=1e-9)  # the whole vocabulary known: the exact KL
 
 
-@pytest.mark.parametrize("answer, why", [
-    (lambda b: (200, {"choices": [{"index": 0, "text": "x"}]}), "endpoint returned no prompt_logprobs"),
-    (lambda b: (400, {"error": "prompt_logprobs must be <= 20"}), "endpoint refused prompt_logprobs: HTTP 400"),
-    (lambda b: (200, {"choices": [{"index": 0, "prompt_logprobs": [None] + [{"5": {"logprob": 0.5}}] * (len(b["prompt"]) - 1)}]}),
-     "lacks the prompt's own token"),
-    (lambda b: (200, {"choices": [{"index": 0, "prompt_logprobs": [None] + [
-        {str(t): {"logprob": 0.5}} for t in b["prompt"][1:]]}]}), "holds a log-probability that is not <= 0"),
-])
+@pytest.mark.parametrize(
+    "answer, why",
+    [
+        (lambda b: (200, {"choices": [{"index": 0, "text": "x"}]}), "endpoint returned no prompt_logprobs"),
+        (lambda b: (400, {"error": "prompt_logprobs must be <= 20"}), "endpoint refused prompt_logprobs: HTTP 400"),
+        (
+            lambda b: (
+                200,
+                {
+                    "choices": [
+                        {"index": 0, "prompt_logprobs": [None] + [{"5": {"logprob": 0.5}}] * (len(b["prompt"]) - 1)}
+                    ]
+                },
+            ),
+            "lacks the prompt's own token",
+        ),
+        (
+            lambda b: (
+                200,
+                {
+                    "choices": [
+                        {"index": 0, "prompt_logprobs": [None] + [{str(t): {"logprob": 0.5}} for t in b["prompt"][1:]]}
+                    ]
+                },
+            ),
+            "holds a log-probability that is not <= 0",
+        ),
+    ],
+)
 def test_untrusted_prompt_logprobs_give_null_with_the_reason(tmp_path: Path, answer, why: str) -> None:
     srv, url = serve(answer)
     try:
@@ -135,5 +171,7 @@ def test_untrusted_prompt_logprobs_give_null_with_the_reason(tmp_path: Path, ans
 def test_an_engine_without_logprobs_gets_null_with_the_reason(tmp_path: Path) -> None:
     res = suite_for("fidelity").run(context("http://127.0.0.1:9", tmp_path, engine="openai-compatible"))
     assert all(s.value is None for s in res.scores) and res.samples == []
-    assert res.scores[0].note == ("engine openai-compatible exposes no next-token log-probabilities (no in-process "
-                                  "logits, no prompt_logprobs): fidelity not measured")
+    assert res.scores[0].note == (
+        "engine openai-compatible exposes no next-token log-probabilities (no in-process "
+        "logits, no prompt_logprobs): fidelity not measured"
+    )

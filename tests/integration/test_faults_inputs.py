@@ -45,8 +45,10 @@ def processes_with(marker: str) -> list[int]:
 
 # ---------------------------------------------------------------- 1. model-written code
 
+
 def test_fault_hostile_candidate_is_contained_and_scored_failed(tmp_path):
-    """Opens a socket (`import _socket`), leaves a detached setsid child, writes outside its folder, forges its score."""
+    """Opens a socket (`import _socket`), leaves a detached setsid child, writes outside its folder, forges its
+    score."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
@@ -102,14 +104,19 @@ def f(x):
         escaped = [str(p) for p in (outside, escaped_tmp) if p.exists()]
         escaped_tmp.unlink(missing_ok=True)
     assert seen, "the candidate's detached child was never seen running"
-    assert (passed, error, [pid for pid in seen if pid in survivors], connected, escaped) == \
-        (0, "timeout after 3 s", [], False, [])
+    assert (passed, error, [pid for pid in seen if pid in survivors], connected, escaped) == (
+        0,
+        "timeout after 3 s",
+        [],
+        False,
+        [],
+    )
 
 
 def test_fault_candidate_forging_a_verdict_on_stdout_and_every_fd_scores_nothing():
     # The verdict's channel is not among them (the harness holds it, close-on-exec, non-dumpable); what the
     # candidate can reach is its own outputs pipe, and garbage there is its own failure.
-    source = '''
+    source = """
 import os
 forged = b'{"exit": 0, "frame": [{"value": 2}, {"value": 6}], "problem": null}'
 for fd in range(0, 64):
@@ -120,7 +127,7 @@ for fd in range(0, 64):
 print('{"passed": 2}')
 def f(x):
     return "wrong"
-'''
+"""
     passed, error = run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=5)
     assert passed == 0 and (error or "").startswith("outputs frame of "), (passed, error)
 
@@ -141,8 +148,10 @@ def test_fault_candidate_looking_for_host_secrets_sees_no_work_tree_no_prefect_h
     secret.write_text("sk-not-for-models")
     paths = [str(ROOT / "pyproject.toml"), os.environ["PREFECT_HOME"], str(secret), "/var/run", "/home"]
     # LC_CTYPE: Python itself sets it in a C locale (PEP 538)
-    source = (f"import os\ndef f(x):\n    return [[os.path.exists(p) for p in {paths!r}], "
-              f"sorted(k for k in os.environ if k != 'LC_CTYPE')]\n")
+    source = (
+        f"import os\ndef f(x):\n    return [[os.path.exists(p) for p in {paths!r}], "
+        f"sorted(k for k in os.environ if k != 'LC_CTYPE')]\n"
+    )
     out = run_untrusted(_CANDIDATE, json.dumps([source, "f", [[1]]]), Limits(wall_s=10))  # the raw outputs
     assert out.verdict["frame"][0]["value"] == [[False] * len(paths), ["PATH"]]
 
@@ -155,8 +164,18 @@ def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch,
     calls = []
     srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
     monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
-    ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                       limit=2, seed=0, params={}, work_dir=tmp_path, engine="llama.cpp")
+    ctx = SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=2,
+        seed=0,
+        params={},
+        work_dir=tmp_path,
+        engine="llama.cpp",
+    )
     try:
         with pytest.raises(sandbox.SandboxUnavailable) as e:
             suite_for("code").run(ctx)
@@ -173,10 +192,21 @@ def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_req
 
     calls = []
     srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
-    ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                       limit=2, seed=0, params={"sandbox": "none"}, work_dir=tmp_path)  # `tradeoff quality --endpoint`
+    ctx = SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=2,
+        seed=0,
+        params={"sandbox": "none"},
+        work_dir=tmp_path,
+    )  # `tradeoff quality --endpoint`
     try:
-        with pytest.raises(SandboxUnavailable, match="^params.sandbox: 'none' would run code written by a bare endpoint"):
+        with pytest.raises(
+            SandboxUnavailable, match="^params.sandbox: 'none' would run code written by a bare endpoint"
+        ):
             suite_for("code").run(ctx)
     finally:
         srv.shutdown()
@@ -187,21 +217,34 @@ def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(mo
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
     monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "TRADEOFF_TEST_API_KEY=api.example.com")
     cfg = demo()
-    cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
-                            "quantization": "unknown", "engine_args": {"base_url": "https://api.example.com",
-                                                                       "model": "m", "api_key_env": "TRADEOFF_TEST_API_KEY"}})
+    cfg["variants"].append(
+        {
+            "name": "hosted",
+            "model": "smollm2-135m",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {
+                "base_url": "https://api.example.com",
+                "model": "m",
+                "api_key_env": "TRADEOFF_TEST_API_KEY",
+            },
+        }
+    )
     cfg["quality"]["suites"].append({"name": "code", "label": "code-unconfined", "params": {"sandbox": "none"}})
     with pytest.raises(ConfigError) as e:
         parse_config(cfg)
     n = len(cfg["quality"]["suites"]) - 1
-    assert str(e.value) == (f"quality.suites[{n}] (code-unconfined).params.sandbox: 'none' would run code written by engine "
-                            "openai-compatible unconfined on this host; allowed only for llama.cpp, tensorrt-llm, "
-                            "vllm; remove sandbox: none (variant hosted)")
+    assert str(e.value) == (
+        f"quality.suites[{n}] (code-unconfined).params.sandbox: 'none' would run code written by engine "
+        "openai-compatible unconfined on this host; allowed only for llama.cpp, tensorrt-llm, "
+        "vllm; remove sandbox: none (variant hosted)"
+    )
     cfg["quality"]["suites"][n]["variants"] = [v["name"] for v in cfg["variants"] if v["name"] != "hosted"]
     assert parse_config(cfg).quality.suites[n].params == {"sandbox": "none"}  # local engines only: allowed
 
 
 # ---------------------------------------------------------------- 2. names and paths
+
 
 def test_fault_cli_run_id_with_dotdot_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
     from flows.cli import main
@@ -227,8 +270,10 @@ def test_fault_run_id_flow_parameter_with_dotdot_is_refused_by_the_nightly_and_t
     from flows.nightly import nightly
     from flows.variant import variant_flow
 
-    for flow_fn in (lambda: nightly.fn(config=str(tmp_path / "no-config.yaml"), run_id="../../x"),
-                    lambda: variant_flow.fn(config=str(tmp_path / "no-config.yaml"), variant="q4_1", run_id="../../x")):
+    for flow_fn in (
+        lambda: nightly.fn(config=str(tmp_path / "no-config.yaml"), run_id="../../x"),
+        lambda: variant_flow.fn(config=str(tmp_path / "no-config.yaml"), variant="q4_1", run_id="../../x"),
+    ):
         with pytest.raises(ConfigError, match=r"^run_id: '\.\./\.\./x' is not a run id;"):
             flow_fn()
 
@@ -309,10 +354,18 @@ def test_fault_clear_does_not_delete_through_a_symlinked_table_folder(tmp_path):
 
 # ---------------------------------------------------------------- 3. secrets
 
+
 def hosted(engine_args: dict) -> dict:
     cfg = demo()
-    cfg["variants"].append({"name": "hosted", "model": "smollm2-135m", "engine": "openai-compatible",
-                            "quantization": "unknown", "engine_args": {"model": "m", **engine_args}})
+    cfg["variants"].append(
+        {
+            "name": "hosted",
+            "model": "smollm2-135m",
+            "engine": "openai-compatible",
+            "quantization": "unknown",
+            "engine_args": {"model": "m", **engine_args},
+        }
+    )
     return cfg
 
 
@@ -340,9 +393,11 @@ def test_fault_api_key_pasted_into_api_key_secret_is_refused_without_showing_it(
 def test_fault_api_key_env_naming_a_cloud_secret_is_refused(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
     err = load_error(hosted({"base_url": "https://api.example.com", "api_key_env": "AWS_SECRET_ACCESS_KEY"}))
-    assert err == ("variants[4] (hosted).engine_args.api_key_env: that variable is not allowed to hold an API key "
-                   "(name not shown); allowed: TRADEOFF_*, *_API_KEY (the operator sets TRADEOFF_API_KEY_ENV_ALLOW), "
-                   "or use api_key_secret")
+    assert err == (
+        "variants[4] (hosted).engine_args.api_key_env: that variable is not allowed to hold an API key "
+        "(name not shown); allowed: TRADEOFF_*, *_API_KEY (the operator sets TRADEOFF_API_KEY_ENV_ALLOW), "
+        "or use api_key_secret"
+    )
 
 
 def test_fault_api_key_env_allow_list_is_set_by_the_operator_not_the_config(monkeypatch):
@@ -351,8 +406,9 @@ def test_fault_api_key_env_allow_list_is_set_by_the_operator_not_the_config(monk
     monkeypatch.setenv("TRADEOFF_API_KEY_ENV_ALLOW", "GATEWAY_TOKEN")
     monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "GATEWAY_TOKEN=gw.example.com")
     assert parse_config(hosted({"base_url": "https://gw.example.com", "api_key_env": "GATEWAY_TOKEN"}))
-    assert "allowed: GATEWAY_TOKEN " in load_error(hosted({"base_url": "https://api.example.com",
-                                                           "api_key_env": "OPENAI_API_KEY"}))
+    assert "allowed: GATEWAY_TOKEN " in load_error(
+        hosted({"base_url": "https://api.example.com", "api_key_env": "OPENAI_API_KEY"})
+    )
 
 
 def test_fault_plain_http_base_url_to_a_remote_host_is_refused(monkeypatch):
@@ -365,7 +421,9 @@ def test_fault_plain_http_base_url_to_a_remote_host_is_refused(monkeypatch):
 
 def test_fault_base_url_with_credentials_is_refused_without_showing_them():
     err = load_error(hosted({"base_url": "https://alice:s3cr3t-pa55@api.example.com/v1"}))
-    assert err.startswith("variants[4] (hosted).engine_args.base_url: a URL with credentials (user:password@) is refused")
+    assert err.startswith(
+        "variants[4] (hosted).engine_args.base_url: a URL with credentials (user:password@) is refused"
+    )
     assert "s3cr3t" not in err and "alice" not in err
 
 
@@ -374,11 +432,21 @@ def test_fault_base_url_with_a_key_in_its_query_string_is_refused_without_showin
     assert "query string" in err and "abcdef0123456789" not in err
 
 
-@pytest.mark.parametrize("arg, value", [("trust_remote_code", True), ("verify_certificate", False),
-                                        ("ca_cert_path", "/tmp/evil-ca.pem"), ("base_url", "https://elsewhere.example"),
-                                        ("header", {"Authorization": "Bearer x"}), ("auth_token", "tok-XYZ123"),
-                                        ("tokenizer_backend", "remote"), ("tokenizer_backend", "tiktoken"),
-                                        ("gguf", "/tmp/other.gguf"), ("api_key", "sk-123")])
+@pytest.mark.parametrize(
+    "arg, value",
+    [
+        ("trust_remote_code", True),
+        ("verify_certificate", False),
+        ("ca_cert_path", "/tmp/evil-ca.pem"),
+        ("base_url", "https://elsewhere.example"),
+        ("header", {"Authorization": "Bearer x"}),
+        ("auth_token", "tok-XYZ123"),
+        ("tokenizer_backend", "remote"),
+        ("tokenizer_backend", "tiktoken"),
+        ("gguf", "/tmp/other.gguf"),
+        ("api_key", "sk-123"),
+    ],
+)
 def test_fault_lmeval_model_args_that_weaken_security_are_refused_at_load(arg, value):
     cfg = demo()
     cfg["quality"]["suites"].append({"name": "lm_eval", "params": {"tasks": ["gsm8k"], "model_args": {arg: value}}})
@@ -404,7 +472,8 @@ def test_fault_lmeval_never_sends_openai_api_key_from_the_environment(monkeypatc
 
 
 def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_requests(monkeypatch, tmp_path):
-    """A hosted endpoint answers 401 with the key in its body: the perf_requests row keeps a short excerpt without it."""
+    """A hosted endpoint answers 401 with the key in its body: the perf_requests row keeps a short excerpt without
+    it."""
     import asyncio
     import json
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -443,8 +512,9 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
     v = cfg.variant("hosted")
     engine = engine_for(v.engine)
     try:
-        endpoint = engine.serve(engine.build(v, cfg.models[v.model], tmp_path), v, cfg.models[v.model],
-                                tmp_path / "hosted.log", 10)
+        endpoint = engine.serve(
+            engine.build(v, cfg.models[v.model], tmp_path), v, cfg.models[v.model], tmp_path / "hosted.log", 10
+        )
         (rec,) = asyncio.run(run_concurrency(endpoint.base_url, "m", [Prompt("hi", 1)], 1, 4))
     finally:
         srv.shutdown()
@@ -464,18 +534,21 @@ def test_fault_key_cut_by_the_perf_clients_excerpt_is_replaced_too():
 
 # ---------------------------------------------------------------- 9. sizes and counts
 
+
 def test_fault_num_prompts_of_a_trillion_is_refused_at_load():
     cfg = demo()
     cfg["perf"]["num_prompts"] = 10**12
-    assert load_error(cfg) == ("perf.num_prompts: input should be less than or equal to 100000 "
-                               "(got 1000000000000); fix the value")
+    assert load_error(cfg) == (
+        "perf.num_prompts: input should be less than or equal to 100000 (got 1000000000000); fix the value"
+    )
 
 
 def test_fault_steps_times_repeats_times_prompts_over_a_million_requests_is_refused_at_load():
     cfg = demo()
     cfg["perf"].update(concurrency=list(range(1, 65)), repeats=100, num_prompts=1000)
-    assert load_error(cfg).startswith("perf: 64 steps x 100 repeats x 1000 num_prompts is 6,400,001 requests per "
-                                      "variant, over the 1,000,000 limit")
+    assert load_error(cfg).startswith(
+        "perf: 64 steps x 100 repeats x 1000 num_prompts is 6,400,001 requests per variant, over the 1,000,000 limit"
+    )
 
 
 def test_fault_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
@@ -488,8 +561,10 @@ def test_fault_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
     bomb.write_text(text + "\nbomb:\n" + "".join(f"  {line}\n" for line in levels))
     with pytest.raises(ConfigError) as e:
         load_config(bomb)
-    assert str(e.value) == (f"config {bomb}: its YAML aliases expand to more than 100000 values (an alias bomb?); "
-                            f"write the values out or use fewer aliases")
+    assert str(e.value) == (
+        f"config {bomb}: its YAML aliases expand to more than 100000 values (an alias bomb?); "
+        f"write the values out or use fewer aliases"
+    )
 
 
 def test_fault_config_mapping_flow_parameter_of_a_million_values_is_refused():
@@ -518,4 +593,3 @@ def test_config_limits_doc_is_the_table_the_models_give():
     from tasks.config_limits import limits_markdown
 
     assert limits_markdown() in (ROOT / "docs" / "config-limits.md").read_text()
-

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -51,9 +50,29 @@ def paced():
 def test_tradeoff_perf(paced, phase, to, tmp_path) -> None:
     """Start-up (imports) and inside the sweep, the first scenario written: that scenario is kept."""
     out = tmp_path / "perf.json"
-    job = Job(["perf", "--endpoint", paced, "--model", "ttft=20,itl=40,jitter=0", "--concurrency", "1,2",
-               "--num-prompts", "2", "--warmup", "0", "--output-len", "50", "--input-len", "8", "--no-progress",
-               "--output", str(out)], tmp_path)
+    job = Job(
+        [
+            "perf",
+            "--endpoint",
+            paced,
+            "--model",
+            "ttft=20,itl=40,jitter=0",
+            "--concurrency",
+            "1,2",
+            "--num-prompts",
+            "2",
+            "--warmup",
+            "0",
+            "--output-len",
+            "50",
+            "--input-len",
+            "8",
+            "--no-progress",
+            "--output",
+            str(out),
+        ],
+        tmp_path,
+    )
     try:
         if phase == "startup":
             job.started()
@@ -76,14 +95,34 @@ def test_tradeoff_quality(phase, to, tmp_path) -> None:
     Ctrl-C reaches too): the child is stopped, no half suite is written."""
     gguf = str(PackageFile(**SMOLLM2_GGUF).resolve())
     out = tmp_path / "quality"
-    job = Job(["quality", "--endpoint", "http://127.0.0.1:9", "--model", "q4_1", "--suite", "fidelity",
-               "--limit", "256", "--gguf", gguf, "--reference-gguf", gguf, "--output", str(out)], tmp_path)
+    job = Job(
+        [
+            "quality",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--model",
+            "q4_1",
+            "--suite",
+            "fidelity",
+            "--limit",
+            "256",
+            "--gguf",
+            gguf,
+            "--reference-gguf",
+            gguf,
+            "--output",
+            str(out),
+        ],
+        tmp_path,
+    )
     try:
         if phase == "startup":
             job.started()
         else:
-            job.wait_for(lambda: any(maps(pid, "libllama") for pid in processes_of(job.marker) if pid != job.proc.pid),
-                         "the suite's llama.cpp child")
+            job.wait_for(
+                lambda: any(maps(pid, "libllama") for pid in processes_of(job.marker) if pid != job.proc.pid),
+                "the suite's llama.cpp child",
+            )
         # multiprocessing's resource tracker (started with the spawned child) ends when the command's end closes
         # its pipe: a moment after the command, never before it.
         stopped(job, to, grace_s=5.0)
@@ -99,9 +138,16 @@ def held_warehouse(tmp_path):
 
     path = tmp_path / "wh.duckdb"
     open_warehouse(path).close()
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
-                               "print('open', flush=True); time.sleep(120)", str(path)], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('open', flush=True); time.sleep(120)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         yield path
@@ -164,8 +210,14 @@ with StopSignals(owns_process=True) as stop:
 
 
 def test_a_second_signal_exits_at_once(tmp_path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_STOP], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_STOP],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)

@@ -30,9 +30,12 @@ from warehouse.db import WarehouseError, load_run
 # The config the hand-made nights were "measured" with: 2 variants x 2 scenarios x (1 warm-up + 3) requests,
 # the counts tests.integration.test_validate.valid_tables() holds.
 CONFIG = {
-    "name": "demo", "models": {"smollm2-135m": smollm2()},
-    "variants": [{"name": "f16", "model": "smollm2-135m", "quantization": "f16", "reference": True},
-                 {"name": "q4_0", "model": "smollm2-135m", "quantization": "q4_0"}],
+    "name": "demo",
+    "models": {"smollm2-135m": smollm2()},
+    "variants": [
+        {"name": "f16", "model": "smollm2-135m", "quantization": "f16", "reference": True},
+        {"name": "q4_0", "model": "smollm2-135m", "quantization": "q4_0"},
+    ],
     "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
 }
 
@@ -58,11 +61,18 @@ def big_requests(run_dir: Path, n: int) -> None:
     rng = np.random.default_rng(0)
     schema = SCHEMAS["perf_requests"]
     run_id = run_dir.name
-    offsets = pa.ListArray.from_arrays(pa.array(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
-                                       pa.array(rng.random(32 * n, dtype=np.float32)))
-    cols = {"run_id": pa.array([run_id] * n), "variant": pa.array(["big"] * n), "scenario": pa.array(["c1"] * n),
-            "concurrency": pa.array(np.ones(n, np.int32)), "request_index": pa.array(np.arange(n, dtype=np.int32)),
-            "status": pa.array(["ok"] * n), "chunk_offsets_ms": offsets}
+    offsets = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.array(rng.random(32 * n, dtype=np.float32))
+    )
+    cols = {
+        "run_id": pa.array([run_id] * n),
+        "variant": pa.array(["big"] * n),
+        "scenario": pa.array(["c1"] * n),
+        "concurrency": pa.array(np.ones(n, np.int32)),
+        "request_index": pa.array(np.arange(n, dtype=np.int32)),
+        "status": pa.array(["ok"] * n),
+        "chunk_offsets_ms": offsets,
+    }
     table = pa.table({f.name: cols.get(f.name, pa.nulls(n, f.type)) for f in schema}, schema=schema)
     pq.write_table(table, run_dir / "results" / "perf_requests" / "big.parquet")
 
@@ -104,8 +114,10 @@ def error_line(stderr: str) -> str:
 
 def holder(run_dir: Path, purpose: str = "nightly") -> subprocess.Popen:
     """A child process that takes the run folder's lock and sleeps, after printing 'ready'."""
-    code = (f"import time; from tasks.orchestration.runlock import acquire; from pathlib import Path; "
-            f"acquire(Path({str(run_dir)!r}), {purpose!r}); print('ready', flush=True); time.sleep(120)")
+    code = (
+        f"import time; from tasks.orchestration.runlock import acquire; from pathlib import Path; "
+        f"acquire(Path({str(run_dir)!r}), {purpose!r}); print('ready', flush=True); time.sleep(120)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     return child
@@ -113,9 +125,11 @@ def holder(run_dir: Path, purpose: str = "nightly") -> subprocess.Popen:
 
 # --- item 7: `tradeoff load` runs the nightly's GX gate ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("corrupt", [set_inf_ttft, drop_request], ids=["inf-ttft", "row-count-below-config"])
 def test_load_refuses_what_the_nightly_refuses(env, capsys, corrupt) -> None:
-    """A run whose results fail the nightly's suites (a value, or a count its recorded config implies): refused, nothing loaded."""
+    """A run whose results fail the nightly's suites (a value, or a count its recorded config implies): refused, nothing
+    loaded."""
     runs, db = env
     two_nights(runs, db)
     before = per_run(db)
@@ -145,6 +159,7 @@ def test_skip_validation_loads_and_says_so(env, capsys) -> None:
 
 
 # --- item 8: one writer per run folder ---------------------------------------------------------------------------
+
 
 def test_second_writer_refused_naming_the_holder(env, capsys) -> None:
     """`tradeoff load` while another process holds the run folder: one line naming its PID and host; nothing loaded."""
@@ -202,8 +217,17 @@ def test_lock_of_another_host_not_taken_over(env, capsys) -> None:
     """A lock naming another host cannot be checked from here: refused, naming that host and the file to delete."""
     runs, db = env
     run_dir = night(runs, "n1")
-    (run_dir / ".lock").write_text(json.dumps({"pid": 4242, "host": "gpu-node-7", "purpose": "nightly",
-                                               "since": "2026-01-01T00:00:00+00:00", "proc_start": 1}))
+    (run_dir / ".lock").write_text(
+        json.dumps(
+            {
+                "pid": 4242,
+                "host": "gpu-node-7",
+                "purpose": "nightly",
+                "since": "2026-01-01T00:00:00+00:00",
+                "proc_start": 1,
+            }
+        )
+    )
     assert main(["load", str(run_dir)]) == 1
     err = error_line(capsys.readouterr().err)
     assert "PID 4242 on host gpu-node-7" in err and str(run_dir / ".lock") in err, err
@@ -227,7 +251,8 @@ except Exception as e:
 
 @pytest.mark.parametrize("limit", ["64KiB", "copy-fits"])
 def test_file_size_limit_mid_load_keeps_previous_nights(env, limit) -> None:
-    """A load under RLIMIT_FSIZE (64 KiB as in issue 18, or just room for the copy) fails; n1 and n2 stay intact and queryable."""
+    """A load under RLIMIT_FSIZE (64 KiB as in issue 18, or just room for the copy) fails; n1 and n2 stay intact and
+    queryable."""
     runs, db = env
     before = two_nights(runs, db)
     n3 = night(runs, "n3")
@@ -295,9 +320,11 @@ def test_another_duckdb_writer_during_the_load_is_not_overwritten(env, still_ope
 
     runs, db = env
     two_nights(runs, db)
-    write = (f"import duckdb, time; c = duckdb.connect({str(db)!r}); "
-             f"c.execute(\"update runs set config_name = 'edited' where run_id = 'n1'\"); "
-             + ("print('ready', flush=True); time.sleep(120)" if still_open else "c.close(); print('ready', flush=True)"))
+    write = (
+        f"import duckdb, time; c = duckdb.connect({str(db)!r}); "
+        f"c.execute(\"update runs set config_name = 'edited' where run_id = 'n1'\"); "
+        + ("print('ready', flush=True); time.sleep(120)" if still_open else "c.close(); print('ready', flush=True)")
+    )
     child = None
     with pytest.raises(WarehouseError, match="nothing loaded") as e:
         with writer_lock(db), writable_copy(db, 0) as copy:
@@ -306,7 +333,9 @@ def test_another_duckdb_writer_during_the_load_is_not_overwritten(env, still_ope
             assert child.stdout.readline().strip() == "ready"
     child.kill()
     child.wait()
-    assert (f"open for writing by process {child.pid}" if still_open else "was written by another process") in str(e.value)
+    assert (f"open for writing by process {child.pid}" if still_open else "was written by another process") in str(
+        e.value
+    )
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("select config_name from runs where run_id = 'n1'").fetchall() == [("edited",)]
 
@@ -321,7 +350,8 @@ def _flip(db: Path, at: int) -> None:
 
 @pytest.mark.parametrize("damage", ["checksum", "not-duckdb"])
 def test_damaged_file_names_the_rebuild_command(env, capsys, damage) -> None:
-    """A warehouse whose header block fails its checksum, or that is no DuckDB file: one line naming `tradeoff warehouse rebuild`."""
+    """A warehouse whose header block fails its checksum, or that is no DuckDB file: one line naming `tradeoff warehouse
+    rebuild`."""
     runs, db = env
     two_nights(runs, db)
     if damage == "checksum":
@@ -350,7 +380,8 @@ def test_damaged_block_met_by_a_query_names_the_rebuild_command(env, capsys) -> 
 
 
 def test_rebuild_from_the_run_folders(env, capsys) -> None:
-    """After the file is damaged, `tradeoff warehouse rebuild` restores every night through the gate; the old file is kept."""
+    """After the file is damaged, `tradeoff warehouse rebuild` restores every night through the gate; the old file is
+    kept."""
     runs, db = env
     before = two_nights(runs, db)
     night(runs, "n3", set_inf_ttft)  # the nightly refused it: only its runs and variants rows were loaded
@@ -383,7 +414,8 @@ def test_rebuild_from_an_empty_folder_changes_nothing(env, tmp_path, capsys) -> 
 
 
 def test_rebuild_from_a_results_url(env, tmp_path, capsys) -> None:
-    """`--results-url` fetches every run folder from the location and rebuilds from them; names that are no run id are skipped."""
+    """`--results-url` fetches every run folder from the location and rebuilds from them; names that are no run id are
+    skipped."""
     _, db = env
     location = tmp_path / "shared"
     for rid in ("n1", "n2"):
@@ -398,12 +430,16 @@ def test_rebuild_from_a_results_url(env, tmp_path, capsys) -> None:
 
 # --- item 8c: `tradeoff sql` without external access ----------------------------------------------------------------
 
-@pytest.mark.parametrize("query", [
-    "copy (select * from runs) to '{out}'",
-    "select * from read_csv('{secret}')",
-    "install httpfs",
-    "attach '{other}' as other",
-])
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "copy (select * from runs) to '{out}'",
+        "select * from read_csv('{secret}')",
+        "install httpfs",
+        "attach '{other}' as other",
+    ],
+)
 def test_sql_cannot_touch_other_files(env, tmp_path, capsys, query) -> None:
     """`tradeoff sql` refuses COPY ... TO, reading other files, extension installs and ATTACH; no file written."""
     runs, db = env

@@ -21,14 +21,29 @@ from tasks.tools.hub_download import IGNORE_PATTERNS, serving_patterns
 from tests.helpers import ROOT
 
 SHARED = ROOT.parent / "shared" / "datasets"
-needs_shared = pytest.mark.skipif(not (SHARED / "gsm8k" / "test.jsonl").is_file(),
-                                  reason="../shared/datasets (GSM8K, BBH) is absent: a fresh clone has no shared datasets")
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "gsm8k" / "test.jsonl").is_file(),
+    reason="../shared/datasets (GSM8K, BBH) is absent: a fresh clone has no shared datasets",
+)
 HUB = {"hub": "meta-llama/Llama-3.1-8B-Instruct", "max_context": 8192}
-LLAMA_31_FILES = ["LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
-                  "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
-                  "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors", "model.safetensors.index.json",
-                  "original/consolidated.00.pth", "original/params.json", "original/tokenizer.model",
-                  "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+LLAMA_31_FILES = [
+    "LICENSE",
+    "README.md",
+    "USE_POLICY.md",
+    "config.json",
+    "generation_config.json",
+    "model-00001-of-00004.safetensors",
+    "model-00002-of-00004.safetensors",
+    "model-00003-of-00004.safetensors",
+    "model-00004-of-00004.safetensors",
+    "model.safetensors.index.json",
+    "original/consolidated.00.pth",
+    "original/params.json",
+    "original/tokenizer.model",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
 
 
 def fetched(files: list[str]) -> list[str]:
@@ -41,7 +56,9 @@ def fetched(files: list[str]) -> list[str]:
 def test_downloads_skip_the_original_folder_and_duplicate_weights() -> None:
     got = fetched(LLAMA_31_FILES)
     assert not [f for f in got if f.startswith("original/")]  # ~16 GB of consolidated weights never served
-    assert [f for f in got if f.endswith(".safetensors")] == [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+    assert [f for f in got if f.endswith(".safetensors")] == [
+        f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)
+    ]
     assert {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= set(got)
     bin_only = ["config.json", "pytorch_model.bin", "tokenizer.model", "tokenizer_config.json"]
     assert fetched(bin_only) == sorted(bin_only)
@@ -88,18 +105,32 @@ def test_calibration_folder_is_what_quantizers_load(tmp_path: Path) -> None:
     assert load_dataset(str(out), split="train")["text"] == ["First paragraph of text.", "Second one,\nover two lines."]
     bad = tmp_path / "empty.jsonl"
     bad.write_text(json.dumps({"id": 1}) + "\n")
-    r = subprocess.run([sys.executable, str(CALIBRATION_TEXT), str(bad), str(tmp_path / "x")], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, str(CALIBRATION_TEXT), str(bad), str(tmp_path / "x")], capture_output=True, text=True
+    )
     assert r.returncode != 0 and "no text found" in r.stderr
 
 
 def trt_plan(variant: dict, version: str = TRTLLM_VERSION, **args):
-    cfg = parse_config({"models": {"llama": HUB}, "variants": [
-        {"name": "x", "model": "llama", "engine": "tensorrt-llm", "reference": True,
-         "engine_args": {"examples_dir": "/ex", **args}, **variant}]})
+    cfg = parse_config(
+        {
+            "models": {"llama": HUB},
+            "variants": [
+                {
+                    "name": "x",
+                    "model": "llama",
+                    "engine": "tensorrt-llm",
+                    "reference": True,
+                    "engine_args": {"examples_dir": "/ex", **args},
+                    **variant,
+                }
+            ],
+        }
+    )
     v = cfg.variant("x")
-    return engine_for("tensorrt-llm").build_plan(v, cfg.models["llama"], Path("/c"), "/py/bin/python", "/hf/llama",
-                                                 version)
+    return engine_for("tensorrt-llm").build_plan(
+        v, cfg.models["llama"], Path("/c"), "/py/bin/python", "/hf/llama", version
+    )
 
 
 def test_trtllm_calibrates_on_a_local_file_or_a_hub_name(tmp_path: Path) -> None:
@@ -108,8 +139,14 @@ def test_trtllm_calibrates_on_a_local_file_or_a_hub_name(tmp_path: Path) -> None
     p = trt_plan({"quantization": "fp8"}, calib_dataset=str(data), calib_size=64)
     root = f"/c/{p.key}"
     assert [s.name for s in p.steps] == ["calibration", "checkpoint", "trtllm-build"]
-    assert p.steps[0].argv == ["/py/bin/python", str(CALIBRATION_TEXT), str(data.resolve()), f"{root}/calibration",
-                               "--samples", "64"]
+    assert p.steps[0].argv == [
+        "/py/bin/python",
+        str(CALIBRATION_TEXT),
+        str(data.resolve()),
+        f"{root}/calibration",
+        "--samples",
+        "64",
+    ]
     conv = p.steps[1].argv
     assert conv[conv.index("--calib_dataset") + 1] == f"{root}/calibration"
     hub = trt_plan({"quantization": "int4_awq"}, calib_dataset="abisee/cnn_dailymail")
@@ -122,21 +159,52 @@ def test_trtllm_calibrates_on_a_local_file_or_a_hub_name(tmp_path: Path) -> None
 def test_vllm_llmcompressor_calibrates_on_local_data(tmp_path: Path) -> None:
     from tasks.engines.vllm import QUANTIZER, VllmArgs
 
-    cmd = engine_for("vllm").quantize_command("/py", "org/m", Path("/c/k/hf"), "awq", VllmArgs(calibration_data="x.jsonl"),
-                                              Path("/c/k/calibration"))
-    assert cmd == ["/py", str(QUANTIZER), "org/m", "/c/k/hf", "--scheme", "awq", "--samples", "512", "--seq-len", "2048",
-                   "--dataset", "/c/k/calibration", "--split", "train"]
+    cmd = engine_for("vllm").quantize_command(
+        "/py", "org/m", Path("/c/k/hf"), "awq", VllmArgs(calibration_data="x.jsonl"), Path("/c/k/calibration")
+    )
+    assert cmd == [
+        "/py",
+        str(QUANTIZER),
+        "org/m",
+        "/c/k/hf",
+        "--scheme",
+        "awq",
+        "--samples",
+        "512",
+        "--seq-len",
+        "2048",
+        "--dataset",
+        "/c/k/calibration",
+        "--split",
+        "train",
+    ]
 
 
-@pytest.mark.parametrize("engine, args, field", [
-    ("tensorrt-llm", {"calib_dataset": "/no/such/calib.jsonl"}, "calib_dataset"),
-    ("vllm", {"calibration_data": "./missing.txt"}, "calibration_data"),
-])
+@pytest.mark.parametrize(
+    "engine, args, field",
+    [
+        ("tensorrt-llm", {"calib_dataset": "/no/such/calib.jsonl"}, "calib_dataset"),
+        ("vllm", {"calibration_data": "./missing.txt"}, "calibration_data"),
+    ],
+)
 def test_missing_calibration_file_is_one_line(engine: str, args: dict, field: str) -> None:
     quant = "fp8" if engine == "tensorrt-llm" else "awq"
     with pytest.raises(ConfigError) as e:
-        parse_config({"models": {"llama": HUB}, "variants": [
-            {"name": "x", "model": "llama", "engine": engine, "quantization": quant, "reference": True, "engine_args": args}]})
+        parse_config(
+            {
+                "models": {"llama": HUB},
+                "variants": [
+                    {
+                        "name": "x",
+                        "model": "llama",
+                        "engine": engine,
+                        "quantization": quant,
+                        "reference": True,
+                        "engine_args": args,
+                    }
+                ],
+            }
+        )
     assert str(e.value).startswith(f"variants[0] (x).engine_args.{field}: ") and "does not exist" in str(e.value)
 
 
@@ -144,16 +212,44 @@ EAGLE3 = {"method": "eagle3", "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8
 DRAFT = {"method": "draft_model", "draft_model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4}
 
 
-@pytest.mark.parametrize("version, spec, expected", [
-    ("1.2.1", EAGLE3, {"decoding_type": "Eagle", "max_draft_len": 3,
-                       "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3_one_model": True}),
-    ("1.4.0", EAGLE3, {"decoding_type": "Eagle3", "max_draft_len": 3,
-                       "speculative_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}),
-    ("1.2.1", DRAFT, {"decoding_type": "DraftTarget", "max_draft_len": 4,
-                      "speculative_model_dir": "meta-llama/Llama-3.2-1B-Instruct"}),
-    ("1.4.0rc4", DRAFT, {"decoding_type": "DraftTarget", "max_draft_len": 4,
-                         "speculative_model": "meta-llama/Llama-3.2-1B-Instruct"}),
-])
+@pytest.mark.parametrize(
+    "version, spec, expected",
+    [
+        (
+            "1.2.1",
+            EAGLE3,
+            {
+                "decoding_type": "Eagle",
+                "max_draft_len": 3,
+                "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                "eagle3_one_model": True,
+            },
+        ),
+        (
+            "1.4.0",
+            EAGLE3,
+            {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+        ),
+        (
+            "1.2.1",
+            DRAFT,
+            {
+                "decoding_type": "DraftTarget",
+                "max_draft_len": 4,
+                "speculative_model_dir": "meta-llama/Llama-3.2-1B-Instruct",
+            },
+        ),
+        (
+            "1.4.0rc4",
+            DRAFT,
+            {
+                "decoding_type": "DraftTarget",
+                "max_draft_len": 4,
+                "speculative_model": "meta-llama/Llama-3.2-1B-Instruct",
+            },
+        ),
+    ],
+)
 def test_trtllm_speculative_yaml_per_version(version: str, spec: dict, expected: dict) -> None:
     p = trt_plan({"quantization": "bf16", "speculative": spec}, version)
     assert p.extra_options["speculative_config"] == expected
@@ -202,8 +298,12 @@ def test_nightly_gpu_datasets_read_local_files_or_the_hub(tmp_path: Path) -> Non
     from tasks.quality.suites.lm_eval import LocalData, write_local_overrides
 
     cfg = yaml.safe_load(NIGHTLY.read_text())
-    datasets = {k: LocalData(**v) for s in cfg["quality"]["suites"] if s["name"] == "lm_eval"
-                for k, v in s["params"].get("datasets", {}).items()}
+    datasets = {
+        k: LocalData(**v)
+        for s in cfg["quality"]["suites"]
+        if s["name"] == "lm_eval"
+        for k, v in s["params"].get("datasets", {}).items()
+    }
     assert set(datasets) == SEED_TASKS and all(d.if_missing == "hub" for d in datasets.values())
     # MMLU (one subject) and TruthfulQA exported in the layout the config names, with the hub's fields
     mmlu = tmp_path / "shared" / "datasets" / "mmlu" / "anatomy"
@@ -213,13 +313,21 @@ def test_nightly_gpu_datasets_read_local_files_or_the_hub(tmp_path: Path) -> Non
         (mmlu / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
     tqa = tmp_path / "shared" / "datasets" / "truthfulqa"
     tqa.mkdir(parents=True)
-    (tqa / "mc_validation.jsonl").write_text(json.dumps({
-        "question": "Is the sky green?", "mc1_targets": {"choices": ["No", "Yes"], "labels": [1, 0]},
-        "mc2_targets": {"choices": ["No", "Yes"], "labels": [1, 0]}}) + "\n")
+    (tqa / "mc_validation.jsonl").write_text(
+        json.dumps(
+            {
+                "question": "Is the sky green?",
+                "mc1_targets": {"choices": ["No", "Yes"], "labels": [1, 0]},
+                "mc2_targets": {"choices": ["No", "Yes"], "labels": [1, 0]},
+            }
+        )
+        + "\n"
+    )
     base = tmp_path / "checkout"
     base.mkdir()
-    out = write_local_overrides({"mmlu": datasets["mmlu"], "truthfulqa_mc2": datasets["truthfulqa_mc2"]},
-                                tmp_path / "tasks", base=base)
+    out = write_local_overrides(
+        {"mmlu": datasets["mmlu"], "truthfulqa_mc2": datasets["truthfulqa_mc2"]}, tmp_path / "tasks", base=base
+    )
     assert sorted(p.name for p in out.glob("*.yaml")) == ["mmlu_anatomy.yaml", "truthfulqa_mc2.yaml"]  # others: hub
     from lm_eval.tasks import TaskManager
 

@@ -33,13 +33,19 @@ def night(run_id: str) -> int:
 
 def test_planted_steps_found_at_their_nights(forty_nights: Path) -> None:
     con = open_warehouse(forty_nights, read_only=True)
-    found = {(v, m, rule, night(r), d) for v, m, rule, r, d in con.execute(
-        "select variant, metric, rule, run_id, direction from v_change_points").fetchall()}
+    found = {
+        (v, m, rule, night(r), d)
+        for v, m, rule, r, d in con.execute(
+            "select variant, metric, rule, run_id, direction from v_change_points"
+        ).fetchall()
+    }
     # Otava finds both steps at their nights; the band (max(3 std, 15 %)) sees the 22 % accuracy drop on its
     # night but not the 10 % TPOT step; nothing at all on the unchanged reference or on any other series.
-    assert found == {("q3_k_m", "tpot_ms_mean", "otava", PLAN.tpot_step_night, "regression"),
-                     ("q2_k", "arithmetic.accuracy", "otava", PLAN.drop_night, "regression"),
-                     ("q2_k", "arithmetic.accuracy", "band", PLAN.drop_night, "regression")}
+    assert found == {
+        ("q3_k_m", "tpot_ms_mean", "otava", PLAN.tpot_step_night, "regression"),
+        ("q2_k", "arithmetic.accuracy", "otava", PLAN.drop_night, "regression"),
+        ("q2_k", "arithmetic.accuracy", "band", PLAN.drop_night, "regression"),
+    }
     step = con.execute("""select mean_before, mean_after, change_pct, p_value, n_before, n_after, first_seen_run_id
                           from v_change_points where metric = 'tpot_ms_mean'""").fetchall()[0]
     before, after, pct, p, n_before, n_after, seen = step
@@ -73,13 +79,15 @@ def test_html_report_shows_the_history_in_headless_chromium(forty_nights: Path, 
     last = con.execute("select run_id from runs order by started_at desc limit 1").fetchall()[0][0]
     page = write_html(con, last, tmp_path / "report.html")
     text = page.read_text()
-    section = text[text.index("<h2>History"):text.index("<h2>Items lost")]
+    section = text[text.index("<h2>History") : text.index("<h2>Items lost")]
     assert section.count("<svg") == 4  # tok/s, TPOT, TTFT p99, the primary quality metric
-    rows = re.findall(r"<tr>(.*?)</tr>", section[section.index("Change points of these series"):
-                                                  section.index("The pick of each night")])
+    rows = re.findall(
+        r"<tr>(.*?)</tr>",
+        section[section.index("Change points of these series") : section.index("The pick of each night")],
+    )
     assert len(rows) == 4 and "tpot_ms_mean" in rows[1] and "-n30" in rows[1]  # header, then newest first
     assert section.count("q3_k_m</td>") + section.count("q2_k</td>") >= 30  # a pick per night, latest 30
-    assert "12 regression" in text[text.index("<h2>Items lost"):]
+    assert "12 regression" in text[text.index("<h2>Items lost") :]
     render_in_chromium(page, tmp_path)
 
 
@@ -97,10 +105,15 @@ def test_renamed_config_keeps_its_history_and_a_new_model_starts_a_new_one(tmp_p
         from v_history where variant = 'q4_1' and metric = 'tpot_ms_mean' group by series_key order by 4""").fetchall()
     assert [(names, n) for _, names, n, _ in series] == [(["nightly", "nightly-v2"], 7), (["nightly-v2"], 2)]
     causes = con.execute("""select run_id, known_cause from v_history
-                            where variant = 'q4_1' and metric = 'tpot_ms_mean' and known_cause is not null""").fetchall()
-    assert [(night(r), c) for r, c in causes] == [(7, "engine version llama-cpp-python 0.3.36 -> llama-cpp-python 0.3.40")]
+                            where variant = 'q4_1' and metric = 'tpot_ms_mean'
+                              and known_cause is not null""").fetchall()
+    assert [(night(r), c) for r, c in causes] == [
+        (7, "engine version llama-cpp-python 0.3.36 -> llama-cpp-python 0.3.40")
+    ]
     # the pick's history follows the reference's series the same way
-    picks = con.execute("select series_key, count(*) from v_recommendation_history group by 1 order by 2 desc").fetchall()
+    picks = con.execute(
+        "select series_key, count(*) from v_recommendation_history group by 1 order by 2 desc"
+    ).fetchall()
     assert [n for _, n in picks] == [7, 2] and picks[0][0] == series[0][0]
 
 
@@ -113,7 +126,7 @@ def documented_flips_query() -> str:
     for doc in (ROOT / "README.md", ROOT / "docs" / "warehouse.md"):
         text = doc.read_text()
         start = text.index(FLIPS_QUERY)
-        queries.append(text[start:text.index(";", start)])
+        queries.append(text[start : text.index(";", start)])
     assert queries[0] == queries[1]  # one query, documented twice
     return queries[0]
 
@@ -147,8 +160,13 @@ def test_without_otava_the_load_keeps_the_keys_and_the_band_rule(tmp_path: Path,
     assert con.execute("select count(*) from change_points").fetchall() == [(0,)]
     assert con.execute("select count(distinct run_id) from series_keys").fetchall() == [(8,)]
     assert con.execute("select variant, metric, rule, run_id from v_change_points").fetchall() == [
-        ("q2_k", "arithmetic.accuracy", "band", con.execute(
-            "select run_id from runs order by started_at limit 1 offset 6").fetchall()[0][0])]
+        (
+            "q2_k",
+            "arithmetic.accuracy",
+            "band",
+            con.execute("select run_id from runs order by started_at limit 1 offset 6").fetchall()[0][0],
+        )
+    ]
 
 
 def test_notification_and_text_report_name_the_change_point(forty_nights: Path) -> None:
@@ -158,8 +176,11 @@ def test_notification_and_text_report_name_the_change_point(forty_nights: Path) 
     con = open_warehouse(forty_nights, read_only=True)
     seen = con.execute("select first_seen_run_id from v_change_points where metric = 'tpot_ms_mean'").fetchall()[0][0]
     lines = regressions(forty_nights, seen)  # the night whose load found the TPOT step, a few nights after it
-    assert len(lines) == 1 and re.match(r"q3_k_m tpot_ms_mean: otava regression at run \S+-n30 \(2026-01-30\): .*"
-                                        r"Otava p=\S+, 29 nights before / \d+ after\)$", lines[0])
+    assert len(lines) == 1 and re.match(
+        r"q3_k_m tpot_ms_mean: otava regression at run \S+-n30 \(2026-01-30\): .*"
+        r"Otava p=\S+, 29 nights before / \d+ after\)$",
+        lines[0],
+    )
     subject, body = run_message(seen, "ok", [], {}, lines)
     assert subject.endswith("1 regression") and "Regressions (v_change_points):\n- q3_k_m tpot_ms_mean" in body
     drop = con.execute("select run_id from runs order by started_at limit 1 offset ?", [PLAN.drop_night - 1]).fetchall()

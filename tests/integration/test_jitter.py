@@ -23,21 +23,40 @@ from warehouse.db import load_run, open_warehouse
 
 def rec(i, ttft, gaps, repeat=0):
     chunks = list(np.cumsum([ttft, *gaps]))
-    return RequestRecord(index=i, status="ok", start_ms=1000.0 * i, ttft_ms=ttft, e2el_ms=chunks[-1],
-                         prompt_tokens=8, output_tokens=len(chunks), chunk_offsets_ms=chunks, repeat=repeat)
+    return RequestRecord(
+        index=i,
+        status="ok",
+        start_ms=1000.0 * i,
+        ttft_ms=ttft,
+        e2el_ms=chunks[-1],
+        prompt_tokens=8,
+        output_tokens=len(chunks),
+        chunk_offsets_ms=chunks,
+        repeat=repeat,
+    )
 
 
 # Three repeats whose TTFT level drifts (100, 150, 200 ms) but is steady within each (+-2 %), as a host
 # that warms up does: pooled, the drift reads as ~28 % jitter; per repeat the engine's jitter is ~2 %.
-DRIFT = [[rec(i, level * f, [10.0, 10.0 * g, 10.0], repeat=k) for i, (f, g) in enumerate([(0.98, 1.2), (1.0, 1.0),
-                                                                                          (1.02, 0.8)])]
-         for k, level in enumerate([100.0, 150.0, 200.0])]
+DRIFT = [
+    [
+        rec(i, level * f, [10.0, 10.0 * g, 10.0], repeat=k)
+        for i, (f, g) in enumerate([(0.98, 1.2), (1.0, 1.0), (1.02, 0.8)])
+    ]
+    for k, level in enumerate([100.0, 150.0, 200.0])
+]
 
 
-@pytest.mark.parametrize("jitter,spread,dataset,expected", [
-    ("auto", 0.0, None, False), ("auto", 0.2, None, True), ("auto", 0.0, "sg.json", True),
-    ("always", 0.0, None, True), ("off", 0.2, None, False),
-])
+@pytest.mark.parametrize(
+    "jitter,spread,dataset,expected",
+    [
+        ("auto", 0.0, None, False),
+        ("auto", 0.2, None, True),
+        ("auto", 0.0, "sg.json", True),
+        ("always", 0.0, None, True),
+        ("off", 0.2, None, False),
+    ],
+)
 def test_the_jitter_step_runs_when_the_workload_is_not_fixed_length(jitter, spread, dataset, expected):
     spec = PerfSpec(jitter=jitter, len_spread=spread, dataset=dataset, concurrency=[1, 2])
     assert needs_jitter_step(spec) is expected
@@ -74,8 +93,16 @@ def stub():
 
 def test_the_jitter_scenario_is_fixed_length_while_the_workload_spreads(stub):
     words = (lambda s: s.split()), (lambda ids: " ".join(ids))
-    spec = PerfSpec(concurrency=[1], len_spread=0.5, num_prompts=6, warmup_requests=0, input_len=20, output_len=6,
-                    repeats=2, bootstrap_resamples=100)
+    spec = PerfSpec(
+        concurrency=[1],
+        len_spread=0.5,
+        num_prompts=6,
+        warmup_requests=0,
+        input_len=20,
+        output_len=6,
+        repeats=2,
+        bootstrap_resamples=100,
+    )
     scenarios = run_perf(spec, stub, "ok", make_workload(spec, *words), None)
     assert [sc.step.label for sc in scenarios] == ["jitter", "c1"]
     jitter, c1 = scenarios
@@ -96,17 +123,44 @@ def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_p
 
         rows = pq.read_table(res / "perf_summary" / f"{variant}.parquet").to_pylist()
         s = summarize_repeats([DRIFT[0]])
-        rows.append({**{k: s.get(k) for k in rows[0]}, "run_id": "r1", "variant": variant, "scenario": "jitter",
-                     "concurrency": 1, "output_throughput": 999.0, "peak_output_throughput": 999.0,
-                     "ttft_ms_mean": 1.0, "ttft_cv_pct_pooled": 40.0, "ttft_cv_pct_median": ttft_cv,
-                     "ttft_cv_pct_median_ci_low": ttft_cv - 1, "ttft_cv_pct_median_ci_high": ttft_cv + 1,
-                     "itl_cv_pct_median": itl_cv, "itl_cv_pct_median_ci_low": itl_cv - 5,
-                     "itl_cv_pct_median_ci_high": itl_cv + 5})
+        rows.append(
+            {
+                **{k: s.get(k) for k in rows[0]},
+                "run_id": "r1",
+                "variant": variant,
+                "scenario": "jitter",
+                "concurrency": 1,
+                "output_throughput": 999.0,
+                "peak_output_throughput": 999.0,
+                "ttft_ms_mean": 1.0,
+                "ttft_cv_pct_pooled": 40.0,
+                "ttft_cv_pct_median": ttft_cv,
+                "ttft_cv_pct_median_ci_low": ttft_cv - 1,
+                "ttft_cv_pct_median_ci_high": ttft_cv + 1,
+                "itl_cv_pct_median": itl_cv,
+                "itl_cv_pct_median_ci_low": itl_cv - 5,
+                "itl_cv_pct_median_ci_high": itl_cv + 5,
+            }
+        )
         write_table(res, "perf_summary", variant, rows)
         if spec:
-            write_table(res, "variants", variant, [{"run_id": "r1", "variant": variant, "model": "smollm2-135m",
-                                                    "engine": "llama.cpp", "quantization": variant,
-                                                    "speculative": spec, "is_reference": False, "status": "ok"}])
+            write_table(
+                res,
+                "variants",
+                variant,
+                [
+                    {
+                        "run_id": "r1",
+                        "variant": variant,
+                        "model": "smollm2-135m",
+                        "engine": "llama.cpp",
+                        "quantization": variant,
+                        "speculative": spec,
+                        "is_reference": False,
+                        "status": "ok",
+                    }
+                ],
+            )
     db = tmp_path / "wh.duckdb"
     load_run(run_dir, db)
     with open_warehouse(db, read_only=True) as con:
@@ -115,12 +169,18 @@ def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_p
     q2 = got["q2_k"]
     assert (q2["ttft_cv_pct"], q2["jitter_pct"], q2["itl_cv_pct"]) == (3.0, 3.0, 25.0)  # not the pooled 40 %
     assert (q2["ttft_cv_pct_ci_low"], q2["itl_cv_pct_ci_high"], q2["jitter_scenario"]) == (2.0, 30.0, "jitter")
-    assert (q2["best_output_tok_s"], q2["peak_output_tok_s"], q2["ttft_ms_mean"]) == (156.0, 170.0, 90.0)  # never from `jitter`
+    assert (q2["best_output_tok_s"], q2["peak_output_tok_s"], q2["ttft_ms_mean"]) == (
+        156.0,
+        170.0,
+        90.0,
+    )  # never from `jitter`
     assert q2["itl_jitter_ratio_vs_reference"] == pytest.approx(2.5)
     assert got["q8_0"]["ttft_cv_pct"] is None or np.isnan(got["q8_0"]["ttft_cv_pct"])
-    assert takeaways(df, "fraction")[0] == ("q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 0.8x, "
-                                            "ITL jitter 2.5x (25 % CV, CI 20..30), arithmetic_accuracy -12.0 points, "
-                                            "energy n/a")
+    assert takeaways(df, "fraction")[0] == (
+        "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 0.8x, "
+        "ITL jitter 2.5x (25 % CV, CI 20..30), arithmetic_accuracy -12.0 points, "
+        "energy n/a"
+    )
 
 
 def test_without_a_jitter_scenario_the_headline_gives_the_figure(tmp_path):
@@ -129,8 +189,10 @@ def test_without_a_jitter_scenario_the_headline_gives_the_figure(tmp_path):
     db = tmp_path / "wh.duckdb"
     load_run(write_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
-        got = con.execute("select variant, ttft_cv_pct, jitter_pct, jitter_scenario from v_tradeoff "
-                          "where status = 'ok' order by variant").fetchall()
+        got = con.execute(
+            "select variant, ttft_cv_pct, jitter_pct, jitter_scenario from v_tradeoff "
+            "where status = 'ok' order by variant"
+        ).fetchall()
     assert got == [("q2_k", 20.0, 20.0, "single"), ("q4_1", 10.0, 10.0, "single")]
     with duckdb.connect(str(db)) as con:
         con.execute("update perf_summary set ttft_cv_pct_pooled = ttft_cv_pct_median, ttft_cv_pct_median = null")
@@ -150,18 +212,32 @@ def more_reasoning_than_output(t):
 
 
 def inverted_jitter_interval(t):
-    t["perf_summary"][0].update({"itl_cv_pct_median": 20.0, "itl_cv_pct_median_ci_low": 30.0,
-                                 "itl_cv_pct_median_ci_high": 10.0})
+    t["perf_summary"][0].update(
+        {"itl_cv_pct_median": 20.0, "itl_cv_pct_median_ci_low": 30.0, "itl_cv_pct_median_ci_high": 10.0}
+    )
 
 
-@pytest.mark.parametrize("corrupt, table, expectation", [
-    (answer_before_first_output, "perf_requests",
-     "expect_column_pair_values_a_to_be_greater_than_b(ttft_answer_ms, ttft_ms)"),
-    (more_reasoning_than_output, "perf_requests",
-     "expect_column_pair_values_a_to_be_greater_than_b(output_tokens, reasoning_tokens)"),
-    (inverted_jitter_interval, "perf_summary",
-     "expect_column_pair_values_a_to_be_greater_than_b(itl_cv_pct_median_ci_high, itl_cv_pct_median_ci_low)"),
-], ids=lambda p: p.__name__ if callable(p) else None)
+@pytest.mark.parametrize(
+    "corrupt, table, expectation",
+    [
+        (
+            answer_before_first_output,
+            "perf_requests",
+            "expect_column_pair_values_a_to_be_greater_than_b(ttft_answer_ms, ttft_ms)",
+        ),
+        (
+            more_reasoning_than_output,
+            "perf_requests",
+            "expect_column_pair_values_a_to_be_greater_than_b(output_tokens, reasoning_tokens)",
+        ),
+        (
+            inverted_jitter_interval,
+            "perf_summary",
+            "expect_column_pair_values_a_to_be_greater_than_b(itl_cv_pct_median_ci_high, itl_cv_pct_median_ci_low)",
+        ),
+    ],
+    ids=lambda p: p.__name__ if callable(p) else None,
+)
 def test_the_gate_checks_the_timing_columns(tmp_path, corrupt, table, expectation):
     from tests.integration.test_validate import expected_rows, valid_tables
     from tests.integration.test_validate import write_run as write_results

@@ -34,12 +34,40 @@ def test_the_nightly_serves_llama_cpp_through_the_one_thread_server(tmp_path):
     assert cmd[1:3] == ["-m", SERVER_MODULE]
     with serving(cmd, f"http://127.0.0.1:{port}", tmp_path / "server.log", 120) as server:
         assert listener_pid(port) == server.pid
-        assert local_server_threads(port) == {"decode": decode_threads(), "prompt": os.cpu_count(),
-                                              "host_cores": host_cores(), "server": SERVER_MODULE}
+        assert local_server_threads(port) == {
+            "decode": decode_threads(),
+            "prompt": os.cpu_count(),
+            "host_cores": host_cores(),
+            "server": SERVER_MODULE,
+        }
         out = tmp_path / "r.json"
-        assert main(["perf", "--endpoint", server.base_url, "--output", str(out), "--num-prompts", "2",
-                     "--concurrency", "1", "--warmup", "0", "--output-len", "4", "--input-len", "16",
-                     "--jitter", "off", "--no-progress", "--endpoint-type", "chat"]) == 0
+        assert (
+            main(
+                [
+                    "perf",
+                    "--endpoint",
+                    server.base_url,
+                    "--output",
+                    str(out),
+                    "--num-prompts",
+                    "2",
+                    "--concurrency",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--output-len",
+                    "4",
+                    "--input-len",
+                    "16",
+                    "--jitter",
+                    "off",
+                    "--no-progress",
+                    "--endpoint-type",
+                    "chat",
+                ]
+            )
+            == 0
+        )
         (r,) = [json.loads(x) for x in out.read_text().splitlines()]
         assert r["completed"] == 2 and r["total_output_tokens"] == 8  # streamed chat through the pinned calls
 
@@ -51,9 +79,31 @@ def test_tradeoff_perf_warns_about_a_stock_server_on_every_core(tmp_path, capsys
     with serving(cmd, f"http://127.0.0.1:{port}", tmp_path / "server.log", 120) as server:
         threads = local_server_threads(port)
         assert threads["decode"] == 2 and threads["server"] == STOCK_LLAMA_SERVER
-        assert main(["perf", "--endpoint", server.base_url, "--output", str(tmp_path / "r.json"), "--num-prompts",
-                     "1", "--concurrency", "1", "--warmup", "0", "--output-len", "2", "--input-len", "8",
-                     "--jitter", "off", "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "perf",
+                    "--endpoint",
+                    server.base_url,
+                    "--output",
+                    str(tmp_path / "r.json"),
+                    "--num-prompts",
+                    "1",
+                    "--concurrency",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--output-len",
+                    "2",
+                    "--input-len",
+                    "8",
+                    "--jitter",
+                    "off",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
     err = capsys.readouterr().err
     assert "warning: llama-cpp-python's stock server decoding on 2 threads" in err
     assert ("none is left for the load generator" in err) == (threads["host_cores"] <= 2)

@@ -53,16 +53,22 @@ def test_sweep_rates_lie_strictly_between():
 def test_steps_in_config_order():
     s = spec(concurrency=[1, 4], rates=[0.5, 2.0], max_concurrency=3)
     assert [(st.label, st.kind, st.concurrency, st.rate) for st in fixed_steps(s)] == [
-        ("c1", "concurrency", 1, None), ("c4", "concurrency", 4, None), ("r0.5", "rate", 3, 0.5),
-        ("r2", "rate", 3, 2.0)]
+        ("c1", "concurrency", 1, None),
+        ("c4", "concurrency", 4, None),
+        ("r0.5", "rate", 3, 0.5),
+        ("r2", "rate", 3, 2.0),
+    ]
 
 
-@pytest.mark.parametrize("perf,rows", [
-    ({"concurrency": [1, 2]}, {"perf_requests": 8, "perf_summary": 2, "perf_power": None}),
-    ({"concurrency": [1], "repeats": 3}, {"perf_requests": 12, "perf_summary": 1, "perf_power": None}),
-    ({"sweep": 2}, {"perf_requests": 16, "perf_summary": 4, "perf_power": None}),
-    ({"rates": [1.0], "max_duration_s": 5}, {"perf_requests": None, "perf_summary": 1, "perf_power": None}),
-])
+@pytest.mark.parametrize(
+    "perf,rows",
+    [
+        ({"concurrency": [1, 2]}, {"perf_requests": 8, "perf_summary": 2, "perf_power": None}),
+        ({"concurrency": [1], "repeats": 3}, {"perf_requests": 12, "perf_summary": 1, "perf_power": None}),
+        ({"sweep": 2}, {"perf_requests": 16, "perf_summary": 4, "perf_power": None}),
+        ({"rates": [1.0], "max_duration_s": 5}, {"perf_requests": None, "perf_summary": 1, "perf_power": None}),
+    ],
+)
 def test_expected_rows(perf, rows):
     assert expected_perf_rows(spec(**perf)) == rows
 
@@ -71,8 +77,14 @@ def test_concurrency_and_rate_steps_repeat_interleaved(stub):
     s = spec(concurrency=[2], rates=[50.0], repeats=2)
     enc, dec = words()
     order = []
-    scenarios = run_perf(s, stub, "ok", make_workload(s, enc, dec), "both",
-                         on_scenario=lambda scs: order.append(tuple(len(sc.runs) for sc in scs)))
+    scenarios = run_perf(
+        s,
+        stub,
+        "ok",
+        make_workload(s, enc, dec),
+        "both",
+        on_scenario=lambda scs: order.append(tuple(len(sc.runs) for sc in scs)),
+    )
     assert order == [(1,), (1, 1), (2, 1), (2, 2)]  # c2, r50, c2, r50
     for sc in scenarios:
         recs = sc.records
@@ -118,10 +130,16 @@ def test_bad_server_answers_are_errors_and_the_sweep_goes_on(stub):
         assert all("malformed SSE data" in r.error for r in sc.records)
 
 
-@pytest.mark.parametrize("force,body", [
-    (None, {}), ("none", {}), ("min_tokens", {"min_tokens": 7}), ("ignore_eos", {"ignore_eos": True}),
-    ("both", {"min_tokens": 7, "ignore_eos": True}),
-])
+@pytest.mark.parametrize(
+    "force,body",
+    [
+        (None, {}),
+        ("none", {}),
+        ("min_tokens", {"min_tokens": 7}),
+        ("ignore_eos", {"ignore_eos": True}),
+        ("both", {"min_tokens": 7, "ignore_eos": True}),
+    ],
+)
 def test_payload_forces_output_length(force, body):
     p = request_body("completions", "m", "hi", 7, force)
     assert {k: p[k] for k in ("min_tokens", "ignore_eos") if k in p} == body and p["max_tokens"] == 7
@@ -147,9 +165,16 @@ def test_synthetic_lengths_spread_within_bounds_and_seeded():
 
 
 def sharegpt(tmp_path, n=10):
-    data = [{"id": str(i), "conversations": [{"from": "human", "value": " ".join(["w"] * (4 + i)) + f" q{i}"},
-                                             {"from": "gpt", "value": " ".join(["a"] * (3 + i))}]}
-            for i in range(n)]
+    data = [
+        {
+            "id": str(i),
+            "conversations": [
+                {"from": "human", "value": " ".join(["w"] * (4 + i)) + f" q{i}"},
+                {"from": "gpt", "value": " ".join(["a"] * (3 + i))},
+            ],
+        }
+        for i in range(n)
+    ]
     data.append({"id": "short", "conversations": [{"from": "human", "value": "too short"}]})
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(data))
@@ -171,10 +196,15 @@ def test_sharegpt_follows_vllm_selection(tmp_path):
     assert fixed[0].tokens_source == "approx_words"
 
 
-@pytest.mark.parametrize("content,reason", [
-    (None, "not found"), ("{not json", "is not JSON"), ('{"a": 1}', "not a list"),
-    ('[{"conversations": [{"value": "a"}, {"value": "b"}]}]', "no usable conversation"),
-])
+@pytest.mark.parametrize(
+    "content,reason",
+    [
+        (None, "not found"),
+        ("{not json", "is not JSON"),
+        ('{"a": 1}', "not a list"),
+        ('[{"conversations": [{"value": "a"}, {"value": "b"}]}]', "no usable conversation"),
+    ],
+)
 def test_bad_sharegpt_file_is_a_config_error(tmp_path, content, reason):
     path = tmp_path / "bad.json"
     if content is not None:

@@ -9,14 +9,50 @@ import pytest
 from flows.cli import main
 from tests.stubs.stub_server import start_stub
 
-VLLM_KEYS = ("date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
-             "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-             "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-             "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-             "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms",
-             "p99_e2el_ms")
-OWN_KEYS = ("ttft_cv_pct_pooled", "itl_cv_pct_pooled", "ttft_cv_pct_median", "request_throughput_ci_low", "ttft_ms_mean_ci_low", "ttft_ms_p99_ci_high", "energy_j_per_token",
-            "energy_note", "mbu_pct", "output_tokens_sources")
+VLLM_KEYS = (
+    "date",
+    "backend",
+    "model_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "std_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+)
+OWN_KEYS = (
+    "ttft_cv_pct_pooled",
+    "itl_cv_pct_pooled",
+    "ttft_cv_pct_median",
+    "request_throughput_ci_low",
+    "ttft_ms_mean_ci_low",
+    "ttft_ms_p99_ci_high",
+    "energy_j_per_token",
+    "energy_note",
+    "mbu_pct",
+    "output_tokens_sources",
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +63,25 @@ def stub():
 
 
 def perf(url, out, *extra):
-    return main(["perf", "--endpoint", url, "--output", str(out), "--num-prompts", "3", "--warmup", "1",
-                 "--output-len", "4", "--input-len", "8", "--no-progress", *extra])
+    return main(
+        [
+            "perf",
+            "--endpoint",
+            url,
+            "--output",
+            str(out),
+            "--num-prompts",
+            "3",
+            "--warmup",
+            "1",
+            "--output-len",
+            "4",
+            "--input-len",
+            "8",
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def lines(path):
@@ -58,8 +111,9 @@ def test_model_defaults_to_the_servers_first(stub, tmp_path):
     assert r["output_throughput_ci_low"] <= r["output_throughput_ci_high"]
 
 
-@pytest.mark.parametrize("model,reason", [("garbage", "malformed SSE data"), ("html", "not an SSE stream"),
-                                          ("http500", "HTTP 500")])
+@pytest.mark.parametrize(
+    "model,reason", [("garbage", "malformed SSE data"), ("html", "not an SSE stream"), ("http500", "HTTP 500")]
+)
 def test_bad_servers_error_the_requests_and_the_sweep_goes_on(stub, tmp_path, model, reason):
     out = tmp_path / "r.json"
     # No ok request in a scenario: exit 1 (issue 18), and the file is still written
@@ -71,18 +125,21 @@ def test_bad_servers_error_the_requests_and_the_sweep_goes_on(stub, tmp_path, mo
         assert all(reason in e for e in r["errors"])
 
 
-@pytest.mark.parametrize("flags,expect", [
-    (["--rate", "0"], "--rate: input should be greater than 0"),
-    (["--rate", "-2"], "--rate: input should be greater than 0"),
-    (["--percentiles", "50,101"], "--percentiles: input should be less than or equal to 100"),
-    (["--concurrency", "0"], "--concurrency: input should be greater than or equal to 1"),
-    (["--concurrency", "a,b"], "--concurrency: 'a,b' is not a comma-separated list of numbers"),
-    (["--num-prompts", "0"], "--num-prompts: input should be greater than or equal to 1"),
-    (["--burstiness", "0"], "--burstiness: input should be greater than 0"),
-    (["--slo", "fast"], "--slo: unknown SLO preset 'fast'"),
-    (["--dataset", "/nonexistent.json"], "--dataset: file /nonexistent.json not found"),
-    (["--tokenizer", "/nonexistent.gguf"], "--tokenizer: file /nonexistent.gguf not found"),
-])
+@pytest.mark.parametrize(
+    "flags,expect",
+    [
+        (["--rate", "0"], "--rate: input should be greater than 0"),
+        (["--rate", "-2"], "--rate: input should be greater than 0"),
+        (["--percentiles", "50,101"], "--percentiles: input should be less than or equal to 100"),
+        (["--concurrency", "0"], "--concurrency: input should be greater than or equal to 1"),
+        (["--concurrency", "a,b"], "--concurrency: 'a,b' is not a comma-separated list of numbers"),
+        (["--num-prompts", "0"], "--num-prompts: input should be greater than or equal to 1"),
+        (["--burstiness", "0"], "--burstiness: input should be greater than 0"),
+        (["--slo", "fast"], "--slo: unknown SLO preset 'fast'"),
+        (["--dataset", "/nonexistent.json"], "--dataset: file /nonexistent.json not found"),
+        (["--tokenizer", "/nonexistent.gguf"], "--tokenizer: file /nonexistent.gguf not found"),
+    ],
+)
 def test_bad_flags_fail_in_one_line_before_anything_is_sent(tmp_path, capsys, flags, expect):
     # Port 9 is closed: had a request been tried first, the error would be about the endpoint.
     assert perf("http://127.0.0.1:9", tmp_path / "r.json", *flags) == 2

@@ -43,13 +43,16 @@ def test_usage_wins_over_tokenizer(stub):
     assert (r.output_tokens, r.output_tokens_source, r.prompt_tokens) == (42, "usage", 7)
 
 
-@pytest.mark.parametrize("model,status,reason", [
-    ("http500", "error", "HTTP 500"),
-    ("html", "error", "not an SSE stream"),
-    ("garbage", "error", "malformed SSE data"),
-    ("empty", "error", "without any text"),
-    ("cut", "incomplete", "before [DONE]"),
-])
+@pytest.mark.parametrize(
+    "model,status,reason",
+    [
+        ("http500", "error", "HTTP 500"),
+        ("html", "error", "not an SSE stream"),
+        ("garbage", "error", "malformed SSE data"),
+        ("empty", "error", "without any text"),
+        ("cut", "incomplete", "before [DONE]"),
+    ],
+)
 def test_bad_streams_are_counted_apart(stub, model, status, reason):
     (r,) = run(stub, model)
     assert r.status == status and reason in r.error
@@ -72,8 +75,8 @@ def test_concurrency_keeps_order_and_counts(stub):
 
 
 def test_synthetic_prompts_unique_and_sized():
-    enc = lambda s: s.split()  # noqa: E731 - a whitespace "tokenizer" for the shape of the output
-    dec = lambda ids: " ".join(ids)  # noqa: E731
+    enc = lambda s: s.split()  # a whitespace "tokenizer" for the shape of the output
+    dec = lambda ids: " ".join(ids)
     ps = synthetic_prompts(5, 20, seed=1, encode=enc, decode=dec)
     assert len({p.text for p in ps}) == 5 and all(p.tokens == 20 for p in ps)
     assert synthetic_prompts(5, 20, seed=1, encode=enc, decode=dec)[3].text == ps[3].text  # seeded

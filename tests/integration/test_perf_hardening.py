@@ -33,8 +33,25 @@ def one(url, model, **kw):
 
 
 def cli(url, out, *extra):
-    return main(["perf", "--endpoint", url, "--output", str(out), "--num-prompts", "2", "--warmup", "0",
-                 "--output-len", "4", "--input-len", "8", "--no-progress", *extra])
+    return main(
+        [
+            "perf",
+            "--endpoint",
+            url,
+            "--output",
+            str(out),
+            "--num-prompts",
+            "2",
+            "--warmup",
+            "0",
+            "--output-len",
+            "4",
+            "--input-len",
+            "8",
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def lines(path):
@@ -51,13 +68,16 @@ def test_pings_forever_are_cut_at_the_request_deadline(stub):
 
 
 def test_deadline_from_the_config_and_the_cli(stub, tmp_path, capsys):
-    spec = PerfSpec(concurrency=[1], num_prompts=1, warmup_requests=0, input_len=4, output_len=4,
-                    request_deadline_s=1.0)
+    spec = PerfSpec(
+        concurrency=[1], num_prompts=1, warmup_requests=0, input_len=4, output_len=4, request_deadline_s=1.0
+    )
     (sc,) = run_perf(spec, stub, "ping", make_workload(spec), None)
     assert [r.error for r in sc.records] == ["request deadline of 1 s exceeded"]
     out = tmp_path / "r.json"
-    assert cli(stub, out, "--model", "ping", "--concurrency", "1", "--num-prompts", "1", "--deadline-s", "1",
-               "--detailed") == 1
+    assert (
+        cli(stub, out, "--model", "ping", "--concurrency", "1", "--num-prompts", "1", "--deadline-s", "1", "--detailed")
+        == 1
+    )
     (row,) = lines(out)
     assert row["errors"] == ["request deadline of 1 s exceeded"] and row["failed"] == 1
     assert "no ok request in scenario c1" in capsys.readouterr().err
@@ -76,17 +96,20 @@ def test_a_body_beyond_the_size_cap_is_an_errored_request(stub, monkeypatch):
     assert r.status == "error" and r.error.startswith("response body over 300 bytes")
 
 
-@pytest.mark.parametrize("mode,reason", [
-    ("odd-usage", "usage is a str, not an object"),
-    ("odd-choices", "choices is a str, not a list"),
-    ("odd-tokens", "usage.completion_tokens is 'many', not a token count"),
-    ("odd-negative", "usage.completion_tokens is -4, not a token count"),
-    ("odd-choice", "choices[0] is a int, not an object"),
-    ("odd-text", "choices[0].text is a int, not a string"),
-    ("odd-finish", "choices[0].finish_reason is a int, not a string"),
-    ("odd-details", "usage.completion_tokens_details is a list, not an object"),
-    ("odd-billions", "usage.completion_tokens is 3000000000, not a token count"),
-])
+@pytest.mark.parametrize(
+    "mode,reason",
+    [
+        ("odd-usage", "usage is a str, not an object"),
+        ("odd-choices", "choices is a str, not a list"),
+        ("odd-tokens", "usage.completion_tokens is 'many', not a token count"),
+        ("odd-negative", "usage.completion_tokens is -4, not a token count"),
+        ("odd-choice", "choices[0] is a int, not an object"),
+        ("odd-text", "choices[0].text is a int, not a string"),
+        ("odd-finish", "choices[0].finish_reason is a int, not a string"),
+        ("odd-details", "usage.completion_tokens_details is a list, not an object"),
+        ("odd-billions", "usage.completion_tokens is 3000000000, not a token count"),
+    ],
+)
 def test_odd_json_errs_the_request_with_the_reason(stub, mode, reason):
     r = one(stub, mode)
     assert r.status == "error" and r.error.startswith(f"malformed SSE data: {reason}: "), r.error
@@ -133,11 +156,17 @@ def test_tradeoff_perf_takes_the_endpoint_with_or_without_v1(stub, tmp_path, suf
     assert row["model_id"] == "stub" and row["num_ok"] == 2
 
 
-@pytest.mark.parametrize("url,root", [
-    ("http://h:8000", "http://h:8000"), ("http://h:8000/", "http://h:8000"), ("http://h:8000/v1", "http://h:8000"),
-    ("http://h:8000/v1/", "http://h:8000"), ("https://api.x.com/openai/v1", "https://api.x.com/openai"),
-    ("https://api.x.com/v10", "https://api.x.com/v10"),
-])
+@pytest.mark.parametrize(
+    "url,root",
+    [
+        ("http://h:8000", "http://h:8000"),
+        ("http://h:8000/", "http://h:8000"),
+        ("http://h:8000/v1", "http://h:8000"),
+        ("http://h:8000/v1/", "http://h:8000"),
+        ("https://api.x.com/openai/v1", "https://api.x.com/openai"),
+        ("https://api.x.com/v10", "https://api.x.com/v10"),
+    ],
+)
 def test_one_rule_for_every_endpoint(url, root):
     """The same root for `tradeoff perf`, `tradeoff quality` and a hosted engine's base_url."""
     from tasks.engines.openai_compatible import HostedArgs

@@ -19,10 +19,19 @@ from tests.stubs.stub_server import start_stub
 
 def ok(i, start, ttft, e2el, chunks, out=None, end=None, finish=None):
     """An ok request; `finish`: a last chunk with choices but no text that many ms after the last text chunk."""
-    return RequestRecord(index=i, status="ok", start_ms=start, ttft_ms=ttft, e2el_ms=e2el, prompt_tokens=10,
-                         output_tokens=out or len(chunks), chunk_offsets_ms=chunks, vllm_success=True,
-                         end_ms=end if end is not None else start + e2el,
-                         choice_offsets_ms=chunks + ([chunks[-1] + finish] if finish is not None else []))
+    return RequestRecord(
+        index=i,
+        status="ok",
+        start_ms=start,
+        ttft_ms=ttft,
+        e2el_ms=e2el,
+        prompt_tokens=10,
+        output_tokens=out or len(chunks),
+        chunk_offsets_ms=chunks,
+        vllm_success=True,
+        end_ms=end if end is not None else start + e2el,
+        choice_offsets_ms=chunks + ([chunks[-1] + finish] if finish is not None else []),
+    )
 
 
 def keys(runs):
@@ -81,8 +90,9 @@ def test_max_output_tokens_per_s_is_vllms_fixed_1s_buckets_of_chunks():
 def test_duration_is_the_wall_clock_and_failures_at_the_tail_do_not_inflate_throughput():
     """One ok request of 10 tokens in the first second, one that times out at 5 s: vLLM's duration is 5 s."""
     done = ok(0, 0.0, 100.0, 1000.0, [100.0 * k for k in range(1, 11)])
-    stuck = RequestRecord(index=1, status="error", start_ms=0.5, error="ServerTimeoutError", end_ms=5000.0,
-                          vllm_success=False)
+    stuck = RequestRecord(
+        index=1, status="error", start_ms=0.5, error="ServerTimeoutError", end_ms=5000.0, vllm_success=False
+    )
     s = summarize([done, stuck])
     assert s["duration_s"] == pytest.approx(5.0) and s["output_throughput"] == pytest.approx(2.0)  # not 10 tok/s
     k = keys([[done, stuck]])
@@ -93,13 +103,30 @@ def test_duration_is_the_wall_clock_and_failures_at_the_tail_do_not_inflate_thro
 def test_failed_and_completed_as_vllm_counts_them():
     """A stream that closed cleanly without [DONE] is `completed` for vLLM (tradeoff: incomplete), and so is
     one whose chunks carried no text (tradeoff: error); a timeout after chunks is failed for both."""
-    runs = [[ok(0, 0.0, 10.0, 20.0, [10.0, 20.0]),
-             RequestRecord(index=1, status="incomplete", start_ms=0.0, error="stream closed before [DONE]",
-                           vllm_success=True, end_ms=30.0),
-             RequestRecord(index=2, status="error", start_ms=0.0, error="stream ended without any text",
-                           vllm_success=True, end_ms=30.0),
-             RequestRecord(index=3, status="incomplete", start_ms=0.0, error="ServerTimeoutError",
-                           vllm_success=False, end_ms=40.0)]]
+    runs = [
+        [
+            ok(0, 0.0, 10.0, 20.0, [10.0, 20.0]),
+            RequestRecord(
+                index=1,
+                status="incomplete",
+                start_ms=0.0,
+                error="stream closed before [DONE]",
+                vllm_success=True,
+                end_ms=30.0,
+            ),
+            RequestRecord(
+                index=2,
+                status="error",
+                start_ms=0.0,
+                error="stream ended without any text",
+                vllm_success=True,
+                end_ms=30.0,
+            ),
+            RequestRecord(
+                index=3, status="incomplete", start_ms=0.0, error="ServerTimeoutError", vllm_success=False, end_ms=40.0
+            ),
+        ]
+    ]
     k = keys(runs)
     assert (k["completed"], k["failed"]) == (3, 1)
     s = summarize(runs[0])
@@ -124,8 +151,29 @@ def stub():
 
 def test_tradeoff_perf_json_names(stub, tmp_path):
     out = tmp_path / "r.json"
-    assert main(["perf", "--endpoint", stub, "--model", "ok", "--output", str(out), "--num-prompts", "3",
-                 "--warmup", "0", "--output-len", "4", "--concurrency", "1", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "perf",
+                "--endpoint",
+                stub,
+                "--model",
+                "ok",
+                "--output",
+                str(out),
+                "--num-prompts",
+                "3",
+                "--warmup",
+                "0",
+                "--output-len",
+                "4",
+                "--concurrency",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (r,) = [json.loads(x) for x in out.read_text().splitlines()]
     for m in ("ttft", "tpot", "itl", "e2el"):
         assert r[f"std_{m}_ms"] is not None and r[f"sample_std_{m}_ms"] is not None
@@ -140,7 +188,28 @@ def test_tradeoff_perf_json_names(stub, tmp_path):
 
 def test_a_clean_cut_is_completed_for_vllm_and_not_ok_for_tradeoff(stub, tmp_path):
     out = tmp_path / "r.json"
-    assert main(["perf", "--endpoint", stub, "--model", "cut", "--output", str(out), "--num-prompts", "2",
-                 "--warmup", "0", "--output-len", "4", "--concurrency", "1", "--no-progress"]) == 1
+    assert (
+        main(
+            [
+                "perf",
+                "--endpoint",
+                stub,
+                "--model",
+                "cut",
+                "--output",
+                str(out),
+                "--num-prompts",
+                "2",
+                "--warmup",
+                "0",
+                "--output-len",
+                "4",
+                "--concurrency",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 1
+    )
     (r,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert (r["completed"], r["failed"], r["num_ok"], r["num_incomplete"]) == (2, 0, 0, 2)

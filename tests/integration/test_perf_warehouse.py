@@ -1,4 +1,5 @@
-"""The perf tables of issue #3 in the warehouse: perf_power loads, v_tradeoff shows goodput, MBU and the TTFT interval."""
+"""The perf tables of issue #3 in the warehouse: perf_power loads, v_tradeoff shows goodput, MBU and the TTFT
+interval."""
 
 from __future__ import annotations
 
@@ -16,25 +17,60 @@ def test_power_goodput_mbu_reach_the_views(tmp_path):
     res = run_dir / "results"
     rows = [r for r in pq.read_table(res / "perf_summary" / "q4_1.parquet").to_pylist()]
     for r in rows:  # the headline scenario is the concurrency-1 one
-        r.update({"request_goodput": 0.4 * r["concurrency"], "mbu_pct": 31.5 if r["concurrency"] == 1 else None,
-                  "ttft_ms_mean_ci_low": 90.0, "ttft_ms_mean_ci_high": 111.0})
+        r.update(
+            {
+                "request_goodput": 0.4 * r["concurrency"],
+                "mbu_pct": 31.5 if r["concurrency"] == 1 else None,
+                "ttft_ms_mean_ci_low": 90.0,
+                "ttft_ms_mean_ci_high": 111.0,
+            }
+        )
     write_table(res, "perf_summary", "q4_1", rows)
-    write_table(res, "perf_power", "q4_1", [
-        {"run_id": "r1", "variant": "q4_1", "scenario": "single", "repeat": 0, "device": "gpu0", "source": "nvml",
-         "sample_index": i, "t_s": 0.1 * i, "power_w": 250.0, "energy_j": 25.0 * i} for i in range(4)])
+    write_table(
+        res,
+        "perf_power",
+        "q4_1",
+        [
+            {
+                "run_id": "r1",
+                "variant": "q4_1",
+                "scenario": "single",
+                "repeat": 0,
+                "device": "gpu0",
+                "source": "nvml",
+                "sample_index": i,
+                "t_s": 0.1 * i,
+                "power_w": 250.0,
+                "energy_j": 25.0 * i,
+            }
+            for i in range(4)
+        ],
+    )
     db = tmp_path / "wh.duckdb"
     assert load_run(run_dir, db)["perf_power"] == 4
     with open_warehouse(db, read_only=True) as con:
-        got = con.execute("select goodput_req_s, mbu_pct, ttft_ms_mean_ci_low, ttft_ms_mean_ci_high from v_tradeoff "
-                          "where variant = 'q4_1'").fetchall()
+        got = con.execute(
+            "select goodput_req_s, mbu_pct, ttft_ms_mean_ci_low, ttft_ms_mean_ci_high from v_tradeoff "
+            "where variant = 'q4_1'"
+        ).fetchall()
         assert got == [(pytest.approx(0.4), 31.5, 90.0, 111.0)]
         assert con.execute("select sum(energy_j) from perf_power").fetchall() == [(150.0,)]
 
 
 def test_reload_replaces_power_samples(tmp_path):
     run_dir = write_run(tmp_path)
-    sample = {"run_id": "r1", "variant": "q2_k", "scenario": "single", "repeat": 0, "device": "package-0",
-              "source": "rapl", "sample_index": 0, "t_s": 0.1, "power_w": 30.0, "energy_j": 3.0}
+    sample = {
+        "run_id": "r1",
+        "variant": "q2_k",
+        "scenario": "single",
+        "repeat": 0,
+        "device": "package-0",
+        "source": "rapl",
+        "sample_index": 0,
+        "t_s": 0.1,
+        "power_w": 30.0,
+        "energy_j": 3.0,
+    }
     write_table(run_dir / "results", "perf_power", "q2_k", [sample])
     db = tmp_path / "wh.duckdb"
     load_run(run_dir, db)

@@ -18,6 +18,7 @@ from tests.helpers import ROOT
 
 # ------------------------------------------------------------------ the build
 
+
 def test_portable_flags_turn_native_avx512_and_amx_off() -> None:
     args = llama_build.cmake_args(native=False)
     assert "-DGGML_NATIVE=OFF" in args
@@ -45,14 +46,18 @@ def test_makefile_builds_llama_cpp_portable_unless_asked() -> None:
 @pytest.mark.skipif(not llama_build.is_x86(), reason="AVX-512/AMX are x86 extensions")
 def test_the_instruction_scan_finds_avx512_and_amx(tmp_path: Path) -> None:
     src = tmp_path / "k.c"
-    src.write_text('void avx512(void) { __asm__ volatile("vpxord %zmm1, %zmm1, %zmm1"); }\n'
-                   'void amx(void) { __asm__ volatile("tilezero %tmm4"); }\n'
-                   'void avx2(void) { __asm__ volatile("vpxor %ymm1, %ymm1, %ymm1"); }\n')
+    src.write_text(
+        'void avx512(void) { __asm__ volatile("vpxord %zmm1, %zmm1, %zmm1"); }\n'
+        'void amx(void) { __asm__ volatile("tilezero %tmm4"); }\n'
+        'void avx2(void) { __asm__ volatile("vpxor %ymm1, %ymm1, %ymm1"); }\n'
+    )
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libk.so"), str(src)], check=True)
     (tmp_path / "clean").mkdir()
     (tmp_path / "clean" / "c.c").write_text('void avx2(void) { __asm__ volatile("vpxor %ymm1, %ymm1, %ymm1"); }\n')
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "clean" / "libc.so"), str(tmp_path / "clean" / "c.c")],
-                   check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "clean" / "libc.so"), str(tmp_path / "clean" / "c.c")],
+        check=True,
+    )
     assert llama_build.forbidden_instructions(tmp_path) == {"libk.so": 2}
     assert llama_build.forbidden_instructions(tmp_path / "clean") == {"libc.so": 0}
 
@@ -67,6 +72,7 @@ def test_the_installed_build_is_the_portable_one() -> None:
 
 
 # ------------------------------------------------------------------ native crashes in a child
+
 
 def die_by(signum: int) -> None:
     os.kill(os.getpid(), signum)
@@ -87,8 +93,10 @@ class Counter:
 def test_a_child_killed_by_sigill_is_a_clear_failure_and_the_run_goes_on() -> None:
     with pytest.raises(ChildDied) as err:
         run_in_child(die_by, signal.SIGILL, what="llama.cpp")
-    assert str(err.value).startswith("llama.cpp died by SIGILL (illegal instruction: a native library (llama.cpp?) "
-                                     "was built for another CPU; rebuild it portable with `make setup`")
+    assert str(err.value).startswith(
+        "llama.cpp died by SIGILL (illegal instruction: a native library (llama.cpp?) "
+        "was built for another CPU; rebuild it portable with `make setup`"
+    )
     assert err.value.returncode == -signal.SIGILL
     assert run_in_child(pow, 2, 10) == 1024  # this process is fine, and so is the next child
 
@@ -110,17 +118,26 @@ def test_a_worker_keeps_its_state_and_reports_its_death() -> None:
         worker.close()
 
 
-@pytest.mark.parametrize("code, text", [(-4, "SIGILL (illegal instruction"), (-9, "SIGKILL (killed: out of memory"),
-                                        (-11, "SIGSEGV (segmentation fault"), (3, "exit code 3")])
+@pytest.mark.parametrize(
+    "code, text",
+    [
+        (-4, "SIGILL (illegal instruction"),
+        (-9, "SIGKILL (killed: out of memory"),
+        (-11, "SIGSEGV (segmentation fault"),
+        (3, "exit code 3"),
+    ],
+)
 def test_exit_reasons_name_the_signal_and_cause(code: int, text: str) -> None:
     assert exit_reason(code).startswith(text)
 
 
 def test_a_dead_server_is_reported_by_signal_and_its_last_lines_that_are_not_access_log(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    log.write_text("loading model\nllama_model_load: n_ctx = 2048\n"
-                   'INFO:     127.0.0.1:46394 - "POST /v1/completions HTTP/1.1" 200 OK\n'
-                   'INFO:     127.0.0.1:46394 - "GET /v1/models HTTP/1.1" 200 OK\n')
+    log.write_text(
+        "loading model\nllama_model_load: n_ctx = 2048\n"
+        'INFO:     127.0.0.1:46394 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        'INFO:     127.0.0.1:46394 - "GET /v1/models HTTP/1.1" 200 OK\n'
+    )
     err = ServerDied(-4, "during the perf sweep", log)
     first = str(err).splitlines()[0]
     assert first.startswith("server died by SIGILL (illegal instruction: ") and "during the perf sweep: " in first
@@ -130,9 +147,11 @@ def test_a_dead_server_is_reported_by_signal_and_its_last_lines_that_are_not_acc
 
 # ------------------------------------------------------------------ doctor
 
+
 def test_doctor_prints_one_line_per_check_and_passes_here() -> None:
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "doctor"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "doctor"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     lines = proc.stdout.strip().splitlines()
     names = [ln.split()[1] for ln in lines[:-1]]
     assert {"python", "packages", "llama.cpp", "prefect", "chromium"} <= set(names), proc.stdout

@@ -24,23 +24,30 @@ from tests.helpers import ROOT
 from tests.stubs.quality_stub import start
 
 SHARED = ROOT.parent / "shared" / "datasets"
-needs_shared = pytest.mark.skipif(not (SHARED / "gsm8k" / "test.jsonl").is_file() or not (SHARED / "bbh").is_dir(),
-                                  reason="../shared/datasets (GSM8K, BBH) is absent: a fresh clone has no shared datasets")
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "gsm8k" / "test.jsonl").is_file() or not (SHARED / "bbh").is_dir(),
+    reason="../shared/datasets (GSM8K, BBH) is absent: a fresh clone has no shared datasets",
+)
 DEMO = ROOT / "configs" / "demo.yaml"
-LOCAL = {"gsm8k": {"data_files": {"test": str(SHARED / "gsm8k/test.jsonl"), "train": str(SHARED / "gsm8k/train.jsonl")}},
-         "bbh": {"data_files": str(SHARED / "bbh/{dataset_name}.json"), "field": "examples"}}
+LOCAL = {
+    "gsm8k": {"data_files": {"test": str(SHARED / "gsm8k/test.jsonl"), "train": str(SHARED / "gsm8k/train.jsonl")}},
+    "bbh": {"data_files": str(SHARED / "bbh/{dataset_name}.json"), "field": "examples"},
+}
 
 
 def demo_gguf() -> Path:
     return parse_config(yaml.safe_load(DEMO.read_text())).models["smollm2-135m"].local_path()
 
 
-@pytest.mark.parametrize("params, expect", [
-    ({"tasks": ["gsm8kk"]}, "unknown lm-eval task 'gsm8kk' (did you mean gsm8k"),
-    ({"tasks": ["gsm8k"], "datasets": {"gsm8k_x": {"data_files": "a.json"}}}, "unknown lm-eval task 'gsm8k_x'"),
-    ({"tasks": ["gsm8k"], "api": "grpc"}, "params.api:"),
-    ({"tasks": []}, "params.tasks:"),
-])
+@pytest.mark.parametrize(
+    "params, expect",
+    [
+        ({"tasks": ["gsm8kk"]}, "unknown lm-eval task 'gsm8kk' (did you mean gsm8k"),
+        ({"tasks": ["gsm8k"], "datasets": {"gsm8k_x": {"data_files": "a.json"}}}, "unknown lm-eval task 'gsm8k_x'"),
+        ({"tasks": ["gsm8k"], "api": "grpc"}, "params.api:"),
+        ({"tasks": []}, "params.tasks:"),
+    ],
+)
 def test_bad_lm_eval_params_fail_in_one_line(params, expect):
     cfg = yaml.safe_load(DEMO.read_text())
     cfg = {**copy.deepcopy(cfg), "quality": {"suites": [{"name": "lm_eval", "params": params}]}}
@@ -61,7 +68,9 @@ def test_local_overrides_keep_lm_evals_task_and_swap_the_data(tmp_path):
     docs = list(gsm.test_docs())
     assert len(docs) == 1319 and docs[0]["question"] == first["question"]
     assert gsm.config.filter_list[0]["name"] == "strict-match"  # lm-eval's own scoring, untouched
-    assert len(list(bbh.test_docs())) == len(json.loads((SHARED / "bbh/boolean_expressions.json").read_text())["examples"])
+    assert len(list(bbh.test_docs())) == len(
+        json.loads((SHARED / "bbh/boolean_expressions.json").read_text())["examples"]
+    )
 
 
 def test_missing_local_file_is_named(tmp_path):
@@ -77,7 +86,9 @@ def answers():
     for line in (SHARED / "gsm8k/test.jsonl").read_text().splitlines():
         row = json.loads(line)
         gsm[row["question"]] = row["answer"].split("####")[-1].strip()
-    bbh = {e["input"]: e["target"] for e in json.loads((SHARED / "bbh/boolean_expressions.json").read_text())["examples"]}
+    bbh = {
+        e["input"]: e["target"] for e in json.loads((SHARED / "bbh/boolean_expressions.json").read_text())["examples"]
+    }
     return gsm, bbh
 
 
@@ -101,16 +112,28 @@ def oracle(answers):
 
 @needs_shared
 def test_lm_eval_suite_per_sample_rows_scores_and_files(oracle, tmp_path):
-    ctx = SuiteContext(variant="v", base_url=oracle, served_model="oracle", artifact_path=None,
-                       reference_artifact_path=None, limit=3, seed=0, work_dir=tmp_path, n_ctx=2048,
-                       params={"tasks": ["gsm8k", "bbh_cot_fewshot_boolean_expressions"], "datasets": LOCAL})
+    ctx = SuiteContext(
+        variant="v",
+        base_url=oracle,
+        served_model="oracle",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=3,
+        seed=0,
+        work_dir=tmp_path,
+        n_ctx=2048,
+        params={"tasks": ["gsm8k", "bbh_cot_fewshot_boolean_expressions"], "datasets": LOCAL},
+    )
     res = suite_for("lm_eval").run(ctx)
     scores = {s.metric: s for s in res.scores}
     assert scores["gsm8k.exact_match.strict-match"].value == 1.0
     assert scores["gsm8k.exact_match.flexible-extract"].value == 1.0
     assert scores["bbh_cot_fewshot_boolean_expressions.exact_match.get-answer"].value == 1.0
     assert scores["gsm8k.invalid_rate.strict-match"].value == 0.0
-    assert scores["gsm8k.exact_match.strict-match"].sample_stat == "mean(exact_match) where task=gsm8k and filter=strict-match"
+    assert (
+        scores["gsm8k.exact_match.strict-match"].sample_stat
+        == "mean(exact_match) where task=gsm8k and filter=strict-match"
+    )
     assert len(res.samples) == 3 * 2 + 3  # gsm8k: 2 filters
     row = next(s for s in res.samples if s["sample_id"] == "gsm8k/0/strict-match")
     assert row["prompt"].endswith("\nAnswer:") and row["prompt"].count("Question:") == 6  # 5-shot
@@ -132,9 +155,18 @@ def test_lm_evals_requests_go_through_the_one_client(oracle, tmp_path, monkeypat
         return request(method, base_url, path, timeout_s, json_body, headers=headers)
 
     monkeypatch.setattr(mod, "request", counted)
-    ctx = SuiteContext(variant="v", base_url=oracle, served_model="oracle", artifact_path=None,
-                       reference_artifact_path=None, limit=2, seed=0, work_dir=tmp_path, n_ctx=2048,
-                       params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}})
+    ctx = SuiteContext(
+        variant="v",
+        base_url=oracle,
+        served_model="oracle",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=2,
+        seed=0,
+        work_dir=tmp_path,
+        n_ctx=2048,
+        params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}},
+    )
     res = suite_for("lm_eval").run(ctx)
     assert {s.metric: s.value for s in res.scores}["gsm8k.exact_match.strict-match"] == 1.0
     assert sent == [("POST", oracle.rstrip("/") + "/v1/completions")] * 2
@@ -144,9 +176,18 @@ def test_lm_evals_requests_go_through_the_one_client(oracle, tmp_path, monkeypat
 def test_unparseable_answers_are_counted(tmp_path):
     srv, url = start(lambda prompt: " I am not sure.")
     try:
-        ctx = SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                           limit=2, seed=0, work_dir=tmp_path, n_ctx=2048,
-                           params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}})
+        ctx = SuiteContext(
+            variant="v",
+            base_url=url,
+            served_model="m",
+            artifact_path=None,
+            reference_artifact_path=None,
+            limit=2,
+            seed=0,
+            work_dir=tmp_path,
+            n_ctx=2048,
+            params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}},
+        )
         res = suite_for("lm_eval").run(ctx)
     finally:
         srv.shutdown()
@@ -174,20 +215,46 @@ def test_in_process_scorer_matches_a_fresh_evaluation():
 
 def test_multiple_choice_through_lm_eval_in_process(tmp_path):
     data = tmp_path / "capitals.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in [
-        {"question": "What is the capital of France?", "choices": ["Berlin", "Paris", "Madrid"], "answer": 1},
-        {"question": "What is the capital of Japan?", "choices": ["Tokyo", "Seoul", "Lima"], "answer": 0},
-    ]))
+    data.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"question": "What is the capital of France?", "choices": ["Berlin", "Paris", "Madrid"], "answer": 1},
+                {"question": "What is the capital of Japan?", "choices": ["Tokyo", "Seoul", "Lima"], "answer": 0},
+            ]
+        )
+    )
     task = tmp_path / "capitals.yaml"
-    task.write_text(yaml.safe_dump({
-        "task": "capitals_mc", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
-        "output_type": "multiple_choice", "test_split": "test", "doc_to_text": "Question: {{question}}\nAnswer:",
-        "doc_to_target": "answer", "doc_to_choice": "{{choices}}",
-        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}], "metadata": {"version": 1}}))
+    task.write_text(
+        yaml.safe_dump(
+            {
+                "task": "capitals_mc",
+                "dataset_path": "json",
+                "dataset_kwargs": {"data_files": {"test": str(data)}},
+                "output_type": "multiple_choice",
+                "test_split": "test",
+                "doc_to_text": "Question: {{question}}\nAnswer:",
+                "doc_to_target": "answer",
+                "doc_to_choice": "{{choices}}",
+                "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+                "metadata": {"version": 1},
+            }
+        )
+    )
     # No server: log-likelihood never reaches the endpoint on the in-process path.
-    ctx = SuiteContext(variant="v", base_url="http://127.0.0.1:9", served_model="q4_1", artifact_path=demo_gguf(),
-                       reference_artifact_path=None, limit=None, seed=0, work_dir=tmp_path / "out", n_ctx=512,
-                       engine="llama.cpp", params={"tasks": [str(task)]})
+    ctx = SuiteContext(
+        variant="v",
+        base_url="http://127.0.0.1:9",
+        served_model="q4_1",
+        artifact_path=demo_gguf(),
+        reference_artifact_path=None,
+        limit=None,
+        seed=0,
+        work_dir=tmp_path / "out",
+        n_ctx=512,
+        engine="llama.cpp",
+        params={"tasks": [str(task)]},
+    )
     res = suite_for("lm_eval").run(ctx)
     acc = next(s for s in res.scores if s.metric == "capitals_mc.acc")
     assert acc.n == 2 and acc.value in (0.0, 0.5, 1.0)

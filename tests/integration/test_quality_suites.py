@@ -22,8 +22,14 @@ from tests.helpers import ROOT
 from tests.stubs.quality_stub import start
 
 # Correct bodies for some of the code specs; the oracle answers `pass` for the others.
-CODE_BODIES = {"add": "return a + b", "square": "return x * x", "is_even": "return n % 2 == 0",
-               "sum_list": "return sum(xs)", "reverse_string": "return s[::-1]", "uppercase": "return s.upper()"}
+CODE_BODIES = {
+    "add": "return a + b",
+    "square": "return x * x",
+    "is_even": "return n % 2 == 0",
+    "sum_list": "return sum(xs)",
+    "reverse_string": "return s[::-1]",
+    "uppercase": "return s.upper()",
+}
 
 
 def oracle_completion(prompt: str) -> str:
@@ -42,8 +48,13 @@ def oracle_chat(messages: list[dict]) -> str:
     facts = messages[0]["content"]
     question = messages[-1]["content"].lower()
     # "...? Answer with the name only." ends several questions: look for "name" last.
-    for key, pattern in (("dog", r"my dog is called (\w+)"), ("city", r"I live in (\w+)"), ("colour", r"colour is (\w+)"),
-                         ("number", r"lucky number is (\d+)"), ("name", r"my name is (\w+)")):
+    for key, pattern in (
+        ("dog", r"my dog is called (\w+)"),
+        ("city", r"I live in (\w+)"),
+        ("colour", r"colour is (\w+)"),
+        ("number", r"lucky number is (\d+)"),
+        ("name", r"my name is (\w+)"),
+    ):
         if key in question:
             return f"It is {re.search(pattern, facts)[1]}."
     return "No idea."
@@ -57,8 +68,19 @@ def stub():
 
 
 def run_suite(url: str, name: str, model: str, tmp_path: Path, limit: int | None = None, **params):
-    ctx = SuiteContext(variant=model, base_url=url, served_model=model, artifact_path=None, reference_artifact_path=None,
-                       limit=limit, seed=0, params=params, work_dir=tmp_path / name, n_ctx=2048, request_timeout_s=10)
+    ctx = SuiteContext(
+        variant=model,
+        base_url=url,
+        served_model=model,
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=limit,
+        seed=0,
+        params=params,
+        work_dir=tmp_path / name,
+        n_ctx=2048,
+        request_timeout_s=10,
+    )
     return suite_for(name).run(ctx)
 
 
@@ -68,8 +90,11 @@ def scores(result) -> dict:
 
 # ---------------------------------------------------------------- suites over the stub
 
-@pytest.mark.parametrize("model, accuracy, invalid", [("oracle", 1.0, 0.0), ("empty", 0.0, 1.0), ("http500", 0.0, 1.0),
-                                                      ("garbage", 0.0, 1.0)])
+
+@pytest.mark.parametrize(
+    "model, accuracy, invalid",
+    [("oracle", 1.0, 0.0), ("empty", 0.0, 1.0), ("http500", 0.0, 1.0), ("garbage", 0.0, 1.0)],
+)
 def test_arithmetic_counts_bad_answers_as_wrong(stub, tmp_path, model, accuracy, invalid):
     res = run_suite(stub, "arithmetic", model, tmp_path, limit=8)
     s = scores(res)
@@ -80,8 +105,9 @@ def test_arithmetic_counts_bad_answers_as_wrong(stub, tmp_path, model, accuracy,
 
 
 def test_longctx_grid(stub, tmp_path):
-    res = run_suite(stub, "longctx", "oracle", tmp_path, context_tokens=[256, 512, 4096], depths_pct=[0, 50, 100],
-                    trials=2)
+    res = run_suite(
+        stub, "longctx", "oracle", tmp_path, context_tokens=[256, 512, 4096], depths_pct=[0, 50, 100], trials=2
+    )
     s = scores(res)
     assert len(res.samples) == 3 * 3 * 2 and s["accuracy"].value == 1.0
     assert set(s) >= {"accuracy_ctx256", "accuracy_ctx512", "accuracy_ctx2032"}
@@ -124,8 +150,16 @@ def test_code_validity(stub, tmp_path):
 
 
 def test_coherence_detects_a_loop_and_survives_a_dead_judge(stub, tmp_path):
-    res = run_suite(stub, "coherence", "loop", tmp_path, limit=2, max_tokens=64, embeddings=False,
-                    judge={"base_url": "http://127.0.0.1:9", "model": "judge", "timeout_s": 2})
+    res = run_suite(
+        stub,
+        "coherence",
+        "loop",
+        tmp_path,
+        limit=2,
+        max_tokens=64,
+        embeddings=False,
+        judge={"base_url": "http://127.0.0.1:9", "model": "judge", "timeout_s": 2},
+    )
     s = scores(res)
     assert s["loop_rate"].value == 1.0 and s["loop_start_tokens_median"].value is not None
     assert s["rep_rate_4"].value > 0.8 and s["distinct_2"].value < 0.2
@@ -149,43 +183,56 @@ def test_empty_generations_are_counted(stub, tmp_path):
 
 # ---------------------------------------------------------------- pure parts
 
-@pytest.mark.parametrize("tokens, start", [
-    (list("abcdefghij") + list("xyz") * 10, 10),
-    (list("abcdefghijklmnopqrstuvwxyz"), None),
-    (list("ab") + ["q"] * 30, 2),
-    (list("abcabcab"), None),                          # too short to call a loop
-])
+
+@pytest.mark.parametrize(
+    "tokens, start",
+    [
+        (list("abcdefghij") + list("xyz") * 10, 10),
+        (list("abcdefghijklmnopqrstuvwxyz"), None),
+        (list("ab") + ["q"] * 30, 2),
+        (list("abcabcab"), None),  # too short to call a loop
+    ],
+)
 def test_loop_start(tokens, start):
     assert loop_start(tokens, min_repeats=3, min_tokens=8) == start
 
 
-@pytest.mark.parametrize("tokens, n, rep, distinct", [
-    (list("abcd"), 1, 0.0, 1.0),
-    (list("aaaa"), 1, 0.75, 0.25),
-    (list("abab"), 2, 1 / 3, 2 / 3),
-])
+@pytest.mark.parametrize(
+    "tokens, n, rep, distinct",
+    [
+        (list("abcd"), 1, 0.0, 1.0),
+        (list("aaaa"), 1, 0.75, 0.25),
+        (list("abab"), 2, 1 / 3, 2 / 3),
+    ],
+)
 def test_repetition_and_distinct(tokens, n, rep, distinct):
     assert repetition_rate(tokens, n) == pytest.approx(rep) and distinct_n(tokens, n) == pytest.approx(distinct)
 
 
-@pytest.mark.parametrize("completion, body", [
-    ("\n    return x + 1\n\n\nprint(f(2))", "    return x + 1"),
-    ("\n    y = x\n\n    return y\nz = 3", "    y = x\n\n    return y"),
-    ("\n# usage\nprint(1)", ""),
-    (" and more docstring\n    return 1", ""),
-])
+@pytest.mark.parametrize(
+    "completion, body",
+    [
+        ("\n    return x + 1\n\n\nprint(f(2))", "    return x + 1"),
+        ("\n    y = x\n\n    return y\nz = 3", "    y = x\n\n    return y"),
+        ("\n# usage\nprint(1)", ""),
+        (" and more docstring\n    return 1", ""),
+    ],
+)
 def test_extract_body(completion, body):
     assert extract_body(completion) == body
 
 
-@pytest.mark.parametrize("source, passed, error", [
-    ("def f(x):\n    return x + 1\n", 2, None),
-    ("def f(x):\n    return x\n", 0, None),
-    ("def f(x):\n    while True:\n        pass\n", 0, "timeout after 1 s"),
-    ("import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', 9))\n    return x + 1\n", 0, None),
-    ("def f(x):\n    return open('/etc/hostname').read() and x + 1\n", 2, None),  # files: allowed, only no network
-    ("raise SystemExit(3)\n", 0, "exit 3: (no output)"),
-])
+@pytest.mark.parametrize(
+    "source, passed, error",
+    [
+        ("def f(x):\n    return x + 1\n", 2, None),
+        ("def f(x):\n    return x\n", 0, None),
+        ("def f(x):\n    while True:\n        pass\n", 0, "timeout after 1 s"),
+        ("import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', 9))\n    return x + 1\n", 0, None),
+        ("def f(x):\n    return open('/etc/hostname').read() and x + 1\n", 2, None),  # files: allowed, only no network
+        ("raise SystemExit(3)\n", 0, "exit 3: (no output)"),
+    ],
+)
 def test_code_sandbox(source, passed, error):
     assert run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=1) == (passed, error)
 
@@ -205,17 +252,32 @@ def test_unknown_suite_names_close_matches():
 
 # ---------------------------------------------------------------- config: suites and their params
 
-@pytest.mark.parametrize("suite, expect", [
-    ({"name": "longctx", "params": {"context_token": [512]}}, "(longctx).params.context_token: unknown parameter of suite "
-                                                               "longctx; known: context_tokens, depths_pct, trials"),
-    ({"name": "arithmetic", "label": "arith2", "params": {"tasks": ["2D*"]}},
-     "(arith2).params: unknown arithmetic task '2D*' (did you mean 2Dx"),
-    ({"name": "coherence", "params": {"judge": {"model": "x"}}}, "(coherence).params.judge.base_url: required; add it"),
-    ({"name": "code", "params": {"timeout_s": -1}}, "(code).params.timeout_s: input should be greater than 0 (got -1)"),
-    ({"name": "code", "variants": ["q9"]}, "variants: unknown variant 'q9'"),
-    ({"name": "arithmetic"}, "suite 'arithmetic' is listed twice; give one a label"),
-    ({"name": "multiturn", "limit": 0}, "quality.suites.2.limit:"),
-])
+
+@pytest.mark.parametrize(
+    "suite, expect",
+    [
+        (
+            {"name": "longctx", "params": {"context_token": [512]}},
+            "(longctx).params.context_token: unknown parameter of suite "
+            "longctx; known: context_tokens, depths_pct, trials",
+        ),
+        (
+            {"name": "arithmetic", "label": "arith2", "params": {"tasks": ["2D*"]}},
+            "(arith2).params: unknown arithmetic task '2D*' (did you mean 2Dx",
+        ),
+        (
+            {"name": "coherence", "params": {"judge": {"model": "x"}}},
+            "(coherence).params.judge.base_url: required; add it",
+        ),
+        (
+            {"name": "code", "params": {"timeout_s": -1}},
+            "(code).params.timeout_s: input should be greater than 0 (got -1)",
+        ),
+        ({"name": "code", "variants": ["q9"]}, "variants: unknown variant 'q9'"),
+        ({"name": "arithmetic"}, "suite 'arithmetic' is listed twice; give one a label"),
+        ({"name": "multiturn", "limit": 0}, "quality.suites.2.limit:"),
+    ],
+)
 def test_bad_suite_config_fails_in_one_line(suite, expect):
     import copy
 
@@ -235,14 +297,44 @@ def test_bad_suite_config_fails_in_one_line(suite, expect):
 def test_tradeoff_quality_command(stub, tmp_path, capsys):
     from flows.cli import main
 
-    assert main(["quality", "--endpoint", stub + "/v1", "--model", "oracle", "--suite", "arithmetic", "--limit", "4",
-                 "--output", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "quality",
+                "--endpoint",
+                stub + "/v1",
+                "--model",
+                "oracle",
+                "--suite",
+                "arithmetic",
+                "--limit",
+                "4",
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "arithmetic (arithmetic v1) on oracle" in out and "accuracy" in out
     summary = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert summary["samples"] == 4 and summary["scores"][0]["value"] == 1.0
     assert (tmp_path / "out" / "results" / "quality_samples" / "oracle.parquet").is_file()
-    assert main(["quality", "--endpoint", stub, "--model", "oracle", "--suite", "longcontext",
-                 "--output", str(tmp_path / "bad")]) == 2
+    assert (
+        main(
+            [
+                "quality",
+                "--endpoint",
+                stub,
+                "--model",
+                "oracle",
+                "--suite",
+                "longcontext",
+                "--output",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did you mean longctx" in err[0]

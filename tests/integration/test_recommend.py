@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec, RunConfig
+from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec
 from tasks.core.errors import ConfigError
 from tests.integration.test_warehouse import rows
 from warehouse.contract import write_table
@@ -26,17 +26,42 @@ SERVER_SLO = {"goodput_slo": "mlperf-llama2-70b-server", "slo_ttft_ms": 2000.0, 
 N = 300
 
 
-def step(scenario: str, concurrency: int, req_s: float, ttft_ms: list[float], *, tpot_ms: float = 20.0,
-         errors: int = 0, rate: float | None = None, tps: float | None = None, j_per_token: float | None = None,
-         energy_note: str | None = "no NVML, no RAPL", completion_rate: float | None = None, repeats: int = 1,
-         reasoning: dict | None = None, req_s_ci: tuple[float, float] | None = None) -> dict:
+def step(
+    scenario: str,
+    concurrency: int,
+    req_s: float,
+    ttft_ms: list[float],
+    *,
+    tpot_ms: float = 20.0,
+    errors: int = 0,
+    rate: float | None = None,
+    tps: float | None = None,
+    j_per_token: float | None = None,
+    energy_note: str | None = "no NVML, no RAPL",
+    completion_rate: float | None = None,
+    repeats: int = 1,
+    reasoning: dict | None = None,
+    req_s_ci: tuple[float, float] | None = None,
+) -> dict:
     """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
     requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
     arrive, after their latency). `reasoning`: {request index: ttft_answer_ms} of requests that reasoned first."""
-    return dict(scenario=scenario, concurrency=concurrency, req_s=req_s, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-                errors=errors, rate=rate, tps=tps if tps is not None else req_s * 64,
-                j_per_token=j_per_token, energy_note=None if j_per_token is not None else energy_note,
-                completion_rate=completion_rate, repeats=repeats, reasoning=reasoning or {}, req_s_ci=req_s_ci)
+    return dict(
+        scenario=scenario,
+        concurrency=concurrency,
+        req_s=req_s,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        errors=errors,
+        rate=rate,
+        tps=tps if tps is not None else req_s * 64,
+        j_per_token=j_per_token,
+        energy_note=None if j_per_token is not None else energy_note,
+        completion_rate=completion_rate,
+        repeats=repeats,
+        reasoning=reasoning or {},
+        req_s_ci=req_s_ci,
+    )
 
 
 def request_times(s: dict, i: int, n: int) -> dict:
@@ -51,15 +76,38 @@ def request_times(s: dict, i: int, n: int) -> dict:
     return {"start_s": start, "end_s": end, "repeat": rep}
 
 
-def delta(ref: float, value: float, ci: tuple[float, float] | None, n: int = 80, p_value: float | None = 0.5,
-          lost: int | None = None, gained: int | None = None, **more) -> dict:
-    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores them."""
+def delta(
+    ref: float,
+    value: float,
+    ci: tuple[float, float] | None,
+    n: int = 80,
+    p_value: float | None = 0.5,
+    lost: int | None = None,
+    gained: int | None = None,
+    **more,
+) -> dict:
+    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores
+    them."""
     from tasks.quality.gate import retention_interval
 
     low, high = retention_interval(ref, *ci, True) if ci else (None, None)
-    return dict(reference_value=ref, value=value, delta=value - ref, ci_low=ci[0] if ci else None,
-                ci_high=ci[1] if ci else None, n=n, p_value=p_value, n_lost=lost, n_gained=gained,
-                retention_ci_low=low, retention_ci_high=high, look_confidence=0.95, looks=1, looks_planned=1, **more)
+    return dict(
+        reference_value=ref,
+        value=value,
+        delta=value - ref,
+        ci_low=ci[0] if ci else None,
+        ci_high=ci[1] if ci else None,
+        n=n,
+        p_value=p_value,
+        n_lost=lost,
+        n_gained=gained,
+        retention_ci_low=low,
+        retention_ci_high=high,
+        look_confidence=0.95,
+        looks=1,
+        looks_planned=1,
+        **more,
+    )
 
 
 def no_pair_differs(n: int) -> tuple[float, float]:
@@ -69,9 +117,15 @@ def no_pair_differs(n: int) -> tuple[float, float]:
     return tango_interval(0, 0, n, 0.95)
 
 
-def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decision: dict | None = None,
-                       started_at: datetime = STARTED, min_samples: int = 30,
-                       primary: str | None = "arithmetic.accuracy") -> Path:
+def write_decision_run(
+    root: Path,
+    run_id: str,
+    variants: dict[str, dict],
+    decision: dict | None = None,
+    started_at: datetime = STARTED,
+    min_samples: int = 30,
+    primary: str | None = "arithmetic.accuracy",
+) -> Path:
     """A run as the flow writes it. variants: name -> {ref, status, error, steps, accuracy, delta, samples, cost}.
 
     `decision` is a DecisionSpec mapping stored in config_json as the flow stores it (None: a run recorded
@@ -82,57 +136,178 @@ def write_decision_run(root: Path, run_id: str, variants: dict[str, dict], decis
     if decision is not None:
         config["decision"] = DecisionSpec.model_validate(decision).model_dump(mode="json")
     ref = next(n for n, v in variants.items() if v.get("ref"))
-    write_table(res, "runs", "run", [{"run_id": run_id, "config_name": "demo", "started_at": started_at, "status": "ok",
-                                      "hardware_id": "hw1", "reference_variant": ref, "primary_quality_metric": primary,
-                                      "config_json": json.dumps(config)}])
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": run_id,
+                "config_name": "demo",
+                "started_at": started_at,
+                "status": "ok",
+                "hardware_id": "hw1",
+                "reference_variant": ref,
+                "primary_quality_metric": primary,
+                "config_json": json.dumps(config),
+            }
+        ],
+    )
     for name, v in variants.items():
         cost = v.get("cost", {})
-        write_table(res, "variants", name, [{"run_id": run_id, "variant": name, "engine": "llama.cpp", "quantization": name,
-                                             "is_reference": bool(v.get("ref")), "status": v.get("status", "ok"),
-                                             "error": v.get("error"), **cost}])
+        write_table(
+            res,
+            "variants",
+            name,
+            [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "engine": "llama.cpp",
+                    "quantization": name,
+                    "is_reference": bool(v.get("ref")),
+                    "status": v.get("status", "ok"),
+                    "error": v.get("error"),
+                    **cost,
+                }
+            ],
+        )
         summary, requests = [], []
         for s in v.get("steps", []):
             n_ok = len(s["ttft_ms"])
             n_all = n_ok + s["errors"]
             ci = dict(zip(("request_throughput_ci_low", "request_throughput_ci_high"), s["req_s_ci"] or ()))
-            summary.append({"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
-                            "load_kind": "rate" if s["rate"] else "concurrency", "request_rate": s["rate"],
-                            "num_requests": n_all, "num_ok": n_ok, "num_errors": s["errors"],
-                            "duration_s": n_ok / s["req_s"], "request_throughput": s["req_s"],
-                            "output_throughput": s["tps"], "energy_j_per_token": s["j_per_token"],
-                            "energy_note": s["energy_note"], "repeats": s["repeats"], **ci, **SERVER_SLO})
-            requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
-                          "request_index": i, "is_warmup": False, "status": "ok", "ttft_ms": t, "tpot_ms": s["tpot_ms"],
-                          "e2el_ms": t + 63 * s["tpot_ms"], "output_tokens": 64,
-                          "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)],
-                          **({"reasoning_tokens": 10, "ttft_answer_ms": s["reasoning"][i]} if i in s["reasoning"] else {}),
-                          **request_times(s, i, n_all)}
-                         for i, t in enumerate(s["ttft_ms"])]
-            requests += [{"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": s["concurrency"],
-                          "request_index": n_ok + i, "is_warmup": False, "status": "error", "error": "HTTP 503",
-                          **request_times(s, n_ok + i, n_all)}
-                         for i in range(s["errors"])]
+            summary.append(
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "load_kind": "rate" if s["rate"] else "concurrency",
+                    "request_rate": s["rate"],
+                    "num_requests": n_all,
+                    "num_ok": n_ok,
+                    "num_errors": s["errors"],
+                    "duration_s": n_ok / s["req_s"],
+                    "request_throughput": s["req_s"],
+                    "output_throughput": s["tps"],
+                    "energy_j_per_token": s["j_per_token"],
+                    "energy_note": s["energy_note"],
+                    "repeats": s["repeats"],
+                    **ci,
+                    **SERVER_SLO,
+                }
+            )
+            requests += [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "request_index": i,
+                    "is_warmup": False,
+                    "status": "ok",
+                    "ttft_ms": t,
+                    "tpot_ms": s["tpot_ms"],
+                    "e2el_ms": t + 63 * s["tpot_ms"],
+                    "output_tokens": 64,
+                    "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)],
+                    **({"reasoning_tokens": 10, "ttft_answer_ms": s["reasoning"][i]} if i in s["reasoning"] else {}),
+                    **request_times(s, i, n_all),
+                }
+                for i, t in enumerate(s["ttft_ms"])
+            ]
+            requests += [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "request_index": n_ok + i,
+                    "is_warmup": False,
+                    "status": "error",
+                    "error": "HTTP 503",
+                    **request_times(s, n_ok + i, n_all),
+                }
+                for i in range(s["errors"])
+            ]
             # a warm-up request far over any limit: excluded from every check
-            requests.append({"run_id": run_id, "variant": name, "scenario": s["scenario"], "concurrency": 1,
-                             "request_index": 10_000, "is_warmup": True, "status": "ok", "ttft_ms": 1e6,
-                             "tpot_ms": 1e4, "e2el_ms": 2e6, "output_tokens": 64})
+            requests.append(
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": 1,
+                    "request_index": 10_000,
+                    "is_warmup": True,
+                    "status": "ok",
+                    "ttft_ms": 1e6,
+                    "tpot_ms": 1e4,
+                    "e2el_ms": 2e6,
+                    "output_tokens": 64,
+                }
+            )
         write_table(res, "perf_summary", name, summary)
         write_table(res, "perf_requests", name, requests)
         if "accuracy" in v:
-            write_table(res, "quality_scores", name, [{"run_id": run_id, "variant": name, "suite": "arithmetic",
-                                                       "suite_version": "1", "metric": "accuracy", "value": v["accuracy"],
-                                                       "n": 80, "unit": "fraction", "higher_is_better": True,
-                                                       "is_primary": True, "sample_stat": "mean(score)"}])
+            write_table(
+                res,
+                "quality_scores",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "suite": "arithmetic",
+                        "suite_version": "1",
+                        "metric": "accuracy",
+                        "value": v["accuracy"],
+                        "n": 80,
+                        "unit": "fraction",
+                        "higher_is_better": True,
+                        "is_primary": True,
+                        "sample_stat": "mean(score)",
+                    }
+                ],
+            )
         if "delta" in v:
-            write_table(res, "quality_deltas", name, [{"run_id": run_id, "variant": name, "reference_variant": ref,
-                                                       "suite": "arithmetic", "metric": "accuracy", "unit": "fraction",
-                                                       "higher_is_better": True, "confidence": 0.95,
-                                                       "verdict": "inconclusive", **v["delta"]}])
+            write_table(
+                res,
+                "quality_deltas",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "reference_variant": ref,
+                        "suite": "arithmetic",
+                        "metric": "accuracy",
+                        "unit": "fraction",
+                        "higher_is_better": True,
+                        "confidence": 0.95,
+                        "verdict": "inconclusive",
+                        **v["delta"],
+                    }
+                ],
+            )
         if "samples" in v:
-            write_table(res, "quality_samples", name, [
-                {"run_id": run_id, "variant": name, "suite": "arithmetic", "sample_id": str(i), "score": float(score),
-                 "valid": True, "details": json.dumps({"prompt_tokens": 40, "output_tokens": 4})}
-                for i, score in enumerate(v["samples"])])
+            write_table(
+                res,
+                "quality_samples",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "suite": "arithmetic",
+                        "sample_id": str(i),
+                        "score": float(score),
+                        "valid": True,
+                        "details": json.dumps({"prompt_tokens": 40, "output_tokens": 4}),
+                    }
+                    for i, score in enumerate(v["samples"])
+                ],
+            )
     return root / run_id
 
 
@@ -158,17 +333,31 @@ REF, Q3 = pairs(80, 40, 3, 2)  # q3_k_m: 3 lost, 2 gained: delta -1/80, retentio
 def demo_like() -> dict[str, dict]:
     """q4_1 (reference), q4_1-spec (identical outputs on 2,000 pairs, 2 % slower: a tie), q2_k (faster, far worse),
     q3_k_m (faster, CI straddles 99 %), q8_0 (failed)."""
-    steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(N, 300)), step("c2", 2, req_s, ttfts(N, 500))]  # noqa: E731
+    steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(N, 300)), step("c2", 2, req_s, ttfts(N, 500))]
     return {
-        "q4_1": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
-                                        step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4)],
-                 "accuracy": 0.5, "samples": REF, "cost": {"usd_per_hour": 3.6}},
-        "q4_1-spec": {"steps": steady(0.98), "accuracy": 0.5, "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0,
-                                                                    lost=0, gained=0),
-                      "samples": REF},
+        "q4_1": {
+            "ref": True,
+            "steps": [
+                step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
+                step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4),
+            ],
+            "accuracy": 0.5,
+            "samples": REF,
+            "cost": {"usd_per_hour": 3.6},
+        },
+        "q4_1-spec": {
+            "steps": steady(0.98),
+            "accuracy": 0.5,
+            "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0, lost=0, gained=0),
+            "samples": REF,
+        },
         "q2_k": {"steps": steady(1.8), "accuracy": 0.3, "delta": delta(0.5, 0.3, (-0.28, -0.12))},
-        "q3_k_m": {"steps": steady(1.3), "accuracy": 39 / 80, "delta": delta(0.5, 39 / 80, (-0.05, 0.025), lost=3, gained=2),
-                   "samples": Q3},
+        "q3_k_m": {
+            "steps": steady(1.3),
+            "accuracy": 39 / 80,
+            "delta": delta(0.5, 39 / 80, (-0.05, 0.025), lost=3, gained=2),
+            "samples": Q3,
+        },
         "q8_0": {"status": "failed", "error": "ServerDied: server exited with code 1\nlog tail"},
     }
 
@@ -195,7 +384,10 @@ def test_faster_variant_failing_the_gate_is_not_recommended(demo_db: Path) -> No
     assert q2["retention"] == pytest.approx(0.6)
     assert (q2["retention_ci_low"], q2["retention_ci_high"]) == (pytest.approx(0.44), pytest.approx(0.76))
     assert q2["sustainable_scenario"] == "c2" and q2["sustainable_req_s"] == pytest.approx(1.8)
-    assert got["q8_0"]["verdict"] == "failed" and got["q8_0"]["verdict_reason"] == "failed: ServerDied: server exited with code 1"
+    assert (
+        got["q8_0"]["verdict"] == "failed"
+        and got["q8_0"]["verdict_reason"] == "failed: ServerDied: server exited with code 1"
+    )
 
 
 def test_ci_straddling_the_target_is_not_enough_evidence_with_the_n_needed(demo_db: Path) -> None:
@@ -213,7 +405,9 @@ def test_ci_straddling_the_target_is_not_enough_evidence_with_the_n_needed(demo_
     z = statistics.NormalDist().inv_cdf
     expected = ((z(0.975) + z(0.8)) * sd / distance) ** 2
     assert q3["n_needed"] == pytest.approx(expected, rel=0.005) and q3["n"] == 80
-    assert q3["verdict_reason"].endswith("paired samples needed if it is truly equal, ~8701 at the observed effect (have 80)")
+    assert q3["verdict_reason"].endswith(
+        "paired samples needed if it is truly equal, ~8701 at the observed effect (have 80)"
+    )
     # a truly equal variant with that discordance (5 of 80 pairs differ): sd sqrt(5 / 80), distance 0.005
     equal = ((z(0.975) + z(0.8)) * math.sqrt(5 / n) / 0.005) ** 2
     assert q3["n_needed_if_equal"] == pytest.approx(equal, rel=0.005)
@@ -227,11 +421,19 @@ def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Pa
     assert got["q4_1-spec"]["verdict"] == "passes" and got["q4_1-spec"]["rank"] == 2
     assert "tied with q4_1-spec" in got["q4_1"]["verdict_reason"]
     # Two non-reference variants within 5 %: the faster one keeps less (lower retention bound), so the other wins.
-    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
-                "a": {"steps": [step("c1", 1, 1.00, ttfts(N, 300))], "accuracy": 0.5,
-                      "delta": delta(0.5, 0.5, (-0.002, 0.002))},
-                "b": {"steps": [step("c1", 1, 1.04, ttfts(N, 300))], "accuracy": 0.499,
-                      "delta": delta(0.5, 0.499, (-0.004, 0.002))}}
+    variants = {
+        "ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
+        "a": {
+            "steps": [step("c1", 1, 1.00, ttfts(N, 300))],
+            "accuracy": 0.5,
+            "delta": delta(0.5, 0.5, (-0.002, 0.002)),
+        },
+        "b": {
+            "steps": [step("c1", 1, 1.04, ttfts(N, 300))],
+            "accuracy": 0.499,
+            "delta": delta(0.5, 0.499, (-0.004, 0.002)),
+        },
+    }
     db = tmp_path / "tie.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
@@ -275,18 +477,29 @@ def test_an_slo_no_variant_meets(tmp_path: Path) -> None:
 def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path: Path) -> None:
     # c4 is fast but 10 of 310 requests failed: enough misses to show its p99 above every limit. c2 passes;
     # c8 misses on TTFT; c16 meets by luck above them and does not count.
-    variants = {"ref": {"ref": True, "accuracy": 0.5, "steps": [
-        step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 900)),
-        step("c4", 4, 1.2, ttfts(N, 400), errors=10), step("c8", 8, 1.4, ttfts(N, 2500)),
-        step("c16", 16, 1.6, ttfts(N, 300))]}}
+    variants = {
+        "ref": {
+            "ref": True,
+            "accuracy": 0.5,
+            "steps": [
+                step("c1", 1, 0.5, ttfts(N, 300)),
+                step("c2", 2, 0.9, ttfts(N, 900)),
+                step("c4", 4, 1.2, ttfts(N, 400), errors=10),
+                step("c8", 8, 1.4, ttfts(N, 2500)),
+                step("c16", 16, 1.6, ttfts(N, 300)),
+            ],
+        }
+    }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
         steps = {r["scenario"]: r for r in rows(con, "select * from v_slo_steps")}
         rec = by_variant(con, "e1")["ref"]
     assert steps["c4"]["slo_met"] is False and steps["c4"]["ttft_ms_pctl"] is None and steps["c4"]["num_misses"] == 10
-    assert steps["c4"]["slo_fail_reason"] == ("10 of 310 requests failed or did not complete; p99 TTFT > 2000 ms (10 of "
-                                              "310 over); p99 TPOT > 200 ms (10 of 310 over)")
+    assert steps["c4"]["slo_fail_reason"] == (
+        "10 of 310 requests failed or did not complete; p99 TTFT > 2000 ms (10 of "
+        "310 over); p99 TPOT > 200 ms (10 of 310 over)"
+    )
     assert steps["c8"]["slo_fail_reason"] == "p99 TTFT > 2000 ms (300 of 300 over)"
     assert steps["c16"]["slo_met"] is True
     assert rec["load_basis"] == "concurrency" and rec["sustainable_scenario"] == "c2"
@@ -300,13 +513,25 @@ def test_rate_steps_rank_by_offered_rate_and_a_lucky_step_does_not_count(tmp_pat
     with offered rates), in offered-rate order: r1 meets, r2 misses, r4 meets by luck: r1 is sustainable and the
     limit lies below r2 (the interval of the load). A variant whose lowest rate step has too few requests to show the
     percentile is not_enough_requests, with the requests it needs."""
-    ok = lambda sc, rate: step(sc, 4, rate, ttfts(N, 300), rate=rate)  # noqa: E731
+    ok = lambda sc, rate: step(sc, 4, rate, ttfts(N, 300), rate=rate)
     variants = {
-        "ref": {"ref": True, "accuracy": 0.5, "steps": [
-            step("c1", 1, 5.0, ttfts(N, 300)), step("c2", 2, 9.0, ttfts(N, 300)),
-            ok("r1", 1.0), step("r2", 4, 2.0, ttfts(N, 2100), rate=2.0), ok("r4", 4.0)]},
-        "small": {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001)),
-                  "steps": [step("r1", 4, 1.0, ttfts(12, 300), rate=1.0), step("r2", 4, 2.0, ttfts(12, 300), rate=2.0)]}}
+        "ref": {
+            "ref": True,
+            "accuracy": 0.5,
+            "steps": [
+                step("c1", 1, 5.0, ttfts(N, 300)),
+                step("c2", 2, 9.0, ttfts(N, 300)),
+                ok("r1", 1.0),
+                step("r2", 4, 2.0, ttfts(N, 2100), rate=2.0),
+                ok("r4", 4.0),
+            ],
+        },
+        "small": {
+            "accuracy": 0.5,
+            "delta": delta(0.5, 0.5, (-0.001, 0.001)),
+            "steps": [step("r1", 4, 1.0, ttfts(12, 300), rate=1.0), step("r2", 4, 2.0, ttfts(12, 300), rate=2.0)],
+        },
+    }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "r1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
@@ -318,9 +543,11 @@ def test_rate_steps_rank_by_offered_rate_and_a_lucky_step_does_not_count(tmp_pat
     assert ref["next_failing_scenario"] == "r2" and ref["next_failing_status"] == "missed"
     assert ref["sustainable_achieved_ratio"] == pytest.approx(1.0, abs=0.01)
     assert small["verdict"] == "not_enough_requests" and small["n_needed_slo"] == 299
-    assert small["slo_note"] == ("the lowest step (r1) has too few requests to show the SLO: p99 TTFT <= 2000 ms not "
-                                 "shown at 95 % (0 of 12 over, 0 allowed); p99 TPOT <= 200 ms not shown at 95 % (0 of 12 "
-                                 "over, 0 allowed); 299 requests needed")
+    assert small["slo_note"] == (
+        "the lowest step (r1) has too few requests to show the SLO: p99 TTFT <= 2000 ms not "
+        "shown at 95 % (0 of 12 over, 0 allowed); p99 TPOT <= 200 ms not shown at 95 % (0 of 12 "
+        "over, 0 allowed); 299 requests needed"
+    )
     assert ref["verdict"] == "recommended"
 
 
@@ -331,30 +558,40 @@ def test_each_perf_verdict_is_worded_with_what_it_rests_on(tmp_path: Path) -> No
     from tasks.report.recommend import format_recommendation
 
     same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
-    ok = lambda sc, rate, n=N: step(sc, 4, rate, ttfts(n, 300), rate=rate)  # noqa: E731
+    ok = lambda sc, rate, n=N: step(sc, 4, rate, ttfts(n, 300), rate=rate)
     variants = {
         "rated": {"ref": True, "accuracy": 0.5, "steps": [ok("r1", 1.0), step("r2", 4, 2.0, ttfts(N, 2100), rate=2.0)]},
         "open": {**same, "steps": [ok("r1", 1.0), ok("r2", 2.0)]},
         "queued": {**same, "steps": [ok("r1", 1.0), step("r2", 4, 2.0, ttfts(N, 300), rate=2.0, completion_rate=1.5)]},
         "small": {**same, "steps": [ok("r1", 1.0, 12), ok("r2", 2.0, 12)]},
-        "slow": {**same, "steps": [step("r1", 4, 1.0, ttfts(N, 2100), rate=1.0)]}}
+        "slow": {**same, "steps": [step("r1", 4, 1.0, ttfts(N, 2100), rate=1.0)]},
+    }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
         lines = format_recommendation(con, "w1").splitlines()
     bounds = "300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 599 ms, TPOT 20.0 ms"
-    assert lines[2].startswith(f"Ship open: at least 2.00 req/s sustained (r2, 128.0 output tok/s; {bounds}): the "
-                               f"highest rate measured, 2.00x the sustainable rate of rated at p99 TTFT <= 2000 ms")
-    assert (f"rated meets the SLO and passes the gate (1.00 req/s sustained (r1, 64.0 output tok/s; {bounds}); the next "
-            f"rate, 2.00 req/s (r2), misses the SLO; the reference for arithmetic.accuracy); rate 0.50x the "
-                f"recommended.") in lines
-    assert any(x.startswith("queued meets the SLO") and "the next rate, 2.00 req/s (r2), is not sustained" in x
-               for x in lines)
-    assert ("small cannot be judged on the SLO: the lowest step (r1) has too few requests to show the SLO: p99 TTFT "
-            "<= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); p99 TPOT <= 200 ms not shown at 95 % (0 of 12 "
-            "over, 0 allowed); 299 requests needed.") in lines
-    assert ("slow sustains no load under the SLO: the lowest step (r1) does not meet the SLO: p99 TTFT > 2000 ms "
-            "(300 of 300 over).") in lines
+    assert lines[2].startswith(
+        f"Ship open: at least 2.00 req/s sustained (r2, 128.0 output tok/s; {bounds}): the "
+        f"highest rate measured, 2.00x the sustainable rate of rated at p99 TTFT <= 2000 ms"
+    )
+    assert (
+        f"rated meets the SLO and passes the gate (1.00 req/s sustained (r1, 64.0 output tok/s; {bounds}); the next "
+        f"rate, 2.00 req/s (r2), misses the SLO; the reference for arithmetic.accuracy); rate 0.50x the "
+        f"recommended."
+    ) in lines
+    assert any(
+        x.startswith("queued meets the SLO") and "the next rate, 2.00 req/s (r2), is not sustained" in x for x in lines
+    )
+    assert (
+        "small cannot be judged on the SLO: the lowest step (r1) has too few requests to show the SLO: p99 TTFT "
+        "<= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); p99 TPOT <= 200 ms not shown at 95 % (0 of 12 "
+        "over, 0 allowed); 299 requests needed."
+    ) in lines
+    assert (
+        "slow sustains no load under the SLO: the lowest step (r1) does not meet the SLO: p99 TTFT > 2000 ms "
+        "(300 of 300 over)."
+    ) in lines
     table = "\n".join(lines)
     assert "| small   | not_enough_requests |" in table and "| needs 299 |" in table
 
@@ -363,12 +600,15 @@ def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
     """Rate steps bracket each variant's sustainable rate: a [4, 5) and b [4.5, 6) overlap, so they tie although b's
     point is 12 % higher, and the tie goes to quality (a's retention lower bound is higher). Brackets that only touch,
     [4, 5) and [5, 6), do not tie: 5 req/s failed for a and passed for b."""
+
     def bracketed(lo: float, hi: float) -> list[dict]:
         return [step(f"r{lo:g}", 4, lo, ttfts(N, 300), rate=lo), step(f"r{hi:g}", 4, hi, ttfts(N, 2100), rate=hi)]
 
-    variants = {"ref": {"ref": True, "accuracy": 0.5, "steps": bracketed(1.0, 2.0)},
-                "a": {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.003)), "steps": bracketed(4.0, 5.0)},
-                "b": {"accuracy": 0.5, "delta": delta(0.5, 0.499, (-0.003, 0.002)), "steps": bracketed(4.5, 6.0)}}
+    variants = {
+        "ref": {"ref": True, "accuracy": 0.5, "steps": bracketed(1.0, 2.0)},
+        "a": {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.003)), "steps": bracketed(4.0, 5.0)},
+        "b": {"accuracy": 0.5, "delta": delta(0.5, 0.499, (-0.003, 0.002)), "steps": bracketed(4.5, 6.0)},
+    }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:
@@ -389,12 +629,25 @@ def records_of(con, variant: str, scenario: str) -> list[list]:
     from tasks.perf.metrics import RequestRecord
 
     runs: dict[int, list] = {}
-    for r in rows(con, f"select * from perf_requests where variant = '{variant}' and scenario = '{scenario}' "
-                       f"and not is_warmup order by request_index"):
-        runs.setdefault(r["repeat"] or 0, []).append(RequestRecord(
-            r["request_index"], r["status"], (r["start_s"] or 0.0) * 1000, ttft_ms=r["ttft_ms"], e2el_ms=r["e2el_ms"],
-            output_tokens=r["output_tokens"], repeat=r["repeat"] or 0, ttft_answer_ms=r["ttft_answer_ms"],
-            reasoning_tokens=r["reasoning_tokens"], end_ms=r["end_s"] * 1000 if r["end_s"] is not None else None))
+    for r in rows(
+        con,
+        f"select * from perf_requests where variant = '{variant}' and scenario = '{scenario}' "
+        f"and not is_warmup order by request_index",
+    ):
+        runs.setdefault(r["repeat"] or 0, []).append(
+            RequestRecord(
+                r["request_index"],
+                r["status"],
+                (r["start_s"] or 0.0) * 1000,
+                ttft_ms=r["ttft_ms"],
+                e2el_ms=r["e2el_ms"],
+                output_tokens=r["output_tokens"],
+                repeat=r["repeat"] or 0,
+                ttft_answer_ms=r["ttft_answer_ms"],
+                reasoning_tokens=r["reasoning_tokens"],
+                end_ms=r["end_s"] * 1000 if r["end_s"] is not None else None,
+            )
+        )
     return [runs[k] for k in sorted(runs)]
 
 
@@ -428,19 +681,36 @@ def assert_same_judgement(sql: dict, py, limits: dict[str, float]) -> None:
 
 
 # (requests within, over the limit, failed, percentile, confidence): around each count that changes the verdict
-JUDGED = [(12, 0, 0, 99, 0.95), (298, 0, 0, 99, 0.95), (299, 0, 0, 99, 0.95), (471, 1, 0, 99, 0.95),
-          (472, 1, 0, 99, 0.95), (294, 6, 0, 99, 0.95), (293, 7, 0, 99, 0.95), (293, 0, 7, 99, 0.95),
-          (29, 0, 0, 90, 0.95), (28, 0, 0, 90, 0.95), (95, 5, 0, 90, 0.99), (0, 0, 3, 99, 0.95), (17, 3, 0, 75, 0.95),
-          (11, 1, 1, 50, 0.9), (400, 2, 1, 99.5, 0.975)]
+JUDGED = [
+    (12, 0, 0, 99, 0.95),
+    (298, 0, 0, 99, 0.95),
+    (299, 0, 0, 99, 0.95),
+    (471, 1, 0, 99, 0.95),
+    (472, 1, 0, 99, 0.95),
+    (294, 6, 0, 99, 0.95),
+    (293, 7, 0, 99, 0.95),
+    (293, 0, 7, 99, 0.95),
+    (29, 0, 0, 90, 0.95),
+    (28, 0, 0, 90, 0.95),
+    (95, 5, 0, 90, 0.99),
+    (0, 0, 3, 99, 0.95),
+    (17, 3, 0, 75, 0.95),
+    (11, 1, 1, 50, 0.9),
+    (400, 2, 1, 99.5, 0.975),
+]
 
 
 @pytest.mark.parametrize("n_ok, over, misses, percentile, confidence", JUDGED)
-def test_python_and_sql_judge_a_step_the_same(tmp_path: Path, n_ok: int, over: int, misses: int, percentile: float,
-                                              confidence: float) -> None:
+def test_python_and_sql_judge_a_step_the_same(
+    tmp_path: Path, n_ok: int, over: int, misses: int, percentile: float, confidence: float
+) -> None:
     ttft = [100.0 + (i * 7) % 13 for i in range(n_ok - over)] + [500.0 + i for i in range(over)]
     limits = {"ttft_ms": 400.0, "e2el_ms": 1900.0}
-    sql, py = judged_both(tmp_path, step("c1", 1, 1.0, ttft, errors=misses),
-                          {"slo": limits, "percentile": percentile, "confidence": confidence})
+    sql, py = judged_both(
+        tmp_path,
+        step("c1", 1, 1.0, ttft, errors=misses),
+        {"slo": limits, "percentile": percentile, "confidence": confidence},
+    )
     assert_same_judgement(sql, py, limits)
 
 
@@ -455,11 +725,20 @@ def test_the_counts_that_decide_agree_with_scipy_at_every_boundary(tmp_path: Pat
     for k, (pct, conf) in enumerate(settings):
         steps = []
         for n in ns:
-            for over in sorted({max(allowed_over(n, pct, conf), 0), allowed_over(n, pct, conf) + 1,
-                                min(missed_over(n, pct, conf), n)} - {n + 1}):
+            for over in sorted(
+                {max(allowed_over(n, pct, conf), 0), allowed_over(n, pct, conf) + 1, min(missed_over(n, pct, conf), n)}
+                - {n + 1}
+            ):
                 steps.append(step(f"n{n}o{over}", 1, 1.0, [100.0] * (n - over) + [900.0] * over))
-        load_run(write_decision_run(tmp_path / "runs", f"g{k}", {"ref": {"ref": True, "steps": steps}},
-                                    decision={"slo": {"ttft_ms": 400.0}, "percentile": pct, "confidence": conf}), db)
+        load_run(
+            write_decision_run(
+                tmp_path / "runs",
+                f"g{k}",
+                {"ref": {"ref": True, "steps": steps}},
+                decision={"slo": {"ttft_ms": 400.0}, "percentile": pct, "confidence": conf},
+            ),
+            db,
+        )
     checked = 0
     with open_warehouse(db, read_only=True) as con:
         for r in rows(con, "select * from v_slo_steps"):
@@ -474,15 +753,22 @@ def test_the_counts_that_decide_agree_with_scipy_at_every_boundary(tmp_path: Pat
     assert checked >= 5 * 2 * len(ns)
 
 
-@pytest.mark.parametrize("completion_rate, repeats, status", [(None, 1, "met"), (None, 3, "met"), (8.0, 1, "not_sustained"),
-                                                              (9.7, 2, "met"), (9.0, 1, "not_sustained")])
-def test_a_rate_step_is_sustained_when_completions_keep_pace(tmp_path: Path, completion_rate: float | None,
-                                                             repeats: int, status: str) -> None:
+@pytest.mark.parametrize(
+    "completion_rate, repeats, status",
+    [(None, 1, "met"), (None, 3, "met"), (8.0, 1, "not_sustained"), (9.7, 2, "met"), (9.0, 1, "not_sustained")],
+)
+def test_a_rate_step_is_sustained_when_completions_keep_pace(
+    tmp_path: Path, completion_rate: float | None, repeats: int, status: str
+) -> None:
     """Requests arrive at 10 req/s; the server returns them at `completion_rate` (a queue that grows when it is below
     the rate): achieved / offered must be >= 0.95, in Python and in SQL alike."""
     limits = {"ttft_ms": 2000.0}
-    sql, py = judged_both(tmp_path, step("r10", 4, 10.0, ttfts(N, 100), rate=10.0, completion_rate=completion_rate,
-                                         repeats=repeats), {"slo": limits}, rate_step=True)
+    sql, py = judged_both(
+        tmp_path,
+        step("r10", 4, 10.0, ttfts(N, 100), rate=10.0, completion_rate=completion_rate, repeats=repeats),
+        {"slo": limits},
+        rate_step=True,
+    )
     assert_same_judgement(sql, py, limits)
     assert sql["slo_status"] == status and sql["is_rate_step"] is True
     assert sql["offered_req_s"] == pytest.approx(10.0)
@@ -490,15 +776,18 @@ def test_a_rate_step_is_sustained_when_completions_keep_pace(tmp_path: Path, com
     assert sql["achieved_ratio"] == pytest.approx(expected, rel=0.05)
     assert (sql["achieved_ratio"] >= 0.95) == (status == "met")
     if status == "not_sustained":
-        assert sql["slo_fail_reason"] == f"not sustained: achieved {sql['achieved_ratio'] * 100:.0f} % of the offered rate"
+        assert (
+            sql["slo_fail_reason"] == f"not sustained: achieved {sql['achieved_ratio'] * 100:.0f} % of the offered rate"
+        )
 
 
 def test_reasoning_requests_are_judged_on_their_first_answer_token(tmp_path: Path) -> None:
     """Ten requests reasoned first: their first token came fast (300 ms) but the first answer token late (2,500 ms,
     over the 2,000 ms limit): ten over, the p99 shown above the limit. Without them it would meet."""
     limits = {"ttft_ms": 2000.0}
-    sql, py = judged_both(tmp_path, step("c1", 1, 1.0, ttfts(N, 300), reasoning={i: 2500.0 for i in range(10)}),
-                          {"slo": limits})
+    sql, py = judged_both(
+        tmp_path, step("c1", 1, 1.0, ttfts(N, 300), reasoning={i: 2500.0 for i in range(10)}), {"slo": limits}
+    )
     assert_same_judgement(sql, py, limits)
     assert sql["slo_status"] == "missed" and sql["ttft_over"] == 10
 
@@ -527,29 +816,40 @@ def test_plain_language_comes_first(demo_db: Path) -> None:
         lines = format_recommendation(con).splitlines()
         md = recommendation_markdown(con, "d1")
     assert lines[0].startswith("run d1: decision under p99 TTFT <= 2000 ms, TPOT <= 200 ms, retention >= 99.0 %")
-    assert lines[2] == ("Ship q4_1 (the reference): at concurrency 2, the highest measured, 1.00 req/s completed (c2, "
-                        "64.0 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT "
-                        "20.0 ms) at p99 TTFT <= 2000 ms, TPOT <= 200 ms; the reference for "
-                        "arithmetic.accuracy; 0.4 J/token, 44.4 gCO2e per 1M tokens; 15.6 USD per 1M output tokens. "
-                        "Chosen on rate (best rate, tied with q4_1-spec (within 5.0 %): chosen on the retention lower "
-                        "bound, then the reference).")
-    assert ("q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %, 80 pairs): "
-            "fails the 99.0 % gate.") in lines
-    assert ("q3_k_m is faster (1.30x the req/s) but is not measured well enough: keeps 97.5 % of arithmetic.accuracy "
-            "(95 % CI 90.0-105.0 %, 80 pairs), which straddles the 99.0 % target; to decide: ~19,626 paired samples if "
-            "it is truly equal (6.25 % of pairs differ), ~8,701 if the observed -1.25 points are the truth "
-            "(have 80).") in lines
-    assert ("q4_1-spec meets the SLO and passes the gate (at concurrency 2, the highest measured, 0.98 req/s completed "
-            "(c2, 62.7 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT 20.0 ms); "
-            "keeps 100.0 % of arithmetic.accuracy (95 % CI 99.6-100.4 %, 2,000 pairs)); rate 0.98x the "
-            "recommended.") in lines
+    assert lines[2] == (
+        "Ship q4_1 (the reference): at concurrency 2, the highest measured, 1.00 req/s completed (c2, "
+        "64.0 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT "
+        "20.0 ms) at p99 TTFT <= 2000 ms, TPOT <= 200 ms; the reference for "
+        "arithmetic.accuracy; 0.4 J/token, 44.4 gCO2e per 1M tokens; 15.6 USD per 1M output tokens. "
+        "Chosen on rate (best rate, tied with q4_1-spec (within 5.0 %): chosen on the retention lower "
+        "bound, then the reference)."
+    )
+    assert (
+        "q2_k is faster (1.80x the req/s) but keeps 60.0 % of arithmetic.accuracy (95 % CI 44.0-76.0 %, 80 pairs): "
+        "fails the 99.0 % gate."
+    ) in lines
+    assert (
+        "q3_k_m is faster (1.30x the req/s) but is not measured well enough: keeps 97.5 % of arithmetic.accuracy "
+        "(95 % CI 90.0-105.0 %, 80 pairs), which straddles the 99.0 % target; to decide: ~19,626 paired samples if "
+        "it is truly equal (6.25 % of pairs differ), ~8,701 if the observed -1.25 points are the truth "
+        "(have 80)."
+    ) in lines
+    assert (
+        "q4_1-spec meets the SLO and passes the gate (at concurrency 2, the highest measured, 0.98 req/s completed "
+        "(c2, 62.7 output tok/s; 300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 799 ms, TPOT 20.0 ms); "
+        "keeps 100.0 % of arithmetic.accuracy (95 % CI 99.6-100.4 %, 2,000 pairs)); rate 0.98x the "
+        "recommended."
+    ) in lines
     assert md.startswith("**Ship q4_1 (the reference):") and "| q2_k | fails_gate | 1.80 | fail |" in md
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"retention": 1.5}, "--retention: Input should be less than or equal to 1 (got 1.5)"),
-    ({"optimise": "speed"}, "--optimise: Input should be 'rate', 'tps', 'cost', 'energy' or 'cost_per_correct'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"retention": 1.5}, "--retention: Input should be less than or equal to 1 (got 1.5)"),
+        ({"optimise": "speed"}, "--optimise: Input should be 'rate', 'tps', 'cost', 'energy' or 'cost_per_correct'"),
+    ],
+)
 def test_bad_overrides_are_one_line(demo_db: Path, overrides: dict, message: str) -> None:
     from tasks.report.recommend import format_recommendation
 
@@ -558,16 +858,23 @@ def test_bad_overrides_are_one_line(demo_db: Path, overrides: dict, message: str
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("text, parsed", [("mlperf-llama2-70b-interactive", {"preset": "mlperf-llama2-70b-interactive"}),
-                                          ("ttft_ms=500, tpot_ms=50", {"ttft_ms": 500.0, "tpot_ms": 50.0})])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("mlperf-llama2-70b-interactive", {"preset": "mlperf-llama2-70b-interactive"}),
+        ("ttft_ms=500, tpot_ms=50", {"ttft_ms": 500.0, "tpot_ms": 50.0}),
+    ],
+)
 def test_slo_flag(text: str, parsed: dict) -> None:
     from tasks.report.recommend import parse_slo
 
     assert parse_slo(text) == parsed
 
 
-@pytest.mark.parametrize("text, message", [("fast", "--slo: 'fast' is neither a preset"),
-                                           ("ttft_ms=soon", "--slo: ttft_ms='soon' is not a number of ms")])
+@pytest.mark.parametrize(
+    "text, message",
+    [("fast", "--slo: 'fast' is neither a preset"), ("ttft_ms=soon", "--slo: ttft_ms='soon' is not a number of ms")],
+)
 def test_bad_slo_flag_is_one_line(text: str, message: str) -> None:
     from tasks.report.recommend import parse_slo
 
@@ -580,11 +887,17 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
     load_run(write_decision_run(tmp_path / "runs", "old", demo_like(), decision=None), db)
     load_run(write_decision_run(tmp_path / "runs", "new", demo_like(), decision={}), db)
     with open_warehouse(db, read_only=True) as con:
-        old, new = (rows(con, f"select * exclude (run_id) from v_decision where run_id = '{r}'")[0] for r in ("old", "new"))
+        old, new = (
+            rows(con, f"select * exclude (run_id) from v_decision where run_id = '{r}'")[0] for r in ("old", "new")
+        )
     assert old == new
     d = DecisionSpec()
     assert (new["slo_percentile"], new["retention_target"], new["optimise"], new["tie_tolerance_pct"]) == (
-        d.percentile, d.retention, d.optimise, d.tie_tolerance_pct)
+        d.percentile,
+        d.retention,
+        d.optimise,
+        d.tie_tolerance_pct,
+    )
     # neither sets an SLO: the goodput SLO the perf steps recorded (perf.slo) applies
     assert (new["slo_label"], new["slo_ttft_ms"], new["slo_tpot_ms"]) == ("mlperf-llama2-70b-server", 2000.0, 200.0)
     assert new["gate_metrics"] == ["arithmetic.accuracy"] and new["min_samples"] == 30
@@ -595,11 +908,16 @@ def test_decision_config_writes_preset_limits_out_and_checks_gate_metrics() -> N
 
     d = DecisionSpec.model_validate({"slo": "mlperf-llama2-70b-interactive"})
     assert (d.slo.preset, d.slo.ttft_ms, d.slo.tpot_ms) == ("mlperf-llama2-70b-interactive", 450.0, 40.0)
-    base = {"models": {"m": {"path": __file__}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
-                                                                "reference": True}],
-            "quality": {"suites": [{"name": "arithmetic"}], "primary": "arithmetic.accuracy"}}
-    with pytest.raises(ConfigError, match=r"^decision.gate_metrics\[0\]: 'gsm8k.exact_match' is not 'suite.metric' of "
-                                          r"a suite in quality.suites"):
+    base = {
+        "models": {"m": {"path": __file__}},
+        "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
+        "quality": {"suites": [{"name": "arithmetic"}], "primary": "arithmetic.accuracy"},
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"^decision.gate_metrics\[0\]: 'gsm8k.exact_match' is not 'suite.metric' of "
+        r"a suite in quality.suites",
+    ):
         parse_config({**base, "decision": {"gate_metrics": ["gsm8k.exact_match"]}})
     with pytest.raises(ConfigError, match=r"^decision.optimise: "):
         parse_config({**base, "decision": {"optimise": "fast"}})
@@ -616,16 +934,21 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
     assert recommendation_change(db, "n1") is None  # no earlier night
     night2 = demo_like()
     night2["q2_k"]["delta"] = delta(0.5, 0.5, (-0.001, 0.001))  # q2_k now keeps its accuracy: it becomes the pick
-    load_run(write_decision_run(tmp_path / "runs", "n2", night2, decision={}, started_at=STARTED + timedelta(days=1)), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "n2", night2, decision={}, started_at=STARTED + timedelta(days=1)), db
+    )
     change = recommendation_change(db, "n2")
     assert change == "recommendation changed: q4_1 (run n1) -> q2_k"
     subject, body = run_message("n2", "ok", [], {}, [], recommendation=change)
     assert subject == "tradeoff nightly n2: recommendation changed" and change in body
-    load_run(write_decision_run(tmp_path / "runs", "n3", night2, decision={}, started_at=STARTED + timedelta(days=2)), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "n3", night2, decision={}, started_at=STARTED + timedelta(days=2)), db
+    )
     assert recommendation_change(db, "n3") is None  # same pick as the night before
 
 
 # --- the sustainable-load search -------------------------------------------------------------------------
+
 
 def test_search_bisects_between_passing_and_failing_rates() -> None:
     from tasks.perf.load_search import search_rates
@@ -648,13 +971,15 @@ def test_search_stops_at_its_time_budget() -> None:
         now[0] += 10.0  # every step takes 10 s
         return rate < 20
 
-    tried = search_rates(4.0, 40.0, LoadSearchSpec(budget_s=25, max_steps=10, tolerance_pct=1), measure,
-                         clock=lambda: now[0])
+    tried = search_rates(
+        4.0, 40.0, LoadSearchSpec(budget_s=25, max_steps=10, tolerance_pct=1), measure, clock=lambda: now[0]
+    )
     assert len(tried) == 2  # a third step would end at 30 s, past the 25 s budget
 
 
-def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capacity(tmp_path: Path, prefect_harness,
-                                                                                   capsys) -> None:
+def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capacity(
+    tmp_path: Path, prefect_harness, capsys
+) -> None:
     """A nightly with a decision search against tests/stubs/slo_stub.py as a hosted endpoint: one request at a time,
     40 ms each, so 25 req/s at most. Under Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its
     waiting time (slo_stub.md1_highest_rate) gives the highest rate whose p90 TTFT is within 240 ms: 19.99 req/s.
@@ -670,27 +995,58 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
     srv, url = start_paced_stub(CASE["service_ms"])
     t0 = time.monotonic()
     try:
-        summary = run_nightly({
-            "name": "slo-stub", "models": {"m": {"hub": "stub/paced"}},
-            "variants": [{"name": "paced", "model": "m", "engine": "openai-compatible", "quantization": "unknown",
-                          "reference": True, "engine_args": {"base_url": url, "model": "paced"}}],
-            "perf": {"rates": list(CASE["rates"]), "num_prompts": 8, "warmup_requests": 1, "input_len": 8,
-                     "output_len": 4, "idle_baseline_s": 0, "slo": {"ttft_ms": CASE["limit_ms"]}},
-            "decision": {"percentile": CASE["percentile"], "min_requests": CASE["requests"],
-                         "search": {"budget_s": 150, "max_steps": CASE["max_steps"],
-                                    "tolerance_pct": CASE["tolerance_pct"]}}}, tmp_path)
+        summary = run_nightly(
+            {
+                "name": "slo-stub",
+                "models": {"m": {"hub": "stub/paced"}},
+                "variants": [
+                    {
+                        "name": "paced",
+                        "model": "m",
+                        "engine": "openai-compatible",
+                        "quantization": "unknown",
+                        "reference": True,
+                        "engine_args": {"base_url": url, "model": "paced"},
+                    }
+                ],
+                "perf": {
+                    "rates": list(CASE["rates"]),
+                    "num_prompts": 8,
+                    "warmup_requests": 1,
+                    "input_len": 8,
+                    "output_len": 4,
+                    "idle_baseline_s": 0,
+                    "slo": {"ttft_ms": CASE["limit_ms"]},
+                },
+                "decision": {
+                    "percentile": CASE["percentile"],
+                    "min_requests": CASE["requests"],
+                    "search": {"budget_s": 150, "max_steps": CASE["max_steps"], "tolerance_pct": CASE["tolerance_pct"]},
+                },
+            },
+            tmp_path,
+        )
     finally:
         srv.shutdown()
     took = time.monotonic() - t0
     assert summary["status"] == "ok", summary
     with open_warehouse(tmp_path / "wh.duckdb", read_only=True) as con:
         rec = rows(con, "select * from v_recommendation")[0]
-        steps = rows(con, "select scenario, request_rate, num_measured, ttft_over, max_over_allowed, achieved_ratio, "
-                          "slo_status from v_slo_steps order by request_rate")
-    print(f"\nsearch against the stub (true {true_rate:.2f} req/s, capacity {capacity:.0f}): "
-          + "; ".join(f"{s['scenario']} {s['request_rate']:.2f} {s['slo_status']} ({s['ttft_over']}/{s['num_measured']} "
-                      f"over, {s['max_over_allowed']} allowed, achieved {s['achieved_ratio']:.2f})" for s in steps)
-          + f"; sustainable {rec['sustainable_req_s']:.2f} req/s ({rec['sustainable_req_s'] / true_rate:.0%}); {took:.0f} s")
+        steps = rows(
+            con,
+            "select scenario, request_rate, num_measured, ttft_over, max_over_allowed, achieved_ratio, "
+            "slo_status from v_slo_steps order by request_rate",
+        )
+    print(
+        f"\nsearch against the stub (true {true_rate:.2f} req/s, capacity {capacity:.0f}): "
+        + "; ".join(
+            f"{s['scenario']} {s['request_rate']:.2f} {s['slo_status']} ({s['ttft_over']}/{s['num_measured']} "
+            f"over, {s['max_over_allowed']} allowed, achieved {s['achieved_ratio']:.2f})"
+            for s in steps
+        )
+        + f"; sustainable {rec['sustainable_req_s']:.2f} req/s ({rec['sustainable_req_s'] / true_rate:.0%}); "
+        f"{took:.0f} s"
+    )
     assert all(s["num_measured"] >= CASE["requests"] for s in steps)  # sized from the decision (min_requests)
     assert [s["scenario"] for s in steps if s["scenario"].startswith("search")]  # the search ran
     assert rec["load_basis"] == "rate" and rec["verdict"] == "recommended"
@@ -702,7 +1058,7 @@ def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> N
 
     with open_warehouse(demo_db, read_only=True) as con:
         page = render_html(con, "d1")
-    section = page[page.index("<h2>Decision: which variant to ship</h2>"):page.index("<h2>Trade-off table</h2>")]
+    section = page[page.index("<h2>Decision: which variant to ship</h2>") : page.index("<h2>Trade-off table</h2>")]
     assert "<b>Ship q4_1 (the reference): at concurrency 2, the highest measured, 1.00 req/s" in section
     assert "q2_k is faster (1.80x the req/s) but keeps 60.0 %" in section
     assert section.count("<svg") == 1 and "ship this" in section and "retention target 99 %" in section
@@ -725,10 +1081,13 @@ def test_cli_recommend(demo_db: Path, capsys) -> None:
     assert out[0].startswith("run d1: decision under p99") and out[2].startswith("Ship q4_1 (the reference)")
     assert main(["recommend", "--warehouse", str(demo_db), "--optimise", "tps", "--gate", "arithmetic.accuracy"]) == 0
     assert "(overridden: --gate, --optimise)" in capsys.readouterr().out.splitlines()[0]
-    for flags, message in ((["--retention", "ninety"], "error: --retention: 'ninety' is not a number; write e.g. "
-                                                       "--retention 0.99"),
-                           (["--gate", "fidelity.kl"], "error: --gate: 'fidelity.kl' is not a quality metric of run d1; "
-                                                      "known: arithmetic.accuracy")):
+    for flags, message in (
+        (["--retention", "ninety"], "error: --retention: 'ninety' is not a number; write e.g. --retention 0.99"),
+        (
+            ["--gate", "fidelity.kl"],
+            "error: --gate: 'fidelity.kl' is not a quality metric of run d1; known: arithmetic.accuracy",
+        ),
+    ):
         assert main(["recommend", "--warehouse", str(demo_db), *flags]) == 2
         assert capsys.readouterr().err.strip() == message
 
@@ -741,15 +1100,22 @@ def test_a_warehouse_written_before_the_views_existed_is_one_line(demo_db: Path)
 
     with duckdb.connect(str(demo_db)) as con:
         con.execute("drop view v_recommendation")
-    with open_warehouse(demo_db, read_only=True) as con, pytest.raises(WarehouseError, match="has no v_recommendation "
-                                                                                              "yet .*`tradeoff load"):
+    with (
+        open_warehouse(demo_db, read_only=True) as con,
+        pytest.raises(WarehouseError, match="has no v_recommendation yet .*`tradeoff load"),
+    ):
         format_recommendation(con)
 
 
 def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
-    variants = {"ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
-                "bad": {"steps": [step("c1", 1, 1.0, ttfts(N, 300))], "accuracy": 0.05,
-                        "delta": delta(0.5, 0.05, (-0.7, -0.3))}}
+    variants = {
+        "ref": {"ref": True, "steps": [step("c1", 1, 0.5, ttfts(N, 300))], "accuracy": 0.5},
+        "bad": {
+            "steps": [step("c1", 1, 1.0, ttfts(N, 300))],
+            "accuracy": 0.05,
+            "delta": delta(0.5, 0.05, (-0.7, -0.3)),
+        },
+    }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision={}), db)
     with open_warehouse(db, read_only=True) as con:

@@ -48,12 +48,28 @@ def test_takeaways(frame: pd.DataFrame) -> None:
     assert takeaways(frame, "fraction") == [Q2_K, Q8_0]
 
 
-@pytest.mark.parametrize("column, value, expected", [
-    ("ttft_change_pct_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"),
-    ("speedup_vs_reference", None, "q2_k vs q4_1: TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"),
-    ("quality_delta_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, energy n/a"),
-    ("energy_j_per_token", 0.24, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy 0.80x J/token"),
-])
+@pytest.mark.parametrize(
+    "column, value, expected",
+    [
+        (
+            "ttft_change_pct_vs_reference",
+            None,
+            "q2_k vs q4_1: 1.30x tokens/s, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
+        ),
+        (
+            "speedup_vs_reference",
+            None,
+            "q2_k vs q4_1: TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
+        ),
+        ("quality_delta_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, energy n/a"),
+        (
+            "energy_j_per_token",
+            0.24,
+            "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy 0.80x "
+            "J/token",
+        ),
+    ],
+)
 def test_takeaway_clauses(frame: pd.DataFrame, column: str, value: float | None, expected: str) -> None:
     frame.loc[frame["variant"] == "q2_k", column] = value
     assert takeaways(frame, "fraction")[0] == expected
@@ -70,9 +86,14 @@ def test_takeaway_quality_delta_carries_its_interval_and_verdict(frame: pd.DataF
     assert "(95 % CI -20.0..+5.0, inconclusive)" in takeaways(frame, "fraction")[0]
 
 
-@pytest.mark.parametrize("unit, clause", [("fraction", "arithmetic_accuracy -12.0 points"),
-                                          ("count", "arithmetic_accuracy -0.12 count"),
-                                          (None, "arithmetic_accuracy -0.12,")])
+@pytest.mark.parametrize(
+    "unit, clause",
+    [
+        ("fraction", "arithmetic_accuracy -12.0 points"),
+        ("count", "arithmetic_accuracy -0.12 count"),
+        (None, "arithmetic_accuracy -0.12,"),
+    ],
+)
 def test_quality_delta_units(frame: pd.DataFrame, unit: str | None, clause: str) -> None:
     assert clause in takeaways(frame, unit)[0]
 
@@ -93,14 +114,36 @@ def test_format_report(db: Path) -> None:
     assert lines[0] == "run r1, started 2025-01-02 03:04:05 UTC"
     header = next(line for line in lines if "variant" in line)
     assert [c.strip() for c in header.strip("| ").split("|")] == [
-        "variant", "engine", "quant", "spec", "peak tok/s", "best tok/s", "TTFT ms mean", "TTFT ms p99", "jitter %",
-        "arithmetic.accuracy", "energy J/token"]
+        "variant",
+        "engine",
+        "quant",
+        "spec",
+        "peak tok/s",
+        "best tok/s",
+        "TTFT ms mean",
+        "TTFT ms p99",
+        "jitter %",
+        "arithmetic.accuracy",
+        "energy J/token",
+    ]
     q2 = next(line for line in lines if line.startswith("| q2_k"))
     assert [c.strip() for c in q2.strip("| ").split("|")] == [
-        "q2_k", "llama.cpp", "q2_k", "", "170.0", "156.0", "90.0", "120.0", "20.0", "0.680", "NULL"]
+        "q2_k",
+        "llama.cpp",
+        "q2_k",
+        "",
+        "170.0",
+        "156.0",
+        "90.0",
+        "120.0",
+        "20.0",
+        "0.680",
+        "NULL",
+    ]
     # q8_0 failed: energy NULL too, but with no note there is nothing to footnote.
     assert [line for line in lines if line.startswith("energy NULL")] == [
-        "energy NULL for q2_k: RAPL not readable: permission denied"]
+        "energy NULL for q2_k: RAPL not readable: permission denied"
+    ]
     assert lines[-2:] == [f"- {Q2_K}", f"- {Q8_0}"]
 
 

@@ -66,25 +66,45 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter:
 
 
 @pytest.mark.parametrize("entry", ["cli", "deployment"])
-def test_tradeoff_run_reads_and_validates_its_config_once(entry: str, prefect_harness, tmp_path: Path, monkeypatch,
-                                                          capsys) -> None:
+def test_tradeoff_run_reads_and_validates_its_config_once(
+    entry: str, prefect_harness, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """Two hosted variants (a stub server) measured in-process by a real `tradeoff run`: one read of the file,
     one validation, one preflight and one check of the run id for the whole walk, not one per step or variant.
     So too when the nightly flow is given the path as a deployment's flow run is (it checks its input itself)."""
     from tests.stubs.slo_stub import start_paced_stub
 
     srv, url = start_paced_stub(1.0)
-    variant = {"model": "m", "engine": "openai-compatible", "quantization": "unknown",
-               "engine_args": {"base_url": url, "model": "paced"}}
+    variant = {
+        "model": "m",
+        "engine": "openai-compatible",
+        "quantization": "unknown",
+        "engine_args": {"base_url": url, "model": "paced"},
+    }
     config = tmp_path / "walk.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "walk", "models": {"m": {"hub": "stub/paced"}},
-        "variants": [{"name": "ref", "reference": True, **variant}, {"name": "other", **variant}],
-        "perf": {"concurrency": [1], "num_prompts": 2, "warmup_requests": 0, "input_len": 8, "output_len": 2,
-                 "idle_baseline_s": 0},
-        "warehouse": str(tmp_path / "wh.duckdb")}))
-    for key, value in {"TRADEOFF_RUNS_DIR": str(tmp_path / "runs"), "TRADEOFF_WAREHOUSE": str(tmp_path / "wh.duckdb"),
-                       "TRADEOFF_CACHE_DIR": str(tmp_path / "builds")}.items():
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "walk",
+                "models": {"m": {"hub": "stub/paced"}},
+                "variants": [{"name": "ref", "reference": True, **variant}, {"name": "other", **variant}],
+                "perf": {
+                    "concurrency": [1],
+                    "num_prompts": 2,
+                    "warmup_requests": 0,
+                    "input_len": 8,
+                    "output_len": 2,
+                    "idle_baseline_s": 0,
+                },
+                "warehouse": str(tmp_path / "wh.duckdb"),
+            }
+        )
+    )
+    for key, value in {
+        "TRADEOFF_RUNS_DIR": str(tmp_path / "runs"),
+        "TRADEOFF_WAREHOUSE": str(tmp_path / "wh.duckdb"),
+        "TRADEOFF_CACHE_DIR": str(tmp_path / "builds"),
+    }.items():
         monkeypatch.setenv(key, value)
     counts = count_calls(monkeypatch)
     try:
@@ -108,7 +128,15 @@ def test_tradeoff_run_reads_and_validates_its_config_once(entry: str, prefect_ha
     assert counts["preflight"] == 1 and counts["with_work_pool"] == 1
     # The run id given to `tradeoff run`, checked once where it enters (the CLI), not again by the nightly; the
     # helpers that build a path from it (make_run_paths, ResultsLocation) still guard every path they build.
-    assert sum(n for k, n in counts.items() if k.startswith(("valid_run_id@flows.cli", "valid_run_id@flows.nightly.",
-                                                                 "valid_run_id@tasks.orchestration.runs"))) == 1
+    assert (
+        sum(
+            n
+            for k, n in counts.items()
+            if k.startswith(
+                ("valid_run_id@flows.cli", "valid_run_id@flows.nightly.", "valid_run_id@tasks.orchestration.runs")
+            )
+        )
+        == 1
+    )
     where = "flows.cli.cmd_run" if entry == "cli" else "tasks.orchestration.runs.check_run"
     assert counts[f"load_config_file@{where}"] == 1  # where the config entered

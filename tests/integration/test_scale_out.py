@@ -29,15 +29,18 @@ def tiny(**extra) -> dict:
     return data
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"scale_out": {"engines_per_gpu": 5}}, "scale_out.engines_per_gpu: 5 does not divide the 12 slots"),
-    ({"scale_out": {"results_url": "nosuch://bucket/x"}}, "scale_out.results_url: unknown protocol 'nosuch'"),
-    ({"scale_out": {"deployment": "variant"}}, "scale_out.deployment: "),
-    ({"scale_out": {"work_pol": "x"}}, "scale_out.work_pol: unknown field"),
-    ({"scale_out": {"variant_timeout_s": 0}}, "scale_out.variant_timeout_s: "),
-    ({"notify": {"block": "tradeoff-alerts"}}, "notify.block: 'tradeoff-alerts' is not 'block-type-slug/name'"),
-    ({"notify": {}}, "notify.block: required field is missing"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"scale_out": {"engines_per_gpu": 5}}, "scale_out.engines_per_gpu: 5 does not divide the 12 slots"),
+        ({"scale_out": {"results_url": "nosuch://bucket/x"}}, "scale_out.results_url: unknown protocol 'nosuch'"),
+        ({"scale_out": {"deployment": "variant"}}, "scale_out.deployment: "),
+        ({"scale_out": {"work_pol": "x"}}, "scale_out.work_pol: unknown field"),
+        ({"scale_out": {"variant_timeout_s": 0}}, "scale_out.variant_timeout_s: "),
+        ({"notify": {"block": "tradeoff-alerts"}}, "notify.block: 'tradeoff-alerts' is not 'block-type-slug/name'"),
+        ({"notify": {}}, "notify.block: required field is missing"),
+    ],
+)
 def test_bad_scale_out_and_notify_config_is_one_line(extra: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(tiny(**extra))
@@ -67,7 +70,10 @@ def test_results_location_publishes_fetches_and_clears_a_variant(tmp_path: Path)
     assert loc.publish(host, "q2_k") == 3  # its two parts and its log, not q4_1's
     shared = tmp_path / "shared" / "r1"
     assert sorted(p.relative_to(shared).as_posix() for p in shared.rglob("*") if p.is_file()) == [
-        "logs/q2_k.server.log", "results/perf_summary/q2_k.parquet", "results/variants/q2_k.parquet"]
+        "logs/q2_k.server.log",
+        "results/perf_summary/q2_k.parquet",
+        "results/variants/q2_k.parquet",
+    ]
 
     parent = _paths(tmp_path / "control")
     assert loc.fetch(parent) == 3 and len(read_table(parent.results, "variants")) == 1
@@ -90,14 +96,22 @@ def test_an_unwritable_results_location_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ConfigError) as err:
         ResultsLocation.resolve(str(tmp_path / "file" / "results")).check_writable()
-    assert str(err.value).startswith(f"scale_out.results_url: cannot write to {(tmp_path / 'file' / 'results').as_uri()}")
+    assert str(err.value).startswith(
+        f"scale_out.results_url: cannot write to {(tmp_path / 'file' / 'results').as_uri()}"
+    )
     assert "\n" not in str(err.value)
 
 
 def tradeoff(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The CLI in its own process (as users run it; Prefect's logging is not bound to pytest's captured streams)."""
-    return subprocess.run([str(Path(sys.executable).parent / "tradeoff"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "tradeoff"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_cli_fails_on_an_unwritable_results_url_before_any_variant(tmp_path: Path) -> None:
@@ -112,9 +126,20 @@ def test_cli_fails_on_an_unwritable_results_url_before_any_variant(tmp_path: Pat
 
 def test_cli_fan_out_without_a_server_is_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    proc = subprocess.run([str(Path(sys.executable).parent / "tradeoff"), "run", str(ROOT / "configs" / "tiny.yaml"),
-                           "--work-pool", "gpus"], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**env, "TRADEOFF_RUNS_DIR": str(tmp_path / "runs"), "PREFECT_HOME": str(tmp_path / "home")})
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "tradeoff"),
+            "run",
+            str(ROOT / "configs" / "tiny.yaml"),
+            "--work-pool",
+            "gpus",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**env, "TRADEOFF_RUNS_DIR": str(tmp_path / "runs"), "PREFECT_HOME": str(tmp_path / "home")},
+    )
     assert proc.returncode == 2
     assert "fanning out on 'gpus' needs a Prefect server" in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -126,8 +151,11 @@ def test_missing_pool_and_deployment_name_the_fix(prefect_harness) -> None:
     from tasks.core.config import ScaleOutSpec
     from tasks.orchestration.fanout import FanOutError, check_pool
 
-    with pytest.raises(FanOutError, match=r"work pool 'nosuch' does not exist on .*; create it with "
-                                          r"`python scripts/cluster.py setup --pool nosuch`"):
+    with pytest.raises(
+        FanOutError,
+        match=r"work pool 'nosuch' does not exist on .*; create it with "
+        r"`python scripts/cluster.py setup --pool nosuch`",
+    ):
         check_pool(ScaleOutSpec(work_pool="nosuch"))
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="t-pool", type="process"))
@@ -135,14 +163,17 @@ def test_missing_pool_and_deployment_name_the_fix(prefect_harness) -> None:
         check_pool(ScaleOutSpec(work_pool="t-pool"))
 
 
-@pytest.mark.parametrize("status, failed, flagged, on_partial, subject", [
-    ("ok", [], [], True, None),
-    ("partial", ["q2_k"], [], True, "tradeoff nightly r1: partial (1 variant failed)"),
-    ("partial", ["q2_k"], [], False, None),
-    ("failed", ["a", "b"], [], False, "tradeoff nightly r1: failed (2 variants failed)"),
-    ("ok", [], ["q2_k best_output_tok_s: 8 vs 12"], True, "tradeoff nightly r1: 1 regression"),
-    ("partial", ["b"], ["x", "y"], True, "tradeoff nightly r1: partial (1 variant failed), 2 regressions"),
-])
+@pytest.mark.parametrize(
+    "status, failed, flagged, on_partial, subject",
+    [
+        ("ok", [], [], True, None),
+        ("partial", ["q2_k"], [], True, "tradeoff nightly r1: partial (1 variant failed)"),
+        ("partial", ["q2_k"], [], False, None),
+        ("failed", ["a", "b"], [], False, "tradeoff nightly r1: failed (2 variants failed)"),
+        ("ok", [], ["q2_k best_output_tok_s: 8 vs 12"], True, "tradeoff nightly r1: 1 regression"),
+        ("partial", ["b"], ["x", "y"], True, "tradeoff nightly r1: partial (1 variant failed), 2 regressions"),
+    ],
+)
 def test_run_message(status, failed, flagged, on_partial, subject) -> None:
     from tasks.report.notify import run_message
 
@@ -172,8 +203,11 @@ def test_notification_reaches_a_local_webhook(prefect_harness) -> None:
     server = HTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        CustomWebhookNotificationBlock(name="t", url=f"http://127.0.0.1:{server.server_address[1]}/hook",
-                                       json_data={"subject": "{{subject}}", "body": "{{body}}"}).save("t-alerts", overwrite=True)
+        CustomWebhookNotificationBlock(
+            name="t",
+            url=f"http://127.0.0.1:{server.server_address[1]}/hook",
+            json_data={"subject": "{{subject}}", "body": "{{body}}"},
+        ).save("t-alerts", overwrite=True)
         deliver("custom-webhook/t-alerts", "tradeoff nightly r1: failed", "- q2_k: boom")
     finally:
         server.shutdown()
@@ -255,7 +289,10 @@ def test_a_host_without_the_engine_records_the_package_and_fails_alone(prefect_h
     with pytest.raises(VariantFailed, match="no-such-engine-package"):
         variant_flow(config=tiny(), variant="q2_k", run_id="r1")
     (row,) = read_table(tmp_path / "runs" / "r1" / "results", "variants").to_dict("records")
-    assert row["status"] == "failed" and "EngineUnavailable: engine llama.cpp needs no-such-engine-package[server]" in row["error"]
+    assert (
+        row["status"] == "failed"
+        and "EngineUnavailable: engine llama.cpp needs no-such-engine-package[server]" in row["error"]
+    )
 
 
 def test_rerun_bookkeeping(tmp_path: Path, monkeypatch) -> None:
@@ -276,8 +313,9 @@ def test_rerun_bookkeeping(tmp_path: Path, monkeypatch) -> None:
     config = yaml.safe_dump(tiny())
     record_config(paths, config, cfg)
     assert (paths.root / "config.yaml").read_text() == config
-    record_config(paths, config, cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(
-        update={"work_pool": "gpus"})}))  # where it runs does not change what it measures
+    record_config(
+        paths, config, cfg.model_copy(update={"scale_out": cfg.scale_out.model_copy(update={"work_pool": "gpus"})})
+    )  # where it runs does not change what it measures
     with pytest.raises(ConfigError, match="holds results of another config"):
         record_config(paths, config, parse_config(tiny(perf={"num_prompts": 5})))
 

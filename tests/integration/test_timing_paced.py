@@ -37,19 +37,29 @@ def paced():
         yield url
 
 
-def measure(url: str, model: str, kind: str, tag: str, n: int = 8, concurrency: int = 1,
-            count_tokens=None) -> list[tuple[RequestRecord, dict]]:
+def measure(
+    url: str, model: str, kind: str, tag: str, n: int = 8, concurrency: int = 1, count_tokens=None
+) -> list[tuple[RequestRecord, dict]]:
     """n requests through the client at `concurrency`, stamped on the host's monotonic clock; with the truth."""
     prompts = [Prompt(f"{tag} {i}", 3) for i in range(n)]
 
     async def go() -> list[RequestRecord]:
         sem = asyncio.Semaphore(concurrency)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 1)) as session:
+
             async def one(i: int, p: Prompt) -> RequestRecord:
                 async with sem:
-                    return await stream_request(session, endpoint_url(url, kind),
-                                                request_body(kind, model, p.text, N_TOKENS, None), kind, i, 0,
-                                                count_tokens, p.tokens)
+                    return await stream_request(
+                        session,
+                        endpoint_url(url, kind),
+                        request_body(kind, model, p.text, N_TOKENS, None),
+                        kind,
+                        i,
+                        0,
+                        count_tokens,
+                        p.tokens,
+                    )
+
             return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 
     records = asyncio.run(go())
@@ -88,8 +98,9 @@ def errors(pairs: list[tuple[RequestRecord, dict]]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("kind", ["completions", "chat"])
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_ttft_itl_tpot_within_a_few_ms_of_the_truth(paced, kind, concurrency):
-    pairs = measure(paced, PACE, kind, f"acc-{kind}-{concurrency}", n=8 if concurrency == 1 else 16,
-                    concurrency=concurrency)
+    pairs = measure(
+        paced, PACE, kind, f"acc-{kind}-{concurrency}", n=8 if concurrency == 1 else 16, concurrency=concurrency
+    )
     e = errors(pairs)
     # A stamp is never before the chunk's write began, and is taken when its bytes are read (not at
     # [DONE], 80 ms later, nor after parsing): the median chunk is stamped within 2 ms.
@@ -117,7 +128,7 @@ def test_a_chunk_is_stamped_when_read_not_after_parsing(paced):
 
 
 def test_done_after_a_pause_ends_e2el_not_the_chunks(paced):
-    (r, t), = measure(paced, "ttft=20,itl=10,jitter=0,done=150", "completions", "done-late", n=1)
+    ((r, t),) = measure(paced, "ttft=20,itl=10,jitter=0,done=150", "completions", "done-late", n=1)
     last_chunk = r.start_ms + r.chunk_offsets_ms[-1]
     assert abs(last_chunk - ms(t["written_ns"][-1])) < 3.0
     assert r.e2el_ms - (r.chunk_offsets_ms[-1]) >= 145.0  # E2EL: the read that carried [DONE]
@@ -146,10 +157,16 @@ def test_reasoning_deltas_are_output(paced, field):
 
 
 def test_reasoning_counted_without_usage_and_all_reasoning_is_ok(paced):
-    (r, _), = measure(paced, "ttft=20,itl=5,jitter=0,reasoning=4", "chat", "r-nousage", n=1,
-                      count_tokens=lambda text: len(text.split()))
+    ((r, _),) = measure(
+        paced,
+        "ttft=20,itl=5,jitter=0,reasoning=4",
+        "chat",
+        "r-nousage",
+        n=1,
+        count_tokens=lambda text: len(text.split()),
+    )
     assert (r.output_tokens, r.reasoning_tokens, r.answer_tokens, r.reasoning_tokens_source) == (12, 4, 8, "tokenizer")
-    (r, _), = measure(paced, "ttft=20,itl=5,jitter=0,reasoning=99", "chat", "r-all", n=1)
+    ((r, _),) = measure(paced, "ttft=20,itl=5,jitter=0,reasoning=99", "chat", "r-all", n=1)
     assert r.status == "ok" and r.text == "" and r.ttft_answer_ms is None and r.ttft_ms is not None
     assert (r.reasoning_tokens, r.answer_tokens, r.reasoning_tokens_source) == (12, 0, "approx_chunks")
     s = summarize([r])
@@ -163,12 +180,35 @@ def test_answer_ttft_through_the_sweep_and_tradeoff_perf(paced, tmp_path):
     recs = asyncio.run(run_load(paced, "ttft=20,itl=5,jitter=0,reasoning=2", [Prompt("sweep a", 3)], 8, kind="chat"))
     s = summarize(recs)
     t = httpx.get(paced + "/truth").json()["sweep a"]
-    assert s["ttft_answer_ms_mean"] - s["ttft_ms_mean"] == pytest.approx(ms(t["writes_ns"][2] - t["writes_ns"][0]),
-                                                                         abs=3.0)
+    assert s["ttft_answer_ms_mean"] - s["ttft_ms_mean"] == pytest.approx(
+        ms(t["writes_ns"][2] - t["writes_ns"][0]), abs=3.0
+    )
     out = tmp_path / "r.json"
-    assert main(["perf", "--endpoint", paced, "--model", "ttft=20,itl=5,jitter=0,reasoning=2,usage=1",
-                 "--endpoint-type", "chat", "--concurrency", "1", "--num-prompts", "2", "--warmup", "0",
-                 "--output-len", "6", "--output", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "perf",
+                "--endpoint",
+                paced,
+                "--model",
+                "ttft=20,itl=5,jitter=0,reasoning=2,usage=1",
+                "--endpoint-type",
+                "chat",
+                "--concurrency",
+                "1",
+                "--num-prompts",
+                "2",
+                "--warmup",
+                "0",
+                "--output-len",
+                "6",
+                "--output",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert row["ttft_answer_ms_mean"] > row["mean_ttft_ms"] > 20.0
     assert (row["total_reasoning_tokens"], row["total_answer_tokens"], row["total_output_tokens"]) == (4, 8, 12)
@@ -185,10 +225,32 @@ def test_vllm_keys_time_the_empty_finish_chunk_as_vllm_bench_serve(paced, tmp_pa
     from flows.cli import main
 
     out = tmp_path / "r.json"
-    assert main(["perf", "--endpoint", paced, "--model", "ttft=20,itl=10,jitter=0,finish=30,usage=1",
-                 "--endpoint-type", "chat" if kind == "chat" else "completions", "--concurrency", "1",
-                 "--num-prompts", "4", "--warmup", "0", "--output-len", "6", "--output", str(out), "--no-progress",
-                 "--detailed"]) == 0
+    assert (
+        main(
+            [
+                "perf",
+                "--endpoint",
+                paced,
+                "--model",
+                "ttft=20,itl=10,jitter=0,finish=30,usage=1",
+                "--endpoint-type",
+                "chat" if kind == "chat" else "completions",
+                "--concurrency",
+                "1",
+                "--num-prompts",
+                "4",
+                "--warmup",
+                "0",
+                "--output-len",
+                "6",
+                "--output",
+                str(out),
+                "--no-progress",
+                "--detailed",
+            ]
+        )
+        == 0
+    )
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert row["completed"] == row["num_ok"] == 4
     gaps = [0.0] * (kind == "chat") + [10.0] * 5 + [30.0]

@@ -25,44 +25,88 @@ def _records(variant: str, concurrency: int) -> list[RequestRecord]:
     for i in range(4):
         ttft, out = (40.0 + 5 * i) * slow, 8 + i
         chunks = [ttft + 10.0 * slow * k for k in range(out)]
-        recs.append(RequestRecord(index=i, status="ok", start_ms=100.0 * i, ttft_ms=ttft, e2el_ms=chunks[-1],
-                                  prompt_tokens=32, output_tokens=out, output_tokens_source="usage",
-                                  chunk_offsets_ms=chunks, is_warmup=i == 0))
+        recs.append(
+            RequestRecord(
+                index=i,
+                status="ok",
+                start_ms=100.0 * i,
+                ttft_ms=ttft,
+                e2el_ms=chunks[-1],
+                prompt_tokens=32,
+                output_tokens=out,
+                output_tokens_source="usage",
+                chunk_offsets_ms=chunks,
+                is_warmup=i == 0,
+            )
+        )
     if variant == "f16" and concurrency == 2:
         recs[3] = RequestRecord(index=3, status="error", start_ms=300.0, error="HTTP 503: server busy")
     return recs
 
 
 def _request_row(variant: str, scenario: str, concurrency: int, r: RequestRecord) -> dict:
-    return {"run_id": RUN_ID, "variant": variant, "scenario": scenario, "concurrency": concurrency,
-            "request_index": r.index, "is_warmup": r.is_warmup, "status": r.status, "error": r.error,
-            "start_s": r.start_ms / 1000, "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2el_ms": r.e2el_ms,
-            "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-            "output_tokens_source": r.output_tokens_source, "chunk_offsets_ms": r.chunk_offsets_ms}
+    return {
+        "run_id": RUN_ID,
+        "variant": variant,
+        "scenario": scenario,
+        "concurrency": concurrency,
+        "request_index": r.index,
+        "is_warmup": r.is_warmup,
+        "status": r.status,
+        "error": r.error,
+        "start_s": r.start_ms / 1000,
+        "ttft_ms": r.ttft_ms,
+        "tpot_ms": r.tpot_ms,
+        "e2el_ms": r.e2el_ms,
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "output_tokens_source": r.output_tokens_source,
+        "chunk_offsets_ms": r.chunk_offsets_ms,
+    }
 
 
 def _summary_row(variant: str, scenario: str, concurrency: int, recs: list[RequestRecord]) -> dict:
     s = summarize(recs)
     if variant == "f16":  # energy measured (NVML) for the reference only
-        energy = {"energy_j": 12.0, "energy_j_per_token": 12.0 / s["total_output_tokens"], "mean_power_w": 80.0,
-                  "energy_source": "nvml"}
+        energy = {
+            "energy_j": 12.0,
+            "energy_j_per_token": 12.0 / s["total_output_tokens"],
+            "mean_power_w": 80.0,
+            "energy_source": "nvml",
+        }
     else:
         energy = {"energy_note": "no GPU visible and RAPL not readable"}
     # through the nightly's own row builder: it keeps what perf_summary declares of the summary
-    return summary_row(RUN_ID, variant, {"scenario": scenario, "concurrency": concurrency,
-                                         "output_len_forced_by": "ignore_eos", **s, **energy})
+    return summary_row(
+        RUN_ID,
+        variant,
+        {"scenario": scenario, "concurrency": concurrency, "output_len_forced_by": "ignore_eos", **s, **energy},
+    )
 
 
 def _quality(variant: str) -> tuple[list[dict], list[dict]]:
     base = {"run_id": RUN_ID, "variant": variant}
-    samples = [{**base, "suite": "arith", "sample_id": f"q{i}", "prompt": f"{i} + {i} =", "target": str(2 * i),
-                "response": str(2 * i) if i != 2 else "", "score": float(i != 2), "valid": i != 2,
-                "details": "{}"} for i in range(3)]
+    samples = [
+        {
+            **base,
+            "suite": "arith",
+            "sample_id": f"q{i}",
+            "prompt": f"{i} + {i} =",
+            "target": str(2 * i),
+            "response": str(2 * i) if i != 2 else "",
+            "score": float(i != 2),
+            "valid": i != 2,
+            "details": "{}",
+        }
+        for i in range(3)
+    ]
     is_ref = variant == "f16"
-    scores = [("arith", "1", "accuracy", 2 / 3, 0.27, 3, "fraction", True, True),
-              ("fidelity", "1", "top1_agreement", 1.0 if is_ref else 0.9, 0.02, 64, "fraction", True, False),
-              ("fidelity", "1", "kl_mean", 0.0 if is_ref else 0.03, 0.004, 64, "nats", False, False),
-              ("fidelity", "1", "ppl_ratio", 1.0 if is_ref else 1.04, None, 64, "ratio", False, False)]
+    scores = [
+        ("arith", "1", "accuracy", 2 / 3, 0.27, 3, "fraction", True, True),
+        ("fidelity", "1", "top1_agreement", 1.0 if is_ref else 0.9, 0.02, 64, "fraction", True, False),
+        ("fidelity", "1", "kl_mean", 0.0 if is_ref else 0.03, 0.004, 64, "nats", False, False),
+        ("fidelity", "1", "ppl_ratio", 1.0 if is_ref else 1.04, None, 64, "ratio", False, False),
+    ]
     keys = ("suite", "suite_version", "metric", "value", "stderr", "n", "unit", "higher_is_better", "is_primary")
     return samples, [{**base, **dict(zip(keys, s))} for s in scores]
 
@@ -70,13 +114,36 @@ def _quality(variant: str) -> tuple[list[dict], list[dict]]:
 def valid_tables() -> dict[str, list[dict]]:
     now = datetime(2025, 1, 1, tzinfo=timezone.utc)
     t: dict[str, list[dict]] = {name: [] for name in TABLES}
-    t["runs"] = [{"run_id": RUN_ID, "config_name": "demo", "started_at": now, "finished_at": now, "status": "ok",
-                  "host": "ci", "cpu": "x86_64", "cpu_count": 2, "hardware_id": "abc123",
-                  "reference_variant": "f16", "primary_quality_metric": "arith.accuracy"}]
+    t["runs"] = [
+        {
+            "run_id": RUN_ID,
+            "config_name": "demo",
+            "started_at": now,
+            "finished_at": now,
+            "status": "ok",
+            "host": "ci",
+            "cpu": "x86_64",
+            "cpu_count": 2,
+            "hardware_id": "abc123",
+            "reference_variant": "f16",
+            "primary_quality_metric": "arith.accuracy",
+        }
+    ]
     for v in VARIANTS:
-        t["variants"].append({"run_id": RUN_ID, "variant": v, "model": "smollm2-135m", "engine": "llama.cpp",
-                              "quantization": v, "is_reference": v == "f16", "status": "ok", "build_s": 3.2,
-                              "server_startup_s": 1.1, "engine_args": "{}"})
+        t["variants"].append(
+            {
+                "run_id": RUN_ID,
+                "variant": v,
+                "model": "smollm2-135m",
+                "engine": "llama.cpp",
+                "quantization": v,
+                "is_reference": v == "f16",
+                "status": "ok",
+                "build_s": 3.2,
+                "server_startup_s": 1.1,
+                "engine_args": "{}",
+            }
+        )
         for scenario, c in SCENARIOS.items():
             recs = _records(v, c)
             t["perf_requests"] += [_request_row(v, scenario, c, r) for r in recs]
@@ -158,18 +225,37 @@ def test_valid_run_passes_quietly_and_writes_validation_json(tmp_path, capfd):
     assert saved["success"] is True and len(saved["tables"]) == len(TABLES)
 
 
-@pytest.mark.parametrize("corrupt, table, expectation", [
-    (set_inf_ttft, "perf_requests", "expect_column_values_to_be_between(ttft_ms where status == 'ok')"),
-    (set_ttft_after_e2el, "perf_requests",
-     "expect_column_pair_values_a_to_be_greater_than_b(e2el_ms, ttft_ms where status == 'ok')"),
-    (set_zero_output_tokens, "perf_requests", "expect_column_values_to_be_between(output_tokens where status == 'ok')"),
-    (set_fraction_above_one, "quality_scores", "expect_column_values_to_be_between(value where unit == 'fraction')"),
-    (set_negative_kl, "quality_scores", "expect_column_values_to_be_between(value where unit == 'nats')"),
-    (drop_request, "perf_requests", "expect_table_row_count_to_equal(): observed 15, expected 16"),
-    (add_second_reference, "variants", "expect_column_sum_to_be_between(is_reference): observed 2, expected 1"),
-    (drop_energy_note, "perf_summary", "expect_column_values_to_not_be_null(energy_note where energy_j_per_token is null)"),
-    (miscount_requests, "perf_summary", "expect_column_pair_values_to_be_equal(num_counted, num_requests)"),
-], ids=lambda p: p.__name__ if callable(p) else None)
+@pytest.mark.parametrize(
+    "corrupt, table, expectation",
+    [
+        (set_inf_ttft, "perf_requests", "expect_column_values_to_be_between(ttft_ms where status == 'ok')"),
+        (
+            set_ttft_after_e2el,
+            "perf_requests",
+            "expect_column_pair_values_a_to_be_greater_than_b(e2el_ms, ttft_ms where status == 'ok')",
+        ),
+        (
+            set_zero_output_tokens,
+            "perf_requests",
+            "expect_column_values_to_be_between(output_tokens where status == 'ok')",
+        ),
+        (
+            set_fraction_above_one,
+            "quality_scores",
+            "expect_column_values_to_be_between(value where unit == 'fraction')",
+        ),
+        (set_negative_kl, "quality_scores", "expect_column_values_to_be_between(value where unit == 'nats')"),
+        (drop_request, "perf_requests", "expect_table_row_count_to_equal(): observed 15, expected 16"),
+        (add_second_reference, "variants", "expect_column_sum_to_be_between(is_reference): observed 2, expected 1"),
+        (
+            drop_energy_note,
+            "perf_summary",
+            "expect_column_values_to_not_be_null(energy_note where energy_j_per_token is null)",
+        ),
+        (miscount_requests, "perf_summary", "expect_column_pair_values_to_be_equal(num_counted, num_requests)"),
+    ],
+    ids=lambda p: p.__name__ if callable(p) else None,
+)
 def test_corruption_fails_naming_the_expectation(tmp_path, corrupt, table, expectation):
     tables = valid_tables()
     expected = expected_rows(tables)

@@ -44,7 +44,7 @@ def test_retention_classes(three_nights: Path) -> None:
 
 def test_history_and_regressions(three_nights: Path) -> None:
     con = open_warehouse(three_nights, read_only=True)
-    (n,), = con.execute("select count(distinct run_id) from v_history where variant = 'q2_k'").fetchall()
+    ((n,),) = con.execute("select count(distinct run_id) from v_history where variant = 'q2_k'").fetchall()
     assert n == 3
     reg = rows(con, "select * from v_regressions where is_regression order by run_id")
     assert [(r["run_id"], r["variant"], r["metric"]) for r in reg] == [("r3", "q2_k", "arithmetic.accuracy")]
@@ -52,7 +52,9 @@ def test_history_and_regressions(three_nights: Path) -> None:
     assert r["prior_runs"] == 2 and r["prior_mean"] == pytest.approx(0.69)
     # band: max(3 x std(0.68, 0.70), 15 % of 0.69)
     assert r["band_low"] == pytest.approx(0.69 - max(3 * 0.0141421356, 0.1035), rel=1e-6)
-    (quiet,), = con.execute("select count(*) from v_regressions where run_id = 'r2' and (is_regression or is_improvement)").fetchall()
+    ((quiet,),) = con.execute(
+        "select count(*) from v_regressions where run_id = 'r2' and (is_regression or is_improvement)"
+    ).fetchall()
     assert quiet == 0  # identical perf and a small quality move stay inside the band
 
 
@@ -85,11 +87,39 @@ def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
     # q4_1 on own hardware at 3.6 USD/hour; q2_k as a hosted API with token prices
     prices = {"q4_1": {"usd_per_hour": 3.6}, "q2_k": {"usd_per_1m_input_tok": 1.0, "usd_per_1m_output_tok": 2.0}}
     for v, price in prices.items():
-        write_table(res, "variants", v, [{"run_id": "c1", "variant": v, "engine": "llama.cpp", "quantization": v,
-                                          "is_reference": v == "q4_1", "status": "ok", **price}])
-        write_table(res, "quality_samples", v, [
-            {"run_id": "c1", "variant": v, "suite": "arithmetic", "sample_id": str(i), "score": 1.0, "valid": True,
-             "details": '{"prompt_tokens": 100, "output_tokens": 10}'} for i in range(2)])
+        write_table(
+            res,
+            "variants",
+            v,
+            [
+                {
+                    "run_id": "c1",
+                    "variant": v,
+                    "engine": "llama.cpp",
+                    "quantization": v,
+                    "is_reference": v == "q4_1",
+                    "status": "ok",
+                    **price,
+                }
+            ],
+        )
+        write_table(
+            res,
+            "quality_samples",
+            v,
+            [
+                {
+                    "run_id": "c1",
+                    "variant": v,
+                    "suite": "arithmetic",
+                    "sample_id": str(i),
+                    "score": 1.0,
+                    "valid": True,
+                    "details": '{"prompt_tokens": 100, "output_tokens": 10}',
+                }
+                for i in range(2)
+            ],
+        )
     db = tmp_path / "wh.duckdb"
     load_run(run_dir, db)
     con = open_warehouse(db, read_only=True)

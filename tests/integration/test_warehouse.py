@@ -21,10 +21,14 @@ STARTED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 # itl mean, tpot mean, J/token, energy note). "burst" sorts before "single" but has the higher
 # concurrency, so a headline picked by name instead of concurrency would show.
 PERF = {
-    "q4_1": [("single", 1, 50.0, 60.0, 100.0, 150.0, 10.0, 20.0, 19.0, 0.5, None),
-             ("burst", 4, 120.0, 140.0, 300.0, 500.0, 30.0, 30.0, 29.0, 0.3, None)],
-    "q2_k": [("single", 1, 65.0, 170.0, 90.0, 120.0, 20.0, 15.0, 14.0, None, "no power counter"),
-             ("burst", 4, 156.0, 150.0, 280.0, 450.0, 35.0, 25.0, 24.0, None, "RAPL not readable: permission denied")],
+    "q4_1": [
+        ("single", 1, 50.0, 60.0, 100.0, 150.0, 10.0, 20.0, 19.0, 0.5, None),
+        ("burst", 4, 120.0, 140.0, 300.0, 500.0, 30.0, 30.0, 29.0, 0.3, None),
+    ],
+    "q2_k": [
+        ("single", 1, 65.0, 170.0, 90.0, 120.0, 20.0, 15.0, 14.0, None, "no power counter"),
+        ("burst", 4, 156.0, 150.0, 280.0, 450.0, 35.0, 25.0, 24.0, None, "RAPL not readable: permission denied"),
+    ],
 }
 # variant -> {(suite, metric): value}; the failed variant q8_0 has none.
 QUALITY = {
@@ -34,42 +38,125 @@ QUALITY = {
 UNITS = {"accuracy": "fraction", "kl-mean": "nats"}
 
 
-def write_run(root: Path, run_id: str = "r1", started_at: datetime = STARTED, quality: dict | None = None,
-              primary: str = "arithmetic.accuracy") -> Path:
+def write_run(
+    root: Path,
+    run_id: str = "r1",
+    started_at: datetime = STARTED,
+    quality: dict | None = None,
+    primary: str = "arithmetic.accuracy",
+) -> Path:
     """A run as the flow writes it: reference q4_1, variant q2_k, failed q8_0; one part per variant."""
     quality = QUALITY if quality is None else quality
     run_dir = root / run_id
     res = run_dir / "results"
-    write_table(res, "runs", "run", [{"run_id": run_id, "config_name": "demo", "started_at": started_at,
-                                      "status": "partial", "reference_variant": "q4_1",
-                                      "primary_quality_metric": primary}])
-    variants = [("q4_1", "q4_1", None, True, "ok", None), ("q2_k", "q2_k", None, False, "ok", None),
-                ("q8_0", "q8_0", "ngram", False, "failed", "server exited with code 1\nTraceback ...")]
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": run_id,
+                "config_name": "demo",
+                "started_at": started_at,
+                "status": "partial",
+                "reference_variant": "q4_1",
+                "primary_quality_metric": primary,
+            }
+        ],
+    )
+    variants = [
+        ("q4_1", "q4_1", None, True, "ok", None),
+        ("q2_k", "q2_k", None, False, "ok", None),
+        ("q8_0", "q8_0", "ngram", False, "failed", "server exited with code 1\nTraceback ..."),
+    ]
     for name, quant, spec, is_ref, status, error in variants:
-        write_table(res, "variants", name, [{"run_id": run_id, "variant": name, "model": "smollm2-135m",
-                                             "engine": "llama.cpp", "quantization": quant, "speculative": spec,
-                                             "is_reference": is_ref, "status": status, "error": error}])
+        write_table(
+            res,
+            "variants",
+            name,
+            [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "model": "smollm2-135m",
+                    "engine": "llama.cpp",
+                    "quantization": quant,
+                    "speculative": spec,
+                    "is_reference": is_ref,
+                    "status": status,
+                    "error": error,
+                }
+            ],
+        )
     for variant, scenarios in PERF.items():
         summary, requests = [], []
         for sc, conc, tps, peak, ttft, p99, cv, itl, tpot, jpt, note in scenarios:
-            summary.append({"run_id": run_id, "variant": variant, "scenario": sc, "concurrency": conc,
-                            "num_requests": 2, "num_ok": 2, "output_throughput": tps, "peak_output_throughput": peak,
-                            "ttft_ms_mean": ttft, "ttft_ms_p99": p99, "ttft_cv_pct_median": cv, "itl_ms_mean": itl,
-                            "tpot_ms_mean": tpot, "energy_j_per_token": jpt, "energy_note": note})
-            requests += [{"run_id": run_id, "variant": variant, "scenario": sc, "concurrency": conc,
-                          "request_index": i, "is_warmup": i == 0, "status": "ok", "ttft_ms": ttft,
-                          "output_tokens": 3, "chunk_offsets_ms": [ttft, ttft + itl, ttft + 2 * itl]}
-                         for i in range(3)]
+            summary.append(
+                {
+                    "run_id": run_id,
+                    "variant": variant,
+                    "scenario": sc,
+                    "concurrency": conc,
+                    "num_requests": 2,
+                    "num_ok": 2,
+                    "output_throughput": tps,
+                    "peak_output_throughput": peak,
+                    "ttft_ms_mean": ttft,
+                    "ttft_ms_p99": p99,
+                    "ttft_cv_pct_median": cv,
+                    "itl_ms_mean": itl,
+                    "tpot_ms_mean": tpot,
+                    "energy_j_per_token": jpt,
+                    "energy_note": note,
+                }
+            )
+            requests += [
+                {
+                    "run_id": run_id,
+                    "variant": variant,
+                    "scenario": sc,
+                    "concurrency": conc,
+                    "request_index": i,
+                    "is_warmup": i == 0,
+                    "status": "ok",
+                    "ttft_ms": ttft,
+                    "output_tokens": 3,
+                    "chunk_offsets_ms": [ttft, ttft + itl, ttft + 2 * itl],
+                }
+                for i in range(3)
+            ]
         write_table(res, "perf_summary", variant, summary)
         write_table(res, "perf_requests", variant, requests)
     for variant, scores in quality.items():
-        write_table(res, "quality_scores", variant, [
-            {"run_id": run_id, "variant": variant, "suite": s, "suite_version": "1", "metric": m, "value": v,
-             "n": 2, "unit": UNITS.get(m, "ratio"), "is_primary": f"{s}.{m}" == primary}
-            for (s, m), v in scores.items()])
-        write_table(res, "quality_samples", variant, [
-            {"run_id": run_id, "variant": variant, "suite": s, "sample_id": str(i), "score": 1.0, "valid": True}
-            for s in sorted({s for s, _ in scores}) for i in range(2)])
+        write_table(
+            res,
+            "quality_scores",
+            variant,
+            [
+                {
+                    "run_id": run_id,
+                    "variant": variant,
+                    "suite": s,
+                    "suite_version": "1",
+                    "metric": m,
+                    "value": v,
+                    "n": 2,
+                    "unit": UNITS.get(m, "ratio"),
+                    "is_primary": f"{s}.{m}" == primary,
+                }
+                for (s, m), v in scores.items()
+            ],
+        )
+        write_table(
+            res,
+            "quality_samples",
+            variant,
+            [
+                {"run_id": run_id, "variant": variant, "suite": s, "sample_id": str(i), "score": 1.0, "valid": True}
+                for s in sorted({s for s, _ in scores})
+                for i in range(2)
+            ],
+        )
     return run_dir
 
 
@@ -108,7 +195,8 @@ def test_tables_match_contract(db: Path) -> None:
             for f in schema:
                 # DuckDB hands timestamptz back in its session time zone: compare the unit only.
                 same = got.field(f.name).type.equals(f.type) or (
-                    pa.types.is_timestamp(f.type) and got.field(f.name).type.unit == f.type.unit)
+                    pa.types.is_timestamp(f.type) and got.field(f.name).type.unit == f.type.unit
+                )
                 assert same, (name, f.name, got.field(f.name).type)
 
 
@@ -120,8 +208,10 @@ def test_newer_schema_refused(db: Path, read_only: bool) -> None:
     known = max(v for v, _, _ in migrations())
     with pytest.raises(WarehouseError) as e:
         open_warehouse(db, read_only=read_only)
-    assert str(e.value) == (f"warehouse {db} has schema version 99 but this tradeoff knows up to {known}; "
-                            f"upgrade tradeoff or use another TRADEOFF_WAREHOUSE")
+    assert str(e.value) == (
+        f"warehouse {db} has schema version 99 but this tradeoff knows up to {known}; "
+        f"upgrade tradeoff or use another TRADEOFF_WAREHOUSE"
+    )
 
 
 def test_read_only_does_not_migrate(db: Path) -> None:
@@ -154,8 +244,15 @@ def test_load_is_idempotent(tmp_path: Path, db: Path) -> None:
     run_dir = write_run(tmp_path)
     inserted = load_run(run_dir, db)
     # Tables the hand-made run leaves empty (perf_power, quality_deltas, engine_metrics, ...) load 0 rows.
-    assert inserted == {**{t: 0 for t in TABLES}, "runs": 1, "variants": 3, "perf_requests": 12, "perf_summary": 4,
-                        "quality_samples": 8, "quality_scores": 4}
+    assert inserted == {
+        **{t: 0 for t in TABLES},
+        "runs": 1,
+        "variants": 3,
+        "perf_requests": 12,
+        "perf_summary": 4,
+        "quality_samples": 8,
+        "quality_scores": 4,
+    }
     assert counts(db) == inserted
     assert load_run(run_dir, db) == inserted
     assert counts(db) == inserted
@@ -166,7 +263,9 @@ def _legacy_part(run_dir: Path, variant: str, old: dict[str, float]) -> None:
     import pyarrow.parquet as pq
 
     path = next(p for p in table_parts(run_dir / "results", "perf_summary") if p.stem == variant)
-    table = pq.read_table(path).drop_columns([c.replace("_ci_lo", "_ci_low").replace("_ci_hi", "_ci_high") for c in old])
+    table = pq.read_table(path).drop_columns(
+        [c.replace("_ci_lo", "_ci_low").replace("_ci_hi", "_ci_high") for c in old]
+    )
     for name, value in old.items():
         table = table.append_column(name, pa.array([value] * len(table), pa.float64()))
     pq.write_table(table, path)
@@ -182,8 +281,10 @@ def test_parts_written_before_the_rename_load_under_the_new_names(tmp_path: Path
     assert got.values.tolist() == [[90.0, 110.0]]
     load_run(run_dir, db)
     with open_warehouse(db, read_only=True) as con:
-        got = con.execute("select variant, min(ttft_ms_mean_ci_low), max(ttft_ms_mean_ci_high) from perf_summary "
-                          "group by variant order by variant").fetchall()
+        got = con.execute(
+            "select variant, min(ttft_ms_mean_ci_low), max(ttft_ms_mean_ci_high) from perf_summary "
+            "group by variant order by variant"
+        ).fetchall()
     assert got == [("q2_k", None, None), ("q4_1", 90.0, 110.0)]
 
 
@@ -237,12 +338,15 @@ def test_rows_of_another_run_refused(tmp_path: Path, db: Path) -> None:
         load_run(run_dir, db)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("arithmetic_accuracy", "arithmetic_accuracy"),
-    ("fidelity_kl-mean", "fidelity_kl_mean"),
-    ("Fidelity.Top 1", "fidelity_top_1"),
-    ("o'brien_a/b", "o_brien_a_b"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("arithmetic_accuracy", "arithmetic_accuracy"),
+        ("fidelity_kl-mean", "fidelity_kl_mean"),
+        ("Fidelity.Top 1", "fidelity_top_1"),
+        ("o'brien_a/b", "o_brien_a_b"),
+    ],
+)
 def test_identifier(text: str, expected: str) -> None:
     assert identifier(text) == expected
 
@@ -254,15 +358,29 @@ def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
     assert set(got) == {"q4_1", "q2_k", "q8_0"}
     q2 = got["q2_k"]
     expected = {
-        "run_id": "r1", "started_at": STARTED.replace(tzinfo=None), "engine": "llama.cpp", "quantization": "q2_k",
-        "is_reference": False, "status": "ok",
+        "run_id": "r1",
+        "started_at": STARTED.replace(tzinfo=None),
+        "engine": "llama.cpp",
+        "quantization": "q2_k",
+        "is_reference": False,
+        "status": "ok",
         "peak_output_tok_s": 170.0,  # max over scenarios, although the sustained best is "burst"
         "best_output_tok_s": 156.0,
-        "ttft_ms_mean": 90.0, "ttft_ms_p99": 120.0, "jitter_pct": 20.0, "itl_ms_mean": 15.0, "tpot_ms_mean": 14.0,
-        "energy_j_per_token": None, "energy_note": "RAPL not readable: permission denied",
-        "quality": 0.68, "quality_metric": "arithmetic.accuracy",
-        "speedup_vs_reference": 156 / 120, "ttft_change_pct_vs_reference": -10.0, "jitter_ratio_vs_reference": 2.0,
-        "quality_delta_vs_reference": 0.68 - 0.80, "arithmetic_accuracy": 0.68, "fidelity_kl_mean": 0.031,
+        "ttft_ms_mean": 90.0,
+        "ttft_ms_p99": 120.0,
+        "jitter_pct": 20.0,
+        "itl_ms_mean": 15.0,
+        "tpot_ms_mean": 14.0,
+        "energy_j_per_token": None,
+        "energy_note": "RAPL not readable: permission denied",
+        "quality": 0.68,
+        "quality_metric": "arithmetic.accuracy",
+        "speedup_vs_reference": 156 / 120,
+        "ttft_change_pct_vs_reference": -10.0,
+        "jitter_ratio_vs_reference": 2.0,
+        "quality_delta_vs_reference": 0.68 - 0.80,
+        "arithmetic_accuracy": 0.68,
+        "fidelity_kl_mean": 0.031,
     }
     for col, want in expected.items():
         assert q2[col] == (pytest.approx(want) if isinstance(want, float) else want), col
@@ -272,7 +390,9 @@ def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
     failed = got["q8_0"]
     assert failed["status"] == "failed" and failed["speculative"] == "ngram"
     assert failed["error"].startswith("server exited")
-    assert all(failed[c] is None for c in ("best_output_tok_s", "quality", "speedup_vs_reference", "arithmetic_accuracy"))
+    assert all(
+        failed[c] is None for c in ("best_output_tok_s", "quality", "speedup_vs_reference", "arithmetic_accuracy")
+    )
     assert failed["quality_metric"] == "arithmetic.accuracy"
 
 
@@ -281,17 +401,51 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
     with open_warehouse(db, read_only=True) as con:
         cols = [d[0] for d in con.execute("select * from v_tradeoff").description]
     assert cols == [
-        "run_id", "started_at", "variant", "engine", "model", "quantization", "speculative", "is_reference",
-        "status", "error", "peak_output_tok_s", "best_output_tok_s", "ttft_ms_mean", "ttft_ms_p99", "jitter_pct", "itl_ms_mean",
-        "tpot_ms_mean", "energy_j_per_token", "energy_note", "quality", "quality_metric", "goodput_req_s", "mbu_pct",
-        "ttft_ms_mean_ci_low", "ttft_ms_mean_ci_high",
+        "run_id",
+        "started_at",
+        "variant",
+        "engine",
+        "model",
+        "quantization",
+        "speculative",
+        "is_reference",
+        "status",
+        "error",
+        "peak_output_tok_s",
+        "best_output_tok_s",
+        "ttft_ms_mean",
+        "ttft_ms_p99",
+        "jitter_pct",
+        "itl_ms_mean",
+        "tpot_ms_mean",
+        "energy_j_per_token",
+        "energy_note",
+        "quality",
+        "quality_metric",
+        "goodput_req_s",
+        "mbu_pct",
+        "ttft_ms_mean_ci_low",
+        "ttft_ms_mean_ci_high",
         # 007_timing: jitter per repeat of the fixed-length jitter workload (tasks/perf/jitter.py)
-        "ttft_cv_pct", "ttft_cv_pct_ci_low", "ttft_cv_pct_ci_high", "itl_cv_pct", "itl_cv_pct_ci_low", "itl_cv_pct_ci_high",
-        "jitter_scenario", "jitter_note", "speedup_vs_reference",
-        "ttft_change_pct_vs_reference", "jitter_ratio_vs_reference", "itl_jitter_ratio_vs_reference",
+        "ttft_cv_pct",
+        "ttft_cv_pct_ci_low",
+        "ttft_cv_pct_ci_high",
+        "itl_cv_pct",
+        "itl_cv_pct_ci_low",
+        "itl_cv_pct_ci_high",
+        "jitter_scenario",
+        "jitter_note",
+        "speedup_vs_reference",
+        "ttft_change_pct_vs_reference",
+        "jitter_ratio_vs_reference",
+        "itl_jitter_ratio_vs_reference",
         "quality_delta_vs_reference",
-        "quality_delta_ci_low", "quality_delta_ci_high", "quality_delta_n", "quality_verdict",
-        "arithmetic_accuracy", "fidelity_kl_mean",
+        "quality_delta_ci_low",
+        "quality_delta_ci_high",
+        "quality_delta_n",
+        "quality_verdict",
+        "arithmetic_accuracy",
+        "fidelity_kl_mean",
     ]
 
 
@@ -306,13 +460,19 @@ def test_quality_columns_follow_the_data(tmp_path: Path, db: Path) -> None:
         wide = rows(con, "select * from v_quality_wide order by variant")
     assert list(wide[0]) == ["run_id", "variant", "arithmetic_accuracy", "o_brien_a_b"]
     assert [(r["variant"], r["arithmetic_accuracy"], r["o_brien_a_b"]) for r in wide] == [
-        ("q2_k", 0.5, 2.0), ("q4_1", 0.5, 2.0)]
+        ("q2_k", 0.5, 2.0),
+        ("q4_1", 0.5, 2.0),
+    ]
 
 
 def test_two_references_compare_with_none(tmp_path: Path, db: Path) -> None:
     run_dir = write_run(tmp_path)
-    write_table(run_dir / "results", "variants", "q2_k", [{"run_id": "r1", "variant": "q2_k", "is_reference": True,
-                                                           "status": "ok"}])
+    write_table(
+        run_dir / "results",
+        "variants",
+        "q2_k",
+        [{"run_id": "r1", "variant": "q2_k", "is_reference": True, "status": "ok"}],
+    )
     load_run(run_dir, db)
     with open_warehouse(db, read_only=True) as con:
         speedups = con.execute("select speedup_vs_reference from v_tradeoff").fetchall()

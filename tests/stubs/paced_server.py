@@ -46,8 +46,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
-PACE = {"ttft": 60.0, "ttft_jitter": 0.0, "itl": 15.0, "jitter": 4.0, "reasoning": 0, "field": "reasoning_content",
-        "usage": 0, "done": 0.0, "finish": -1.0, "heavy": -1, "pad": 150000}
+PACE = {
+    "ttft": 60.0,
+    "ttft_jitter": 0.0,
+    "itl": 15.0,
+    "jitter": 4.0,
+    "reasoning": 0,
+    "field": "reasoning_content",
+    "usage": 0,
+    "done": 0.0,
+    "finish": -1.0,
+    "heavy": -1,
+    "pad": 150000,
+}
 
 _TRUTH: dict[str, dict] = {}
 _LOCK = threading.Lock()
@@ -128,8 +139,13 @@ class Handler(BaseHTTPRequestHandler):
             text = f" {kind[0]}{i}"
             if chat:
                 if i == 0:
-                    self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                              "finish_reason": None}]})
+                    self._event(
+                        {
+                            "choices": [
+                                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                            ]
+                        }
+                    )
                 fields = ["reasoning_content", "reasoning"] if p["field"] == "both" else [p["field"]]
                 delta = {f: text for f in fields} if kind == "reasoning" else {"content": text}
                 obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": fin}]}
@@ -148,23 +164,39 @@ class Handler(BaseHTTPRequestHandler):
             finish, _ = self._event({"choices": [{"index": 0, **end, "finish_reason": "length"}]})
         if p["usage"]:
             n_reasoning = kinds.count("reasoning")
-            self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5,
-                                                  "completion_tokens_details": {"reasoning_tokens": n_reasoning}}})
+            self._event(
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 5,
+                        "completion_tokens": n,
+                        "total_tokens": n + 5,
+                        "completion_tokens_details": {"reasoning_tokens": n_reasoning},
+                    },
+                }
+            )
         if p["done"]:
             time.sleep(p["done"] / 1000)
         done, _ = self._event(b"[DONE]")
         self.wfile.write(b"0\r\n\r\n")
         with _LOCK:
-            _TRUTH[key] = {"recv_ns": recv, "writes_ns": writes, "written_ns": written, "kinds": kinds,
-                           "finish_ns": finish, "done_ns": done}
+            _TRUTH[key] = {
+                "recv_ns": recv,
+                "writes_ns": writes,
+                "written_ns": written,
+                "kinds": kinds,
+                "finish_ns": finish,
+                "done_ns": done,
+            }
 
 
 @contextmanager
 def running() -> Iterator[str]:
     """The paced server in its own process (its clock then never waits on the client's): its base URL."""
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stubs.paced_server"], cwd=root, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.stubs.paced_server"], cwd=root, stdout=subprocess.PIPE, text=True
+    )
     try:
         yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[-1])}"
     finally:

@@ -25,7 +25,9 @@ def _completion(text: str) -> bytes:
     return json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "text": text}]}).encode()
 
 
-def start(complete: Callable[[str], str], chat: Callable[[list[dict]], str] = lambda m: "") -> tuple[ThreadingHTTPServer, str]:
+def start(
+    complete: Callable[[str], str], chat: Callable[[list[dict]], str] = lambda m: ""
+) -> tuple[ThreadingHTTPServer, str]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -40,7 +42,7 @@ def start(complete: Callable[[str], str], chat: Callable[[list[dict]], str] = la
         def _drip(self, data: bytes) -> None:
             try:
                 for i in range(len(data)):
-                    self.wfile.write(data[i:i + 1])
+                    self.wfile.write(data[i : i + 1])
                     self.wfile.flush()
                     time.sleep(DRIP_S)
             except OSError:
@@ -94,8 +96,11 @@ def start(complete: Callable[[str], str], chat: Callable[[list[dict]], str] = la
             stops = req.get("stop") or []
             for stop in [stops] if isinstance(stops, str) else stops:
                 text = text.split(stop)[0]
-            choice = {"index": 0, "finish_reason": "stop",
-                      **({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text})}
+            choice = {
+                "index": 0,
+                "finish_reason": "stop",
+                **({"message": {"role": "assistant", "content": text}} if is_chat else {"text": text}),
+            }
             self._send(200, json.dumps({"choices": [choice]}).encode())
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

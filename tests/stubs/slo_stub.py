@@ -17,12 +17,18 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
 # The sustainable-load case the nightly test runs and benchmarks/slo_check.py simulates: 40 ms a request
 # (capacity 25 req/s), p90 TTFT <= 240 ms at 95 %, rate steps at 12 and 30 req/s, 300 measured requests a step,
 # a search of 4 steps at most to within 12 %.
-SEARCH_CASE = {"service_ms": 40.0, "limit_ms": 240.0, "percentile": 90.0, "rates": (12.0, 30.0), "requests": 300,
-               "max_steps": 4, "tolerance_pct": 12.0}
+SEARCH_CASE = {
+    "service_ms": 40.0,
+    "limit_ms": 240.0,
+    "percentile": 90.0,
+    "rates": (12.0, 30.0),
+    "requests": 300,
+    "max_steps": 4,
+    "tolerance_pct": 12.0,
+}
 
 
 def md1_wait_cdf(t_s: float, rate: float, service_s: float) -> float:
@@ -35,7 +41,7 @@ def md1_wait_cdf(t_s: float, rate: float, service_s: float) -> float:
     total = 0.0
     for k in range(int(math.floor(t_s / service_s + 1e-12)) + 1):
         x = rate * (k * service_s - t_s)
-        total += x ** k / math.factorial(k) * math.exp(-x)
+        total += x**k / math.factorial(k) * math.exp(-x)
     return (1 - rho) * total
 
 
@@ -73,7 +79,9 @@ def start_paced_stub(service_ms: float) -> tuple[ThreadingHTTPServer, str]:
             with slot:  # one request at a time: the others wait here, as in a single-slot engine's queue
                 time.sleep(service_ms / 1000.0)
                 for i in range(n):
-                    obj = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": "length" if i == n - 1 else None}]}
+                    obj = {
+                        "choices": [{"index": 0, "text": f" t{i}", "finish_reason": "length" if i == n - 1 else None}]
+                    }
                     self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()

@@ -1,10 +1,10 @@
 """A stand-in engine server for the bad-input tests, run as a process by the test engine `stub-test`.
 
-    python tests/stubs/stub_engine.py --port P --mode hang     never becomes healthy (prints, then waits)
-    python tests/stubs/stub_engine.py --port P --mode die-after-N
-                                                       serves N completions (tests/stubs/stub_server.py's
-                                                       streams), then exits with code 3 in the middle
-                                                       of the next stream
+python tests/stubs/stub_engine.py --port P --mode hang     never becomes healthy (prints, then waits)
+python tests/stubs/stub_engine.py --port P --mode die-after-N
+                                                   serves N completions (tests/stubs/stub_server.py's
+                                                   streams), then exits with code 3 in the middle
+                                                   of the next stream
 """
 
 from __future__ import annotations

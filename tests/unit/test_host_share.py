@@ -16,17 +16,28 @@ from tasks.perf.host_share import PINNED_LLAMA_SERVER, STOCK_LLAMA_SERVER, llama
 
 def test_threads_from_a_stock_servers_command_line():
     argv = ["/venv/bin/python", "-m", "llama_cpp.server", "--model", "m.gguf", "--n_threads", "2"]
-    assert llama_server_threads(argv, 2, 2) == {"decode": 2, "prompt": 2, "host_cores": 2,
-                                                 "server": STOCK_LLAMA_SERVER}
+    assert llama_server_threads(argv, 2, 2) == {"decode": 2, "prompt": 2, "host_cores": 2, "server": STOCK_LLAMA_SERVER}
 
 
 def test_threads_default_and_minus_one_as_llama_cpp_python_reads_them():
     argv = ["python", "-m", PINNED_LLAMA_SERVER, "--n_threads_batch=-1"]
-    assert llama_server_threads(argv, 6, 8) == {"decode": 4, "prompt": 8, "host_cores": 6, "server": PINNED_LLAMA_SERVER}
+    assert llama_server_threads(argv, 6, 8) == {
+        "decode": 4,
+        "prompt": 8,
+        "host_cores": 6,
+        "server": PINNED_LLAMA_SERVER,
+    }
 
 
-@pytest.mark.parametrize("argv", [["python", "-m", "vllm.entrypoints.openai.api_server"], ["llama-server", "-t", "2"],
-                                  ["python", "server.py"], ["python", "-m"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "-m", "vllm.entrypoints.openai.api_server"],
+        ["llama-server", "-t", "2"],
+        ["python", "server.py"],
+        ["python", "-m"],
+    ],
+)
 def test_other_servers_are_unknown(argv):
     assert llama_server_threads(argv, 2, 2) is None
 
@@ -60,8 +71,12 @@ def test_every_llama_call_runs_on_one_thread_however_calls_overlap():
 
     async def main():
         # Two streams and plain calls at once: what made the stock server use a second worker thread.
-        out = await asyncio.gather(stream(5), stream(3), app.run_in_threadpool(threading.get_ident),
-                                   app.run_in_threadpool(lambda a, b=0: a + b, 2, b=3))
+        out = await asyncio.gather(
+            stream(5),
+            stream(3),
+            app.run_in_threadpool(threading.get_ident),
+            app.run_in_threadpool(lambda a, b=0: a + b, 2, b=3),
+        )
         with pytest.raises(ZeroDivisionError):
             await app.run_in_threadpool(lambda: 1 / 0)
         return out
@@ -80,6 +95,14 @@ def test_the_engines_threads_of_a_variant_whose_value_the_server_will_refuse():
     model = ModelSpec.model_validate(smollm2())
     bad = Variant(name="broken", model="m", engine="llama.cpp", quantization="q4_1", engine_args={"n_threads": "many"})
     assert LlamaCpp().cpu_threads(bad, model) is None  # unknown, not raised: the variant fails at start-up
-    two = Variant(name="two", model="m", engine="llama.cpp", quantization="q4_1",
-                  engine_args={"n_threads": 2, "n_threads_batch": 3})
-    assert {k: v for k, v in LlamaCpp().cpu_threads(two, model).items() if k != "host_cores"} == {"decode": 2, "prompt": 3}
+    two = Variant(
+        name="two",
+        model="m",
+        engine="llama.cpp",
+        quantization="q4_1",
+        engine_args={"n_threads": 2, "n_threads_batch": 3},
+    )
+    assert {k: v for k, v in LlamaCpp().cpu_threads(two, model).items() if k != "host_cores"} == {
+        "decode": 2,
+        "prompt": 3,
+    }

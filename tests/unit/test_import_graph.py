@@ -187,9 +187,15 @@ def test_no_import_runs_up_a_layer() -> None:
 
 def test_up_arrow_is_found() -> None:
     """The check itself: a core module importing the client, or perf importing quality, is an up-arrow."""
-    edges = {"tasks.core.x": {"tasks.client"}, "tasks.perf.a": {"tasks.quality.b", "tasks.perf.c"},
-             "flows.cli": {"tasks.core.x", "warehouse.db"}, "tasks.client": set(), "tasks.quality.b": set(),
-             "tasks.perf.c": set(), "warehouse.db": set()}
+    edges = {
+        "tasks.core.x": {"tasks.client"},
+        "tasks.perf.a": {"tasks.quality.b", "tasks.perf.c"},
+        "flows.cli": {"tasks.core.x", "warehouse.db"},
+        "tasks.client": set(),
+        "tasks.quality.b": set(),
+        "tasks.perf.c": set(),
+        "warehouse.db": set(),
+    }
     assert up_arrows(edges) == [("tasks.core.x", "tasks.client"), ("tasks.perf.a", "tasks.quality.b")]
 
 
@@ -230,15 +236,21 @@ def test_no_import_cycles() -> None:
 
 
 def test_nothing_below_flows_imports_flows() -> None:
-    up = sorted((m, d) for m, ds in graph(ROOT).items() for d in ds
-                if not m.startswith("flows") and d.startswith("flows"))
+    up = sorted(
+        (m, d) for m, ds in graph(ROOT).items() for d in ds if not m.startswith("flows") and d.startswith("flows")
+    )
     assert up == []
 
 
 def test_core_is_a_leaf_layer() -> None:
     """tasks.core imports nothing of the project outside tasks.core (warehouse's vocabulary aside)."""
-    out = sorted((m, d) for m, ds in graph(ROOT).items() if m.startswith("tasks.core") for d in ds
-                 if not d.startswith("tasks.core") and d != "tasks")
+    out = sorted(
+        (m, d)
+        for m, ds in graph(ROOT).items()
+        if m.startswith("tasks.core")
+        for d in ds
+        if not d.startswith("tasks.core") and d != "tasks"
+    )
     assert out == []
 
 

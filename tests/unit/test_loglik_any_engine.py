@@ -22,8 +22,8 @@ from tasks.engines.tokenizer import HFTokenizer, TokenizerRef
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
 from tasks.quality.hf_logits import TransformersLogits
-from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
 from tasks.quality.loglik_records import find_record
+from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
 from tests.integration.test_engine_tokenizers import hf_tokenizer_dir
 
 
@@ -36,8 +36,17 @@ def checkpoint(tmp_path_factory) -> Path:
     folder = hf_tokenizer_dir(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
     vocab = len(HFTokenizer(str(folder))._tok)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
+    )
     model.save_pretrained(str(folder))
     return folder
 
@@ -70,7 +79,9 @@ def echo_server(folder: Path, shift: int) -> tuple[ThreadingHTTPServer, str]:
                 rows = [lp[min(j - 1 + shift, len(ids) - 1)] for j in range(1, len(ids) + 1)]
                 token_lps = [None] + [float(r[t]) for r, t in zip(rows, ids[1:])] + [float(rows[-1].max())]
                 tops = [None] + [{str(int(r.argmax())): float(r.max())} for r in rows]
-                choices.append({"index": i, "text": "x", "logprobs": {"token_logprobs": token_lps, "top_logprobs": tops}})
+                choices.append(
+                    {"index": i, "text": "x", "logprobs": {"token_logprobs": token_lps, "top_logprobs": tops}}
+                )
             self._send({"choices": choices})
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -79,18 +90,36 @@ def echo_server(folder: Path, shift: int) -> tuple[ThreadingHTTPServer, str]:
 
 
 def vllm_context(url: str, folder: Path, tmp_path: Path, **params) -> SuiteContext:
-    cfg = parse_config({"models": {"m": {"path": str(folder)}}, "variants": [
-        {"name": "v", "model": "m", "engine": "vllm", "quantization": "fp32", "reference": True}]})
+    cfg = parse_config(
+        {
+            "models": {"m": {"path": str(folder)}},
+            "variants": [{"name": "v", "model": "m", "engine": "vllm", "quantization": "fp32", "reference": True}],
+        }
+    )
     art = Artifact("v", folder, "sha-of-v", 1, True, 0.0, {"engine_version": "vllm 0.0.0-test"})
-    return SuiteContext(variant="v", base_url=url, served_model="m", artifact_path=None, reference_artifact_path=None,
-                        limit=6, seed=0, params=params, work_dir=tmp_path, n_ctx=256, engine="vllm", artifact=art,
-                        variant_spec=cfg.variant("v"), model_spec=cfg.models["m"],
-                        tokenizer_ref=TokenizerRef("hf", str(folder), "artifact"))
+    return SuiteContext(
+        variant="v",
+        base_url=url,
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=6,
+        seed=0,
+        params=params,
+        work_dir=tmp_path,
+        n_ctx=256,
+        engine="vllm",
+        artifact=art,
+        variant_spec=cfg.variant("v"),
+        model_spec=cfg.models["m"],
+        tokenizer_ref=TokenizerRef("hf", str(folder), "artifact"),
+    )
 
 
 @pytest.mark.parametrize("shift, passes", [(0, True), (1, False)])
-def test_check_against_transformers_is_recorded_and_followed(checkpoint: Path, tmp_path: Path, monkeypatch,
-                                                              shift: int, passes: bool) -> None:
+def test_check_against_transformers_is_recorded_and_followed(
+    checkpoint: Path, tmp_path: Path, monkeypatch, shift: int, passes: bool
+) -> None:
     monkeypatch.setenv("TRADEOFF_CACHE_DIR", str(tmp_path / "cache"))
     srv, url = echo_server(checkpoint, shift)
     try:
@@ -106,9 +135,11 @@ def test_check_against_transformers_is_recorded_and_followed(checkpoint: Path, t
     assert own and rec.endpoint_ok is passes and (rec.within, rec.pairs) == ((6, 6) if passes else (0, 6))
     decider = LoglikDecider(LmEvalParams(tasks=["gsm8k"]), ctx)
     assert decider.path == ("endpoint" if passes else "in-process")
-    assert decider.note == ("log-likelihood scored endpoint (its path passed loglik_check: " + rec.summary() + ")"
-                            if passes else "log-likelihood scored in-process (the engine's endpoint path failed "
-                                           "loglik_check)")
+    assert decider.note == (
+        "log-likelihood scored endpoint (its path passed loglik_check: " + rec.summary() + ")"
+        if passes
+        else "log-likelihood scored in-process (the engine's endpoint path failed loglik_check)"
+    )
 
 
 def test_quantized_at_load_variants_follow_the_engines_record(checkpoint: Path, tmp_path: Path, monkeypatch) -> None:
@@ -130,9 +161,18 @@ def test_quantized_at_load_variants_follow_the_engines_record(checkpoint: Path, 
 
 def test_unchecked_endpoint_says_so(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRADEOFF_CACHE_DIR", str(tmp_path / "cache"))
-    ctx = SuiteContext(variant="h", base_url="http://127.0.0.1:9", served_model="m", artifact_path=None,
-                       reference_artifact_path=None, limit=2, seed=0, params={}, work_dir=tmp_path,
-                       engine="openai-compatible")
+    ctx = SuiteContext(
+        variant="h",
+        base_url="http://127.0.0.1:9",
+        served_model="m",
+        artifact_path=None,
+        reference_artifact_path=None,
+        limit=2,
+        seed=0,
+        params={},
+        work_dir=tmp_path,
+        engine="openai-compatible",
+    )
     decider = LoglikDecider(LmEvalParams(tasks=["gsm8k"]), ctx)
     assert decider.path == "endpoint"
     assert decider.note == "log-likelihood scored endpoint (not checked: no in-process model of these weights)"
@@ -144,15 +184,32 @@ def test_multiple_choice_through_the_checked_endpoint(checkpoint: Path, tmp_path
 
     monkeypatch.setenv("TRADEOFF_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "mc.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in [
-        {"question": "The river town woke", "choices": [" slowly", " fast", " never"], "answer": 0},
-        {"question": "The baker had already lit his", "choices": [" ovens", " boats"], "answer": 0}]))
+    data.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"question": "The river town woke", "choices": [" slowly", " fast", " never"], "answer": 0},
+                {"question": "The baker had already lit his", "choices": [" ovens", " boats"], "answer": 0},
+            ]
+        )
+    )
     task = tmp_path / "mc.yaml"
-    task.write_text(yaml.safe_dump({
-        "task": "tiny_mc", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
-        "output_type": "multiple_choice", "test_split": "test", "doc_to_text": "{{question}}",
-        "doc_to_target": "answer", "doc_to_choice": "{{choices}}",
-        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}], "metadata": {"version": 1}}))
+    task.write_text(
+        yaml.safe_dump(
+            {
+                "task": "tiny_mc",
+                "dataset_path": "json",
+                "dataset_kwargs": {"data_files": {"test": str(data)}},
+                "output_type": "multiple_choice",
+                "test_split": "test",
+                "doc_to_text": "{{question}}",
+                "doc_to_target": "answer",
+                "doc_to_choice": "{{choices}}",
+                "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+                "metadata": {"version": 1},
+            }
+        )
+    )
     srv, url = echo_server(checkpoint, 0)
     try:
         scores = {}
@@ -164,7 +221,7 @@ def test_multiple_choice_through_the_checked_endpoint(checkpoint: Path, tmp_path
     finally:
         srv.shutdown()
     # the per-choice (logprob, greedy) pairs agree between the endpoint and transformers in-process
-    flat = lambda rows: np.array([lp for r in rows for lp, _ in r], dtype=float)  # noqa: E731
+    flat = lambda rows: np.array([lp for r in rows for lp, _ in r], dtype=float)
     assert flat(scores["endpoint"]) == pytest.approx(flat(scores["in-process"]), abs=1e-4)
     note = next(s.note for s in auto.scores if s.metric == "tiny_mc.acc")
     assert note.startswith("log-likelihood scored endpoint (its path passed loglik_check: 8 of 8 within 0.01 nats")

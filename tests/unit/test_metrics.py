@@ -8,8 +8,17 @@ from tasks.perf.metrics import RequestRecord, cv_pct, describe, peak_tokens_per_
 
 
 def rec(i, start, ttft, e2el, out, chunks, status="ok", warm=False, prompt=10):
-    return RequestRecord(index=i, status=status, start_ms=start, ttft_ms=ttft, e2el_ms=e2el, prompt_tokens=prompt,
-                         output_tokens=out, chunk_offsets_ms=chunks, is_warmup=warm)
+    return RequestRecord(
+        index=i,
+        status=status,
+        start_ms=start,
+        ttft_ms=ttft,
+        e2el_ms=e2el,
+        prompt_tokens=prompt,
+        output_tokens=out,
+        chunk_offsets_ms=chunks,
+        is_warmup=warm,
+    )
 
 
 def test_tpot_and_itl_follow_vllm_definitions():

@@ -15,7 +15,7 @@ from tasks.core.percentiles import allowed_over, bound, interval, min_requests, 
 
 def test_the_fewest_requests_that_show_a_percentile() -> None:
     # p99 at 95 %: 0.99^299 = 0.0495 <= 0.05 < 0.99^298 = 0.0500
-    assert 0.99 ** 299 <= 0.05 < 0.99 ** 298
+    assert 0.99**299 <= 0.05 < 0.99**298
     assert [min_requests(p, 0.95) for p in (99, 95, 90, 75, 50)] == [299, 59, 29, 11, 5]
     # MLPerf LoadGen (confidence 0.99, tolerance 0): a server run of 21 queries "would need to run at least 438
     # more queries" with none over the latency: 459 in all; one over needs h + t of its find_min_passing
@@ -24,8 +24,10 @@ def test_the_fewest_requests_that_show_a_percentile() -> None:
     assert min_requests(100, 0.95) is None  # no sample bounds a maximum
 
 
-@pytest.mark.parametrize("n, pct, conf", [(12, 99, 0.95), (300, 99, 0.95), (473, 99, 0.95), (100, 90, 0.99),
-                                          (1000, 50, 0.9), (5000, 99.9, 0.975)])
+@pytest.mark.parametrize(
+    "n, pct, conf",
+    [(12, 99, 0.95), (300, 99, 0.95), (473, 99, 0.95), (100, 90, 0.99), (1000, 50, 0.9), (5000, 99.9, 0.975)],
+)
 def test_the_counts_are_binomial_tails(n: int, pct: float, conf: float) -> None:
     q = 1 - pct / 100
     a, m = allowed_over(n, pct, conf), missed_over(n, pct, conf)
@@ -48,8 +50,10 @@ def test_the_bounds_are_order_statistics() -> None:
     assert interval(xs[:-1] + [math.inf], 99, 0.95) == (None, None)  # a failed request as a bound: no interval
 
 
-BASE = {"models": {"m": {"path": __file__}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
-                                                            "reference": True}]}
+BASE = {
+    "models": {"m": {"path": __file__}},
+    "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
+}
 
 
 def test_rate_steps_are_sized_from_the_percentile() -> None:
@@ -58,8 +62,9 @@ def test_rate_steps_are_sized_from_the_percentile() -> None:
     assert (cfg.perf.rate_requests, cfg.perf.rate_warmup_share, cfg.perf.stream_requests()) == (100, 0.1, 110)
     again = RunConfig.model_validate(cfg.model_dump(mode="json"))  # the recorded config reloads the same
     assert (again.perf.rate_requests, again.perf.stream_requests()) == (100, 110)
-    p90 = RunConfig.model_validate({**BASE, "perf": {"rates": [1.0]}, "decision": {"percentile": 90,
-                                                                                 "min_requests": 50}})
+    p90 = RunConfig.model_validate(
+        {**BASE, "perf": {"rates": [1.0]}, "decision": {"percentile": 90, "min_requests": 50}}
+    )
     assert p90.perf.rate_requests == 50
     closed = RunConfig.model_validate({**BASE, "perf": {"concurrency": [1, 2], "num_prompts": 4}})
     assert (closed.perf.rate_requests, closed.perf.rate_warmup_share) == (None, 0.0)  # closed-loop steps: as asked
@@ -73,11 +78,14 @@ def test_a_percentile_of_100_is_refused_in_one_line() -> None:
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("lo, hi, start, tried", [
-    (4.0, None, None, [8.0, 16.0, 12.0, 14.0]),   # nothing failed yet: double, then bisect
-    (None, 40.0, None, [20.0, 10.0, 15.0, 12.5]),  # nothing passed: halve, then bisect
-    (None, None, 12.0, [12.0, 24.0, 18.0, 15.0]),  # no rate step at all: start at a closed-loop step's rate
-])
+@pytest.mark.parametrize(
+    "lo, hi, start, tried",
+    [
+        (4.0, None, None, [8.0, 16.0, 12.0, 14.0]),  # nothing failed yet: double, then bisect
+        (None, 40.0, None, [20.0, 10.0, 15.0, 12.5]),  # nothing passed: halve, then bisect
+        (None, None, 12.0, [12.0, 24.0, 18.0, 15.0]),  # no rate step at all: start at a closed-loop step's rate
+    ],
+)
 def test_the_search_brackets_before_it_bisects(lo, hi, start, tried) -> None:
     from tasks.perf.load_search import search_rates
 

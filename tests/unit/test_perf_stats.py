@@ -16,10 +16,18 @@ from tasks.perf.metrics import RequestRecord, bootstrap_ci, describe, meets_slo,
 
 def rec(i, ttft, e2el, out=5, start=0.0, status="ok", warm=False, repeat=0):
     chunks = list(np.linspace(ttft, e2el, out)) if status == "ok" else []
-    return RequestRecord(index=i, status=status, start_ms=start, ttft_ms=ttft if status == "ok" else None,
-                         e2el_ms=e2el if status == "ok" else None, prompt_tokens=10,
-                         output_tokens=out if status == "ok" else None, chunk_offsets_ms=chunks, is_warmup=warm,
-                         repeat=repeat)
+    return RequestRecord(
+        index=i,
+        status=status,
+        start_ms=start,
+        ttft_ms=ttft if status == "ok" else None,
+        e2el_ms=e2el if status == "ok" else None,
+        prompt_tokens=10,
+        output_tokens=out if status == "ok" else None,
+        chunk_offsets_ms=chunks,
+        is_warmup=warm,
+        repeat=repeat,
+    )
 
 
 def test_describe_adds_requested_percentiles_with_vllm_names():
@@ -27,29 +35,36 @@ def test_describe_adds_requested_percentiles_with_vllm_names():
     assert d["ttft_ms_p25"] == pytest.approx(2.0) and "ttft_ms_p99.9" in d and "ttft_ms_p50" in d
 
 
-@pytest.mark.parametrize("ttft,e2el,out,slo,good", [
-    (100.0, 500.0, 5, {"ttft_ms": 200.0}, True),
-    (300.0, 500.0, 5, {"ttft_ms": 200.0}, False),
-    (100.0, 900.0, 5, {"ttft_ms": 200.0, "tpot_ms": 150.0}, False),  # TPOT (900-100)/4 = 200 > 150
-    (100.0, 900.0, 5, {"ttft_ms": 200.0, "tpot_ms": 200.0}, True),  # limits are inclusive
-    (100.0, 900.0, 1, {"tpot_ms": 1.0}, True),  # one token: TPOT counts as 0, as in vLLM
-    (100.0, 900.0, 5, {"e2el_ms": 800.0}, False),
-])
+@pytest.mark.parametrize(
+    "ttft,e2el,out,slo,good",
+    [
+        (100.0, 500.0, 5, {"ttft_ms": 200.0}, True),
+        (300.0, 500.0, 5, {"ttft_ms": 200.0}, False),
+        (100.0, 900.0, 5, {"ttft_ms": 200.0, "tpot_ms": 150.0}, False),  # TPOT (900-100)/4 = 200 > 150
+        (100.0, 900.0, 5, {"ttft_ms": 200.0, "tpot_ms": 200.0}, True),  # limits are inclusive
+        (100.0, 900.0, 1, {"tpot_ms": 1.0}, True),  # one token: TPOT counts as 0, as in vLLM
+        (100.0, 900.0, 5, {"e2el_ms": 800.0}, False),
+    ],
+)
 def test_meets_slo(ttft, e2el, out, slo, good):
     assert meets_slo(rec(0, ttft, e2el, out), slo) is good
 
 
 def test_goodput_counts_requests_meeting_every_limit_over_the_duration():
-    records = [rec(0, 100.0, 500.0, start=0.0), rec(1, 3000.0, 3500.0, start=500.0),
-               rec(2, 0, 0, status="error", start=10.0)]
+    records = [
+        rec(0, 100.0, 500.0, start=0.0),
+        rec(1, 3000.0, 3500.0, start=500.0),
+        rec(2, 0, 0, status="error", start=10.0),
+    ]
     s = summarize(records, slo=SLO_PRESETS["mlperf-llama2-70b-server"])
     assert s["num_good"] == 1
     assert s["request_goodput"] == pytest.approx(1 / 4.0)  # 0 ms -> 500 + 3500 ms
     assert summarize(records)["request_goodput"] is None  # no SLO, no goodput
 
 
-@pytest.mark.parametrize("preset,ttft,tpot", [("mlperf-llama2-70b-server", 2000.0, 200.0),
-                                              ("mlperf-llama2-70b-interactive", 450.0, 40.0)])
+@pytest.mark.parametrize(
+    "preset,ttft,tpot", [("mlperf-llama2-70b-server", 2000.0, 200.0), ("mlperf-llama2-70b-interactive", 450.0, 40.0)]
+)
 def test_mlperf_presets(preset, ttft, tpot):
     assert PerfSpec(slo=preset).slo.limits() == {"ttft_ms": ttft, "tpot_ms": tpot}
     assert SloSpec(preset=preset, ttft_ms=100.0).limits()["ttft_ms"] == 100.0  # explicit limits win
@@ -76,8 +91,11 @@ def test_cluster_bootstrap_widens_with_run_to_run_noise():
 
 
 def test_summarize_repeats_adds_counts_and_intervals():
-    runs = [[rec(i, 100.0 + 10 * i + r, 600.0 + 10 * i, start=600.0 * i, repeat=r) for i in range(5)]
-            + [rec(9, 0, 0, status="error", repeat=r)] for r in range(3)]
+    runs = [
+        [rec(i, 100.0 + 10 * i + r, 600.0 + 10 * i, start=600.0 * i, repeat=r) for i in range(5)]
+        + [rec(9, 0, 0, status="error", repeat=r)]
+        for r in range(3)
+    ]
     s = summarize_repeats(runs, slo={"ttft_ms": 125.0})
     assert (s["repeats"], s["num_requests"], s["num_ok"], s["num_errors"]) == (3, 18, 15, 3)
     per = [summarize(r)["output_throughput"] for r in runs]
@@ -94,27 +112,35 @@ def test_summarize_repeats_adds_counts_and_intervals():
     assert one["ttft_ms_mean_ci_low"] is None and "n too small" in one["ci_method"]
 
 
-@pytest.mark.parametrize("perf,expect", [
-    ({"rates": [0]}, "perf.rates.0: input should be greater than 0"),
-    ({"rates": [-1.5]}, "perf.rates.0: input should be greater than 0"),
-    ({"percentiles": [50, 101]}, "perf.percentiles.1: input should be less than or equal to 100"),
-    ({"burstiness": 0}, "perf.burstiness: input should be greater than 0"),
-    ({"len_spread": 1.0}, "perf.len_spread: input should be less than 1"),
-    ({"slo": "mlperf-gpt-j"}, "perf.slo.preset: unknown SLO preset 'mlperf-gpt-j'"),
-    ({"slo": {"ttft_ms": -1}}, "perf.slo.ttft_ms: input should be greater than 0"),
-    ({"concurrency": []}, "perf.concurrency: no concurrency level"),
-    ({"repeats": 0}, "perf.repeats: input should be greater than or equal to 1"),
-])
+@pytest.mark.parametrize(
+    "perf,expect",
+    [
+        ({"rates": [0]}, "perf.rates.0: input should be greater than 0"),
+        ({"rates": [-1.5]}, "perf.rates.0: input should be greater than 0"),
+        ({"percentiles": [50, 101]}, "perf.percentiles.1: input should be less than or equal to 100"),
+        ({"burstiness": 0}, "perf.burstiness: input should be greater than 0"),
+        ({"len_spread": 1.0}, "perf.len_spread: input should be less than 1"),
+        ({"slo": "mlperf-gpt-j"}, "perf.slo.preset: unknown SLO preset 'mlperf-gpt-j'"),
+        ({"slo": {"ttft_ms": -1}}, "perf.slo.ttft_ms: input should be greater than 0"),
+        ({"concurrency": []}, "perf.concurrency: no concurrency level"),
+        ({"repeats": 0}, "perf.repeats: input should be greater than or equal to 1"),
+    ],
+)
 def test_bad_perf_config_is_one_line(perf, expect):
-    data = {"models": {"m": {"path": "/dev/null"}}, "variants": [{"name": "a", "model": "m", "quantization": "q4_1",
-                                                                  "reference": True}], "perf": perf}
+    data = {
+        "models": {"m": {"path": "/dev/null"}},
+        "variants": [{"name": "a", "model": "m", "quantization": "q4_1", "reference": True}],
+        "perf": perf,
+    }
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert str(err.value).startswith(expect) and "\n" not in str(err.value) and ";" in str(err.value)
 
 
-@pytest.mark.parametrize("perf,concurrency", [({}, [1, 2]), ({"rates": [1.0]}, []), ({"sweep": 3}, []),
-                                              ({"rates": [1.0], "concurrency": [4]}, [4])])
+@pytest.mark.parametrize(
+    "perf,concurrency",
+    [({}, [1, 2]), ({"rates": [1.0]}, []), ({"sweep": 3}, []), ({"rates": [1.0], "concurrency": [4]}, [4])],
+)
 def test_default_concurrency_only_without_other_steps(perf, concurrency):
     assert PerfSpec(**perf).concurrency == concurrency
 
@@ -133,8 +159,10 @@ def test_t_interval_by_hand():
 
 def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
     """Three repeats whose TTFTs sit at 100, 120 and 140 ms: the interval is over those three figures only."""
-    runs = [[rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
-            for r, base in enumerate((100.0, 120.0, 140.0))]
+    runs = [
+        [rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
+        for r, base in enumerate((100.0, 120.0, 140.0))
+    ]
     s = summarize_repeats(runs)
     per = [summarize(run) for run in runs]
     for name in ("ttft_ms_mean", "request_throughput", "output_throughput"):
@@ -148,8 +176,9 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
 
 def test_one_repeat_gives_null_intervals_with_the_reason():
     s = summarize_repeats([[rec(i, 100.0 + i, 600.0 + i, start=600.0 * i) for i in range(30)]])
-    assert all(s[f"{m}_ci_{e}"] is None for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput")
-               for e in ("low", "high"))
+    assert all(
+        s[f"{m}_ci_{e}"] is None for m in ("ttft_ms_mean", "ttft_ms_p99", "output_throughput") for e in ("low", "high")
+    )
     assert "n too small" in s["ci_method"]
 
 
@@ -158,8 +187,10 @@ def test_the_p99_interval_is_a_pair_of_order_statistics_of_the_pooled_requests()
     binomial (the 392nd and 400th of 400 here), whatever the repeats' levels."""
     from tasks.core.percentiles import allowed_over, missed_over
 
-    runs = [[rec(i, 100.0 + (i * 37) % 200 + 3 * r, 700.0 + i, start=800.0 * i, repeat=r) for i in range(200)]
-            for r in range(2)]
+    runs = [
+        [rec(i, 100.0 + (i * 37) % 200 + 3 * r, 700.0 + i, start=800.0 * i, repeat=r) for i in range(200)]
+        for r in range(2)
+    ]
     s = summarize_repeats(runs)
     ttft = sorted(r.ttft_ms for run in runs for r in run)
     lo_k, hi_k = 400 - missed_over(400, 99, 0.975) + 1, 400 - allowed_over(400, 99, 0.975)

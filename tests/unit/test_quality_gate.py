@@ -29,15 +29,33 @@ def _samples(variant, scores, errored=()):
     out = []
     for i, s in enumerate(scores):
         bad = i in errored
-        out.append({"variant": variant, "suite": "arith", "sample_id": f"s{i}", "score": None if bad else float(s),
-                    "valid": not bad, "details": json.dumps({"errored": int(bad), "invalid": int(bad),
-                                                             "error": "ReadTimeout" if bad else None})})
+        out.append(
+            {
+                "variant": variant,
+                "suite": "arith",
+                "sample_id": f"s{i}",
+                "score": None if bad else float(s),
+                "valid": not bad,
+                "details": json.dumps(
+                    {"errored": int(bad), "invalid": int(bad), "error": "ReadTimeout" if bad else None}
+                ),
+            }
+        )
     return out
 
 
 def _score(variant, metric="accuracy", stat="mean(score)", hib=True):
-    return {"run_id": "r", "variant": variant, "suite": "arith", "metric": metric, "unit": "fraction",
-            "higher_is_better": hib, "value": 0.5, "n": 100, "sample_stat": stat}
+    return {
+        "run_id": "r",
+        "variant": variant,
+        "suite": "arith",
+        "metric": metric,
+        "unit": "fraction",
+        "higher_is_better": hib,
+        "value": 0.5,
+        "n": 100,
+        "sample_stat": stat,
+    }
 
 
 def test_errored_requests_count_as_wrong_not_as_absent():
@@ -54,8 +72,13 @@ def test_errored_requests_count_as_wrong_not_as_absent():
     inv_ref, inv_var = (_samples(v, [0] * 100) for v in ("ref", "var"))
     for s in inv_var[:3]:
         s["score"], s["details"] = None, json.dumps({"errored": 1})
-    row = delta_row(_score("var", "invalid_rate", "mean(score)", hib=False), _score("ref", "invalid_rate", hib=False),
-                    inv_ref, inv_var, reference_variant="ref")
+    row = delta_row(
+        _score("var", "invalid_rate", "mean(score)", hib=False),
+        _score("ref", "invalid_rate", hib=False),
+        inv_ref,
+        inv_var,
+        reference_variant="ref",
+    )
     assert (row["delta"], row["n_lost"], row["n_gained"]) == (pytest.approx(0.03), 0, 3)
 
 
@@ -83,40 +106,63 @@ def test_identity_bounds():
 
 
 def _row(**kw):
-    base = dict(n=80, delta=0.0, unit="fraction", higher_is_better=True, ci_low=-0.05, ci_high=0.05,
-                retention_ci_low=0.8, retention_ci_high=1.2)
+    base = dict(
+        n=80,
+        delta=0.0,
+        unit="fraction",
+        higher_is_better=True,
+        ci_low=-0.05,
+        ci_high=0.05,
+        retention_ci_low=0.8,
+        retention_ci_high=1.2,
+    )
     return {**base, **kw}
 
 
-@pytest.mark.parametrize("row, settings, expected", [
-    (_row(), {}, UNDECIDED),
-    (_row(retention_ci_low=0.99), {}, PASS),                            # exactly the target clears it
-    (_row(retention_ci_low=0.98999), {}, UNDECIDED),
-    (_row(retention_ci_high=0.98), {}, FAIL),
-    (_row(retention_ci_high=None, retention_ci_low=0.5), {}, UNDECIDED),    # unbounded above: no fail
-    (_row(n=20, retention_ci_low=0.995), {}, UNDECIDED),                # below min_samples
-    (_row(ci_low=None, ci_high=None), {}, UNDECIDED),                   # no interval
-    (_row(retention_ci_low=None, retention_ci_high=None), {}, UNDECIDED),  # no bound (e.g. an old row)
-    (_row(delta=None, n=0), {}, UNDECIDED),
-    ({"is_reference": True}, {}, PASS),
-    # margin_points: the delta against -margin (2 points)
-    (_row(ci_low=-0.019), {"margin_points": 2}, PASS),
-    (_row(ci_low=-0.021), {"margin_points": 2}, UNDECIDED),
-    (_row(ci_high=-0.03, ci_low=-0.1), {"margin_points": 2}, FAIL),
-    (_row(higher_is_better=False, ci_low=-0.05, ci_high=0.019), {"margin_points": 2}, PASS),   # a rate of failures
-    (_row(higher_is_better=False, ci_low=0.03, ci_high=0.1), {"margin_points": 2}, FAIL),
-    (_row(unit="nats", retention_ci_low=0.995), {"margin_points": 2}, PASS),   # not a fraction: retention applies
-    # identity: passes on the identity bound alone; the paired interval can still fail it
-    (_row(identity_flip_high=0.002, identity_retention_low=0.992), {"identity_gate": True}, PASS),
-    (_row(identity_flip_high=0.002, identity_retention_low=0.992, n=10), {"identity_gate": True}, PASS),
-    (_row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_low=0.995), {"identity_gate": True}, UNDECIDED),
-    (_row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_high=0.9), {"identity_gate": True}, FAIL),
-    (_row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_low=0.995), {}, PASS),  # not asked for
-    (_row(identity_flip_high=0.015, identity_retention_low=0.4), {"identity_gate": True, "margin_points": 2}, PASS),
-])
+@pytest.mark.parametrize(
+    "row, settings, expected",
+    [
+        (_row(), {}, UNDECIDED),
+        (_row(retention_ci_low=0.99), {}, PASS),  # exactly the target clears it
+        (_row(retention_ci_low=0.98999), {}, UNDECIDED),
+        (_row(retention_ci_high=0.98), {}, FAIL),
+        (_row(retention_ci_high=None, retention_ci_low=0.5), {}, UNDECIDED),  # unbounded above: no fail
+        (_row(n=20, retention_ci_low=0.995), {}, UNDECIDED),  # below min_samples
+        (_row(ci_low=None, ci_high=None), {}, UNDECIDED),  # no interval
+        (_row(retention_ci_low=None, retention_ci_high=None), {}, UNDECIDED),  # no bound (e.g. an old row)
+        (_row(delta=None, n=0), {}, UNDECIDED),
+        ({"is_reference": True}, {}, PASS),
+        # margin_points: the delta against -margin (2 points)
+        (_row(ci_low=-0.019), {"margin_points": 2}, PASS),
+        (_row(ci_low=-0.021), {"margin_points": 2}, UNDECIDED),
+        (_row(ci_high=-0.03, ci_low=-0.1), {"margin_points": 2}, FAIL),
+        (_row(higher_is_better=False, ci_low=-0.05, ci_high=0.019), {"margin_points": 2}, PASS),  # a rate of failures
+        (_row(higher_is_better=False, ci_low=0.03, ci_high=0.1), {"margin_points": 2}, FAIL),
+        (_row(unit="nats", retention_ci_low=0.995), {"margin_points": 2}, PASS),  # not a fraction: retention applies
+        # identity: passes on the identity bound alone; the paired interval can still fail it
+        (_row(identity_flip_high=0.002, identity_retention_low=0.992), {"identity_gate": True}, PASS),
+        (_row(identity_flip_high=0.002, identity_retention_low=0.992, n=10), {"identity_gate": True}, PASS),
+        (
+            _row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_low=0.995),
+            {"identity_gate": True},
+            UNDECIDED,
+        ),
+        (
+            _row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_high=0.9),
+            {"identity_gate": True},
+            FAIL,
+        ),
+        (_row(identity_flip_high=0.3, identity_retention_low=0.4, retention_ci_low=0.995), {}, PASS),  # not asked for
+        (_row(identity_flip_high=0.015, identity_retention_low=0.4), {"identity_gate": True, "margin_points": 2}, PASS),
+    ],
+)
 def test_judge(row, settings, expected):
-    assert judge(row, settings.get("target", 0.99), settings.get("margin_points"), 30,
-                 settings.get("identity_gate", False)) == expected
+    assert (
+        judge(
+            row, settings.get("target", 0.99), settings.get("margin_points"), 30, settings.get("identity_gate", False)
+        )
+        == expected
+    )
 
 
 def test_looks_spend_the_error_once():
@@ -144,8 +190,8 @@ def test_sequential_gate_stops_when_decided_out_of_budget_or_at_the_last_look():
 
 def test_budget_starts_a_batch_only_when_it_would_end_in_time():
     now = [0.0]
-    b = Budget(30.0, items=40, seconds=10.0, clock=lambda: now[0])   # 0.25 s per item so far
+    b = Budget(30.0, items=40, seconds=10.0, clock=lambda: now[0])  # 0.25 s per item so far
     assert b.allows(120) and not b.allows(121)
     now[0] = 20.0
-    b.spent(40, 20.0)   # the batch was slower: 30 s for 80 items
+    b.spent(40, 20.0)  # the batch was slower: 30 s for 80 items
     assert b.per_item_s() == pytest.approx(0.375) and b.allows(26) and not b.allows(27)

@@ -15,7 +15,13 @@ GENERATED = re.compile(r"warehouse/[\w-]+\.duckdb(\.before-rebuild)?")
 
 
 def mentioning_files() -> list:
-    files = [ROOT / "README.md", ROOT / "Makefile", ROOT / ".ci" / "run", ROOT / "prefect.yaml", ROOT / "pyproject.toml"]
+    files = [
+        ROOT / "README.md",
+        ROOT / "Makefile",
+        ROOT / ".ci" / "run",
+        ROOT / "prefect.yaml",
+        ROOT / "pyproject.toml",
+    ]
     files += sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "configs").glob("*.yaml"))
     for pkg in ("tasks", "flows", "warehouse", "tests", "benchmarks", "scripts"):
         files += sorted((ROOT / pkg).rglob("*.py"))
@@ -37,7 +43,10 @@ def stale_paths() -> list[str]:
 
 def test_the_pattern_finds_a_stale_path() -> None:
     assert [m.group(1) for m in PATH.finditer("see tasks/helm.py, (tasks/perf/run.py) and `docs/x-*.md`.")] == [
-        "tasks/helm.py", "tasks/perf/run.py", "docs/x-*.md"]
+        "tasks/helm.py",
+        "tasks/perf/run.py",
+        "docs/x-*.md",
+    ]
 
 
 def test_every_named_path_exists() -> None:

@@ -17,9 +17,20 @@ _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (l
 
 
 # GPT-3 arithmetic task names -> (digits, operation).
-ARITH_TASKS = {"1D+": (1, "plus"), "1D-": (1, "minus"), "1Dx": (1, "times"), "2D+": (2, "plus"), "2D-": (2, "minus"), "3D+": (3, "plus"), "3D-": (3, "minus"),
-               "4D+": (4, "plus"), "4D-": (4, "minus"), "5D+": (5, "plus"), "5D-": (5, "minus"),
-               "2Dx": (2, "times")}
+ARITH_TASKS = {
+    "1D+": (1, "plus"),
+    "1D-": (1, "minus"),
+    "1Dx": (1, "times"),
+    "2D+": (2, "plus"),
+    "2D-": (2, "minus"),
+    "3D+": (3, "plus"),
+    "3D-": (3, "minus"),
+    "4D+": (4, "plus"),
+    "4D-": (4, "minus"),
+    "5D+": (5, "plus"),
+    "5D-": (5, "minus"),
+    "2Dx": (2, "times"),
+}
 
 
 def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, Any]]:
@@ -35,8 +46,11 @@ def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, A
 
 
 class ArithmeticParams(SuiteParams):
-    tasks: list[str] = Field(default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
-                             max_length=64, description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}")
+    tasks: list[str] = Field(
+        default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
+        max_length=64,
+        description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}",
+    )
     num_fewshot: int = Field(default=3, ge=0, le=64)
 
     def model_post_init(self, _: Any) -> None:
@@ -57,23 +71,47 @@ class Arithmetic(Suite):
         shots = arithmetic_problems(p.num_fewshot, ctx.seed + 1_000_003, tasks)
         header = "".join(f"Q: {s['question']}\nA: {s['answer']}\n\n" for s in shots)
         res = SuiteResult()
-        for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks)[ctx.offset:]:
+        for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks)[ctx.offset :]:
             prompt = f"{header}Q: {p['question']}\nA:"
             usage: dict = {}
             try:
-                text, error = complete(ctx.base_url, ctx.served_model, prompt, 12, stop=["\n", "Q:"],
-                                       timeout_s=ctx.request_timeout_s, usage=usage), None
+                text, error = (
+                    complete(
+                        ctx.base_url,
+                        ctx.served_model,
+                        prompt,
+                        12,
+                        stop=["\n", "Q:"],
+                        timeout_s=ctx.request_timeout_s,
+                        usage=usage,
+                    ),
+                    None,
+                )
             except HTTPError as err:
                 text, error = "", error_text(err)
             got = parse_int(text)
             valid = got is not None and error is None
             # The server's token counts per answer: v_cost prices an answer with them.
-            res.samples.append({"sample_id": p["id"], "prompt": prompt, "target": str(p["answer"]), "response": text,
-                                "score": float(got == p["answer"]), "valid": valid,
-                                "details": json.dumps({"task": p["task"], "parsed": got, "error": error,
-                                                       "invalid": int(not valid),
-                                                       "prompt_tokens": usage.get("prompt_tokens"),
-                                                       "output_tokens": usage.get("completion_tokens")})})
+            res.samples.append(
+                {
+                    "sample_id": p["id"],
+                    "prompt": prompt,
+                    "target": str(p["answer"]),
+                    "response": text,
+                    "score": float(got == p["answer"]),
+                    "valid": valid,
+                    "details": json.dumps(
+                        {
+                            "task": p["task"],
+                            "parsed": got,
+                            "error": error,
+                            "invalid": int(not valid),
+                            "prompt_tokens": usage.get("prompt_tokens"),
+                            "output_tokens": usage.get("completion_tokens"),
+                        }
+                    ),
+                }
+            )
         res.scores = self.score(res.samples)
         return res
 

@@ -64,43 +64,124 @@ def _spec_bank() -> dict[str, Spec]:
 
     bank: dict[str, Spec] = {
         "add": lambda r: ("a, b", "Return the sum of a and b.", lambda a, b: a + b, lambda r: tuple(_ints(r, 2))),
-        "add_k": lambda r: (lambda k: ("x", f"Return x plus {k}.", lambda x: x + k, lambda r: tuple(_ints(r, 1))))(const(2, 20)(r)),
-        "mul_k": lambda r: (lambda k: ("x", f"Return x multiplied by {k}.", lambda x: x * k, lambda r: tuple(_ints(r, 1))))(const(2, 9)(r)),
+        "add_k": lambda r: (lambda k: ("x", f"Return x plus {k}.", lambda x: x + k, lambda r: tuple(_ints(r, 1))))(
+            const(2, 20)(r)
+        ),
+        "mul_k": lambda r: (
+            lambda k: ("x", f"Return x multiplied by {k}.", lambda x: x * k, lambda r: tuple(_ints(r, 1)))
+        )(const(2, 9)(r)),
         "square": lambda r: ("x", "Return the square of x.", lambda x: x * x, lambda r: tuple(_ints(r, 1))),
-        "is_even": lambda r: ("n", "Return True if n is even, otherwise False.", lambda n: n % 2 == 0, lambda r: tuple(_ints(r, 1))),
-        "maximum": lambda r: ("xs", "Return the largest number in the non-empty list xs.", max, lambda r: (_ints(r, r.randint(1, 6)),)),
-        "minimum": lambda r: ("xs", "Return the smallest number in the non-empty list xs.", min, lambda r: (_ints(r, r.randint(1, 6)),)),
-        "sum_list": lambda r: ("xs", "Return the sum of the numbers in the list xs.", sum, lambda r: (_ints(r, r.randint(0, 6)),)),
-        "list_length": lambda r: ("xs", "Return the number of elements in the list xs.", len, lambda r: (_ints(r, r.randint(0, 6)),)),
+        "is_even": lambda r: (
+            "n",
+            "Return True if n is even, otherwise False.",
+            lambda n: n % 2 == 0,
+            lambda r: tuple(_ints(r, 1)),
+        ),
+        "maximum": lambda r: (
+            "xs",
+            "Return the largest number in the non-empty list xs.",
+            max,
+            lambda r: (_ints(r, r.randint(1, 6)),),
+        ),
+        "minimum": lambda r: (
+            "xs",
+            "Return the smallest number in the non-empty list xs.",
+            min,
+            lambda r: (_ints(r, r.randint(1, 6)),),
+        ),
+        "sum_list": lambda r: (
+            "xs",
+            "Return the sum of the numbers in the list xs.",
+            sum,
+            lambda r: (_ints(r, r.randint(0, 6)),),
+        ),
+        "list_length": lambda r: (
+            "xs",
+            "Return the number of elements in the list xs.",
+            len,
+            lambda r: (_ints(r, r.randint(0, 6)),),
+        ),
         "reverse_string": lambda r: ("s", "Return the string s reversed.", lambda s: s[::-1], lambda r: (_words(r),)),
         "uppercase": lambda r: ("s", "Return the string s in upper case.", lambda s: s.upper(), lambda r: (_words(r),)),
-        "count_words": lambda r: ("s", "Return the number of words in the string s (words are separated by spaces).",
-                                  lambda s: len(s.split()), lambda r: (_words(r),)),
-        "is_palindrome": lambda r: ("s", "Return True if the string s reads the same forwards and backwards.",
-                                    lambda s: s == s[::-1], lambda r: (r.choice(["level", "noon", "radar", "apple", "river", "abba", "abc"]),)),
-        "count_vowels": lambda r: ("s", "Return the number of vowels (a, e, i, o, u) in the string s.",
-                                   lambda s: sum(c in "aeiou" for c in s), lambda r: (_words(r),)),
-        "factorial": lambda r: ("n", "Return n factorial (n! = 1 * 2 * ... * n, and 0! = 1).", math.factorial,
-                                lambda r: (r.randint(0, 8),)),
-        "fibonacci": lambda r: ("n", "Return the n-th Fibonacci number, with fibonacci(0) = 0 and fibonacci(1) = 1.",
-                                lambda n: _fib(n), lambda r: (r.randint(0, 15),)),
-        "sum_to_n": lambda r: ("n", "Return the sum of the integers from 1 to n.", lambda n: n * (n + 1) // 2,
-                               lambda r: (r.randint(0, 100),)),
-        "first_k": lambda r: (lambda k: ("xs", f"Return a list of the first {k} elements of the list xs.",
-                                         lambda xs: xs[:k], lambda r: (_ints(r, r.randint(0, 7)),)))(const(1, 4)(r)),
-        "repeat_string": lambda r: (lambda k: ("s", f"Return the string s repeated {k} times.", lambda s: s * k,
-                                               lambda r: (_words(r),)))(const(2, 4)(r)),
-        "clamp": lambda r: (lambda lo, hi: ("x", f"Return x limited to the range from {lo} to {hi}.",
-                                            lambda x: max(lo, min(hi, x)), lambda r: tuple(_ints(r, 1, -30, 30))))(
-                                                const(-10, 0)(r), const(1, 10)(r)),
-        "celsius_to_fahrenheit": lambda r: ("c", "Return the temperature c in degrees Celsius converted to degrees Fahrenheit.",
-                                            lambda c: c * 9 / 5 + 32, lambda r: (r.randint(-40, 100),)),
-        "remove_spaces": lambda r: ("s", "Return the string s with all spaces removed.", lambda s: s.replace(" ", ""),
-                                    lambda r: (_words(r),)),
-        "count_positive": lambda r: ("xs", "Return how many numbers in the list xs are greater than zero.",
-                                     lambda xs: sum(x > 0 for x in xs), lambda r: (_ints(r, r.randint(0, 7)),)),
-        "absolute_difference": lambda r: ("a, b", "Return the absolute difference between a and b.",
-                                          lambda a, b: abs(a - b), lambda r: tuple(_ints(r, 2))),
+        "count_words": lambda r: (
+            "s",
+            "Return the number of words in the string s (words are separated by spaces).",
+            lambda s: len(s.split()),
+            lambda r: (_words(r),),
+        ),
+        "is_palindrome": lambda r: (
+            "s",
+            "Return True if the string s reads the same forwards and backwards.",
+            lambda s: s == s[::-1],
+            lambda r: (r.choice(["level", "noon", "radar", "apple", "river", "abba", "abc"]),),
+        ),
+        "count_vowels": lambda r: (
+            "s",
+            "Return the number of vowels (a, e, i, o, u) in the string s.",
+            lambda s: sum(c in "aeiou" for c in s),
+            lambda r: (_words(r),),
+        ),
+        "factorial": lambda r: (
+            "n",
+            "Return n factorial (n! = 1 * 2 * ... * n, and 0! = 1).",
+            math.factorial,
+            lambda r: (r.randint(0, 8),),
+        ),
+        "fibonacci": lambda r: (
+            "n",
+            "Return the n-th Fibonacci number, with fibonacci(0) = 0 and fibonacci(1) = 1.",
+            lambda n: _fib(n),
+            lambda r: (r.randint(0, 15),),
+        ),
+        "sum_to_n": lambda r: (
+            "n",
+            "Return the sum of the integers from 1 to n.",
+            lambda n: n * (n + 1) // 2,
+            lambda r: (r.randint(0, 100),),
+        ),
+        "first_k": lambda r: (
+            lambda k: (
+                "xs",
+                f"Return a list of the first {k} elements of the list xs.",
+                lambda xs: xs[:k],
+                lambda r: (_ints(r, r.randint(0, 7)),),
+            )
+        )(const(1, 4)(r)),
+        "repeat_string": lambda r: (
+            lambda k: ("s", f"Return the string s repeated {k} times.", lambda s: s * k, lambda r: (_words(r),))
+        )(const(2, 4)(r)),
+        "clamp": lambda r: (
+            lambda lo, hi: (
+                "x",
+                f"Return x limited to the range from {lo} to {hi}.",
+                lambda x: max(lo, min(hi, x)),
+                lambda r: tuple(_ints(r, 1, -30, 30)),
+            )
+        )(const(-10, 0)(r), const(1, 10)(r)),
+        "celsius_to_fahrenheit": lambda r: (
+            "c",
+            "Return the temperature c in degrees Celsius converted to degrees Fahrenheit.",
+            lambda c: c * 9 / 5 + 32,
+            lambda r: (r.randint(-40, 100),),
+        ),
+        "remove_spaces": lambda r: (
+            "s",
+            "Return the string s with all spaces removed.",
+            lambda s: s.replace(" ", ""),
+            lambda r: (_words(r),),
+        ),
+        "count_positive": lambda r: (
+            "xs",
+            "Return how many numbers in the list xs are greater than zero.",
+            lambda xs: sum(x > 0 for x in xs),
+            lambda r: (_ints(r, r.randint(0, 7)),),
+        ),
+        "absolute_difference": lambda r: (
+            "a, b",
+            "Return the absolute difference between a and b.",
+            lambda a, b: abs(a - b),
+            lambda r: tuple(_ints(r, 2)),
+        ),
     }
     return bank
 
@@ -147,7 +228,7 @@ def extract_body(completion: str) -> str:
 # Runs in the jail as the candidate's own process: the inputs in, one frame of outputs out. Only values of
 # plain JSON types (exactly bool, int, float, str, None, lists and dicts of them) come back as values; anything
 # else (a tuple, an object with its own __eq__) comes back as its type name and compares unequal.
-_CANDIDATE = r'''
+_CANDIDATE = r"""
 import json, os, struct, sys
 out = int(sys.argv[1])
 os.set_inheritable(out, False)
@@ -183,19 +264,26 @@ for args in inputs:
         parts.append('{"value": ' + text + '}')
 body = ("[" + ",".join(parts) + "]").encode()
 os.write(out, struct.pack(">Q", len(body)) + body)
-'''
+"""
 
 
 def _passes(entry: Any, expected: Any) -> bool:
     if not isinstance(entry, dict) or "value" not in entry:
         return False
     got = entry["value"]
-    return got == expected or (isinstance(expected, float) and isinstance(got, (int, float))
-                               and abs(got - expected) < 1e-6)
+    return got == expected or (
+        isinstance(expected, float) and isinstance(got, (int, float)) and abs(got - expected) < 1e-6
+    )
 
 
-def run_tests(source: str, name: str, tests: list[tuple[tuple, Any]], timeout_s: float = 5.0,
-              memory_mb: int = 512, sandbox: str = "bwrap") -> tuple[int, str | None]:
+def run_tests(
+    source: str,
+    name: str,
+    tests: list[tuple[tuple, Any]],
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    sandbox: str = "bwrap",
+) -> tuple[int, str | None]:
     """Run `source` on the tests' inputs in the jail (`sandbox: none`: unconfined); (tests passed, error or None).
 
     Raises SandboxUnavailable when the jail cannot start: the code is never run unconfined by accident.
@@ -204,8 +292,9 @@ def run_tests(source: str, name: str, tests: list[tuple[tuple, Any]], timeout_s:
     if confine and (reason := unavailable_reason()):
         raise SandboxUnavailable(f"code sandbox: {reason}")
     payload = json.dumps([source, name, [list(a) for a, _ in tests]])
-    limits = Limits(wall_s=timeout_s, cpu_s=max(1, math.ceil(timeout_s)), memory_mb=memory_mb,
-                    memory_total_mb=memory_mb)
+    limits = Limits(
+        wall_s=timeout_s, cpu_s=max(1, math.ceil(timeout_s)), memory_mb=memory_mb, memory_total_mb=memory_mb
+    )
     out = run_untrusted(_CANDIDATE, payload, limits, confine=confine)
     verdict = out.verdict or {}
     status = verdict.get("exit")
@@ -248,10 +337,14 @@ def unconfined_refused(sandbox: str, engine: str | None, base_url: str | None = 
         host = urlsplit(base_url).hostname if base_url else None
         if base_url is None or is_loopback(host):
             return None
-        return (f"params.sandbox: 'none' would run code written at {host} (not this host's loopback) unconfined on "
-                f"this host; allowed only for a local engine's own server; remove sandbox: none")
-    return (f"params.sandbox: 'none' would run code written by {f'engine {engine}' if engine else 'a bare endpoint'} "
-            f"unconfined on this host; allowed only for {', '.join(sorted(UNCONFINED_ENGINES))}; remove sandbox: none")
+        return (
+            f"params.sandbox: 'none' would run code written at {host} (not this host's loopback) unconfined on "
+            f"this host; allowed only for a local engine's own server; remove sandbox: none"
+        )
+    return (
+        f"params.sandbox: 'none' would run code written by {f'engine {engine}' if engine else 'a bare endpoint'} "
+        f"unconfined on this host; allowed only for {', '.join(sorted(UNCONFINED_ENGINES))}; remove sandbox: none"
+    )
 
 
 class CodeParams(SuiteParams):
@@ -260,7 +353,8 @@ class CodeParams(SuiteParams):
     timeout_s: float = Field(default=5.0, gt=0, le=60, description="limit on running one function's tests (seconds)")
     num_fewshot: int = Field(default=1, ge=0, le=1, description="the worked example before the problem (0 or 1)")
     sandbox: Literal["bwrap", "none"] = Field(
-        default="bwrap", description="bwrap: the jail of tasks.quality.sandbox; none: unconfined (local engines only)")
+        default="bwrap", description="bwrap: the jail of tasks.quality.sandbox; none: unconfined (local engines only)"
+    )
 
 
 class Code(Suite):
@@ -270,37 +364,80 @@ class Code(Suite):
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
-        problem = unconfined_refused(p.sandbox, ctx.engine, ctx.base_url) or (p.sandbox == "bwrap" and unavailable_reason())
+        problem = unconfined_refused(p.sandbox, ctx.engine, ctx.base_url) or (
+            p.sandbox == "bwrap" and unavailable_reason()
+        )
         if problem:  # before any request: a suite that cannot run its code safely fails with the reason
             raise SandboxUnavailable(problem if p.sandbox == "none" else f"code sandbox: {problem}")
         res = SuiteResult()
         for prob in code_problems(ctx.limit or 20, ctx.seed, p.tests_per_problem):
             prompt = (EXAMPLE if p.num_fewshot else "") + prob.header
             try:
-                text, error = complete(ctx.base_url, ctx.served_model, prompt, p.max_tokens,
-                                       # Lines at column 0 end the body: stop there, not at max_tokens.
-                                       stop=["\ndef ", "\nclass ", "\nif ", "\n#", "\nprint", "\nassert", "\n```", "\n\n\n"],
-                                       timeout_s=ctx.request_timeout_s), None
+                text, error = (
+                    complete(
+                        ctx.base_url,
+                        ctx.served_model,
+                        prompt,
+                        p.max_tokens,
+                        # Lines at column 0 end the body: stop there, not at max_tokens.
+                        stop=["\ndef ", "\nclass ", "\nif ", "\n#", "\nprint", "\nassert", "\n```", "\n\n\n"],
+                        timeout_s=ctx.request_timeout_s,
+                    ),
+                    None,
+                )
             except HTTPError as err:
                 text, error = "", error_text(err)
             body = extract_body(text)
             source = prob.header + "\n" + body + "\n"
             ok_syntax = bool(body.strip()) and parses(source, prob.name)
-            passed, run_error = run_tests(source, prob.name, prob.tests, p.timeout_s, sandbox=p.sandbox) if ok_syntax else (0, None)
-            res.samples.append({
-                "sample_id": prob.id, "prompt": prompt, "target": json.dumps(prob.tests, default=str), "response": text,
-                "score": float(passed == len(prob.tests)), "valid": bool(body.strip()) and error is None,
-                "details": json.dumps({"function": prob.name, "parses": int(ok_syntax), "tests_passed": passed,
-                                       "tests": len(prob.tests), "error": error or run_error,
-                                       "invalid": int(not body.strip() or error is not None)})})
+            passed, run_error = (
+                run_tests(source, prob.name, prob.tests, p.timeout_s, sandbox=p.sandbox) if ok_syntax else (0, None)
+            )
+            res.samples.append(
+                {
+                    "sample_id": prob.id,
+                    "prompt": prompt,
+                    "target": json.dumps(prob.tests, default=str),
+                    "response": text,
+                    "score": float(passed == len(prob.tests)),
+                    "valid": bool(body.strip()) and error is None,
+                    "details": json.dumps(
+                        {
+                            "function": prob.name,
+                            "parses": int(ok_syntax),
+                            "tests_passed": passed,
+                            "tests": len(prob.tests),
+                            "error": error or run_error,
+                            "invalid": int(not body.strip() or error is not None),
+                        }
+                    ),
+                }
+            )
         n = len(res.samples)
         d = [json.loads(s["details"]) for s in res.samples]
         invalid = sum(x["invalid"] for x in d)
         res.scores = [
-            Score("parse_rate", sum(x["parses"] for x in d) / n if n else None, None, n, "fraction", True, "mean(parses)"),
-            Score("pass_rate", sum(s["score"] for s in res.samples) / n if n else None, None, n, "fraction", True,
-                  "mean(score)"),
-            Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",
-                  note=f"{invalid} of {n} answers empty or errored" if invalid else None),
+            Score(
+                "parse_rate", sum(x["parses"] for x in d) / n if n else None, None, n, "fraction", True, "mean(parses)"
+            ),
+            Score(
+                "pass_rate",
+                sum(s["score"] for s in res.samples) / n if n else None,
+                None,
+                n,
+                "fraction",
+                True,
+                "mean(score)",
+            ),
+            Score(
+                "invalid_rate",
+                invalid / n if n else None,
+                None,
+                n,
+                "fraction",
+                False,
+                "mean(invalid)",
+                note=f"{invalid} of {n} answers empty or errored" if invalid else None,
+            ),
         ]
         return res

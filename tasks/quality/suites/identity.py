@@ -21,13 +21,15 @@ from tasks.quality.texts import FIDELITY_TEXT, STORY_PROMPTS, STORY_TEMPLATE
 
 class IdentityParams(SuiteParams):
     max_tokens: int = Field(default=64, ge=1, le=131_072, description="tokens generated per prompt")
-    prompts: list[str] | None = Field(default=None, max_length=1000, description="prompts (default: built-in stories and text)")
+    prompts: list[str] | None = Field(
+        default=None, max_length=1000, description="prompts (default: built-in stories and text)"
+    )
 
 
 def default_prompts() -> list[str]:
     # Stories, and passages of text that repeat themselves: prompt-lookup drafts come from the prompt.
     sentences = [s.strip() + "." for s in FIDELITY_TEXT.split(".") if s.strip()]
-    texts = [" ".join(sentences[i:i + 4]) + " " + " ".join(sentences[i:i + 2]) for i in range(0, len(sentences), 4)]
+    texts = [" ".join(sentences[i : i + 4]) + " " + " ".join(sentences[i : i + 2]) for i in range(0, len(sentences), 4)]
     return [STORY_TEMPLATE.format(prompt=p) for p in STORY_PROMPTS] + texts
 
 
@@ -51,8 +53,13 @@ class GreedyIdentity(Suite):
         p = self.params(ctx)
         prompts = (p.prompts or default_prompts())[: ctx.limit or 8]
         tok = ctx.tokenizer()
-        ask = lambda url, prompt: complete(url, ctx.served_model, prompt, p.max_tokens,  # noqa: E731
-                                           timeout_s=ctx.request_timeout_s)
+        ask = lambda url, prompt: complete(
+            url,
+            ctx.served_model,
+            prompt,
+            p.max_tokens,
+            timeout_s=ctx.request_timeout_s,
+        )
         spec_out = []
         for prompt in prompts:
             try:
@@ -68,18 +75,36 @@ class GreedyIdentity(Suite):
                 a = tok.encode(spec_text) if tok else spec_text.split()
                 b = tok.encode(plain_text) if tok else plain_text.split()
                 diff = first_difference(a, b)
-                res.samples.append({"sample_id": f"prompt-{i}", "prompt": prompt, "target": plain_text,
-                                    "response": spec_text, "score": float(err is None and spec_text == plain_text),
-                                    "valid": err is None,
-                                    "details": json.dumps({"first_difference_token": diff, "error": err,
-                                                           "invalid": int(err is not None)})})
+                res.samples.append(
+                    {
+                        "sample_id": f"prompt-{i}",
+                        "prompt": prompt,
+                        "target": plain_text,
+                        "response": spec_text,
+                        "score": float(err is None and spec_text == plain_text),
+                        "valid": err is None,
+                        "details": json.dumps(
+                            {"first_difference_token": diff, "error": err, "invalid": int(err is not None)}
+                        ),
+                    }
+                )
         n = len(res.samples)
         same = sum(s["score"] for s in res.samples)
-        diffs = [json.loads(s["details"])["first_difference_token"] for s in res.samples if s["score"] == 0 and s["valid"]]
+        diffs = [
+            json.loads(s["details"])["first_difference_token"] for s in res.samples if s["score"] == 0 and s["valid"]
+        ]
         note = None if same == n else f"not lossless: {n - int(same)} of {n} greedy outputs differ from plain decoding"
         res.scores = [
             Score("identity_rate", same / n if n else None, None, n, "fraction", True, "mean(score)", note=note),
-            Score("first_difference_tokens_median", float(np.median([d for d in diffs if d is not None])) if diffs else None,
-                  None, n, "tokens", True, None, note=None if diffs else "no output differed"),
+            Score(
+                "first_difference_tokens_median",
+                float(np.median([d for d in diffs if d is not None])) if diffs else None,
+                None,
+                n,
+                "tokens",
+                True,
+                None,
+                note=None if diffs else "no output differed",
+            ),
         ]
         return res

@@ -58,6 +58,7 @@ INVALID_RESPONSES = ("", "[invalid]")  # lm-eval's regex filters answer "[invali
 
 # ---------------------------------------------------------------- lm-eval task index and local data
 
+
 @lru_cache(maxsize=1)
 def task_index() -> dict[str, Any]:
     """lm-eval's index of tasks, groups and tags (built once per process: it reads ~15,000 YAML files)."""
@@ -85,7 +86,9 @@ def leaf_tasks(name: str, index: dict[str, Any] | None = None) -> list[str]:
     kind = entry.kind.name
     if kind in ("TASK", "PY_TASK"):
         return [name]
-    members = sorted(entry.tags) if kind == "TAG" else [t if isinstance(t, str) else t.get("task") for t in entry.cfg["task"]]
+    members = (
+        sorted(entry.tags) if kind == "TAG" else [t if isinstance(t, str) else t.get("task") for t in entry.cfg["task"]]
+    )
     out: list[str] = []
     for m in members:
         for t in leaf_tasks(m, index) if isinstance(m, str) else []:
@@ -100,11 +103,13 @@ class LocalData(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(default="json", description="datasets builder: json (also JSON Lines), csv, parquet")
-    data_files: dict[str, str] | str = Field(description="split -> file; '{dataset_name}' and '{task}' are "
-                                                         "filled per task (e.g. one BBH file per subtask)")
+    data_files: dict[str, str] | str = Field(
+        description="split -> file; '{dataset_name}' and '{task}' are filled per task (e.g. one BBH file per subtask)"
+    )
     field: str | None = Field(default=None, description="JSON key holding the rows, e.g. examples (BBH)")
-    if_missing: Literal["fail", "hub"] = Field(default="fail", description="files absent: fail the suite, or run the "
-                                                                           "task from the hub (one config for both)")
+    if_missing: Literal["fail", "hub"] = Field(
+        default="fail", description="files absent: fail the suite, or run the task from the hub (one config for both)"
+    )
 
 
 def _fill(template: str, **values: str) -> str:
@@ -130,8 +135,11 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
             entry = index[task]
             values = {"task": task, "dataset_name": str((entry.cfg or {}).get("dataset_name") or "")}
             # One file stands for the split the task is scored on.
-            files = (local.data_files if isinstance(local.data_files, dict)
-                     else {str((entry.cfg or {}).get("test_split") or "test"): local.data_files})
+            files = (
+                local.data_files
+                if isinstance(local.data_files, dict)
+                else {str((entry.cfg or {}).get("test_split") or "test"): local.data_files}
+            )
             resolved: dict[str, str] = {}
             for split, f in files.items():
                 p = Path(_fill(f, **values)).expanduser()
@@ -140,20 +148,28 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
                     resolved = {}  # lm-eval's own definition (the hub) for this task
                     break
                 if not p.is_file():
-                    raise ValueError(f"datasets.{name}: file {p} for task {task} not found; fix data_files or drop the entry")
+                    raise ValueError(
+                        f"datasets.{name}: file {p} for task {task} not found; fix data_files or drop the entry"
+                    )
                 resolved[split] = str(p.resolve())
             if not resolved:
                 continue
             kwargs: dict[str, Any] = {"data_files": resolved}
             if local.field:
                 kwargs["field"] = local.field
-            override = {"include": str(entry.yaml_path), "task": task, "dataset_path": local.path,
-                        "dataset_name": None, "dataset_kwargs": kwargs}
+            override = {
+                "include": str(entry.yaml_path),
+                "task": task,
+                "dataset_path": local.path,
+                "dataset_name": None,
+                "dataset_kwargs": kwargs,
+            }
             (out_dir / f"{task}.yaml").write_text(yaml.safe_dump(override, sort_keys=False))
     return out_dir
 
 
 # ---------------------------------------------------------------- in-process llama.cpp log-likelihood
+
 
 class LlamaCppLogits:
     """llama.cpp logits of a GGUF (every position): the log-likelihood of token continuations.
@@ -183,9 +199,9 @@ class LlamaCppLogits:
 
     def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
         """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
-        tokens = (context + continuation)[-self.n_ctx:]
+        tokens = (context + continuation)[-self.n_ctx :]
         ctxlen = len(tokens) - len(continuation)
-        logits = self._eval(tokens)[ctxlen - 1: len(tokens) - 1]
+        logits = self._eval(tokens)[ctxlen - 1 : len(tokens) - 1]
         m = logits.max(axis=1, keepdims=True)
         logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
         picked = logp[np.arange(len(continuation)), continuation]
@@ -265,8 +281,11 @@ def contained_generations(parse: Callable[..., list], outputs: Any, **kwargs: An
         try:
             got = parse(out, **kwargs)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
-            LOG.warning("lm-eval: malformed answer from the endpoint (%s: %s); scored as an empty answer",
-                        type(err).__name__, err)
+            LOG.warning(
+                "lm-eval: malformed answer from the endpoint (%s: %s); scored as an empty answer",
+                type(err).__name__,
+                err,
+            )
             got = [""]
         res += [g if isinstance(g, str) else "" for g in got]
     return res
@@ -323,11 +342,18 @@ class ThroughClient:
             weakref.finalize(self, self._tradeoff_session.pool.shutdown, wait=False)  # its threads end with the model
         return self._tradeoff_session
 
-    def model_call(self, messages: Any, *, generate: bool = True, gen_kwargs: dict | None = None,
-                   **kwargs: Any) -> dict | None:
+    def model_call(
+        self, messages: Any, *, generate: bool = True, gen_kwargs: dict | None = None, **kwargs: Any
+    ) -> dict | None:
         gen_kwargs = copy.deepcopy(gen_kwargs)  # as lm-eval: the dict is shared between requests
-        payload = self._create_payload(self.create_message(messages), generate=generate, gen_kwargs=gen_kwargs,
-                                       seed=self._seed, eos=self.eos_string, **kwargs)
+        payload = self._create_payload(
+            self.create_message(messages),
+            generate=generate,
+            gen_kwargs=gen_kwargs,
+            seed=self._seed,
+            eos=self.eos_string,
+            **kwargs,
+        )
         r = request("POST", self.base_url, "", self.timeout, payload, headers=self.header or {})
         if r.status_code >= 400:
             LOG.warning("lm-eval: API request failed with error message: %s. Retrying...", r.text[:200])
@@ -361,8 +387,14 @@ def _register_model() -> None:
         through the endpoint, exactly as local-completions sends it.
         """
 
-        def __init__(self, gguf: str | None = None, loglikelihood: "str | LoglikDecider" = "in-process",
-                     n_ctx: int = 2048, hf: str | None = None, **kwargs: Any):
+        def __init__(
+            self,
+            gguf: str | None = None,
+            loglikelihood: "str | LoglikDecider" = "in-process",
+            n_ctx: int = 2048,
+            hf: str | None = None,
+            **kwargs: Any,
+        ):
             super().__init__(tokenizer_backend=None, tokenized_requests=False, **kwargs)
             self.scorer = LlamaCppScorer(gguf, int(n_ctx)) if gguf else TransformersScorer(str(hf), int(n_ctx))
             # Anything but None: lm-eval's log-likelihood path asserts a tokenizer exists.
@@ -380,8 +412,9 @@ def _register_model() -> None:
         def prefix_token_id(self) -> int:
             return self.scorer.token_bos() if self.scorer.token_bos() >= 0 else self.scorer.token_eos()
 
-        def tok_encode(self, string: str, left_truncate_len: int | None = None, add_special_tokens: bool = False,
-                       **kwargs: Any) -> list[int] | list[list[int]]:
+        def tok_encode(
+            self, string: str, left_truncate_len: int | None = None, add_special_tokens: bool = False, **kwargs: Any
+        ) -> list[int] | list[list[int]]:
             if not isinstance(string, str):
                 return [self.tok_encode(s, left_truncate_len) for s in string]
             enc = self.scorer.encode(string)
@@ -404,47 +437,85 @@ def _model_registered() -> bool:
     return True
 
 
-def make_lm(base_url: str, model: str, api: str, gguf: Path | None, loglikelihood: "str | LoglikDecider", n_ctx: int,
-            concurrency: int, timeout_s: int, model_args: dict[str, Any], hf: Path | None = None):
+def make_lm(
+    base_url: str,
+    model: str,
+    api: str,
+    gguf: Path | None,
+    loglikelihood: "str | LoglikDecider",
+    n_ctx: int,
+    concurrency: int,
+    timeout_s: int,
+    model_args: dict[str, Any],
+    hf: Path | None = None,
+):
     """An lm-eval API model for the endpoint: local-chat-completions, local-completions or tradeoff-llama-cpp
     (with the variant's GGUF, or its HF checkpoint's tokenizer `hf`)."""
     _model_registered()
     headers = endpoint_headers(base_url)  # a hosted endpoint's Authorization; lm-eval sends `header` as is
     # Never empty: without a header lm-eval sends OPENAI_API_KEY from the environment to any base_url.
-    common = dict(model=model, num_concurrent=concurrency, timeout=timeout_s,
-                  header=headers or {"User-Agent": "tradeoff (lm-eval)"}, **model_args)
+    common = dict(
+        model=model,
+        num_concurrent=concurrency,
+        timeout=timeout_s,
+        header=headers or {"User-Agent": "tradeoff (lm-eval)"},
+        **model_args,
+    )
     url = base_url.rstrip("/")
     if api == "chat":
-        return globals()["ContainedChat"](base_url=url + "/v1/chat/completions", tokenizer_backend=None,
-                                   tokenized_requests=False, **common)
+        return globals()["ContainedChat"](
+            base_url=url + "/v1/chat/completions", tokenizer_backend=None, tokenized_requests=False, **common
+        )
     if gguf is not None or (hf is not None and "tokenizer_backend" not in model_args):
-        return globals()["TradeoffLlamaCpp"](base_url=url + "/v1/completions", gguf=str(gguf) if gguf else None,
-                                             hf=str(hf) if hf else None, loglikelihood=loglikelihood, n_ctx=n_ctx,
-                                             **common)
+        return globals()["TradeoffLlamaCpp"](
+            base_url=url + "/v1/completions",
+            gguf=str(gguf) if gguf else None,
+            hf=str(hf) if hf else None,
+            loglikelihood=loglikelihood,
+            n_ctx=n_ctx,
+            **common,
+        )
     # A bare endpoint: no tokenizer, so generate-only tasks (lm-eval's own offline setting).
-    return globals()["ContainedCompletions"](base_url=url + "/v1/completions", **{"tokenizer_backend": None,
-                                                                     "tokenized_requests": False, **common})
+    return globals()["ContainedCompletions"](
+        base_url=url + "/v1/completions", **{"tokenizer_backend": None, "tokenized_requests": False, **common}
+    )
 
 
 # ---------------------------------------------------------------- lm_eval suite
 
+
 class LmEvalParams(SuiteParams):
-    tasks: list[str] = Field(min_length=1, max_length=1024, description="lm-eval task, group or tag names (or task YAML paths)")
+    tasks: list[str] = Field(
+        min_length=1, max_length=1024, description="lm-eval task, group or tag names (or task YAML paths)"
+    )
     num_fewshot: int | None = Field(default=None, ge=0, le=64, description="default: each task's own")
-    api: Literal["completions", "chat"] = Field(default="completions",
-                                                description="local-completions, or local-chat-completions (generate-only tasks)")
+    api: Literal["completions", "chat"] = Field(
+        default="completions", description="local-completions, or local-chat-completions (generate-only tasks)"
+    )
     loglikelihood: Literal["auto", "endpoint", "in-process"] = Field(
-        default="auto", description="where log-likelihood requests are scored; auto: in-process where the engine's "
-                                    "endpoint path failed loglik_check")
+        default="auto",
+        description="where log-likelihood requests are scored; auto: in-process where the engine's "
+        "endpoint path failed loglik_check",
+    )
     concurrency: int = Field(default=1, ge=1, le=256, description="requests in flight (num_concurrent)")
-    datasets: dict[str, LocalData] = Field(default_factory=dict, max_length=1024, description="task or group -> local data files")
+    datasets: dict[str, LocalData] = Field(
+        default_factory=dict, max_length=1024, description="task or group -> local data files"
+    )
     gen_kwargs: dict[str, Any] = Field(default_factory=dict, description="generation overrides, e.g. max_gen_toks")
-    fewshot_seed: int = Field(default=1234, description="numpy/torch/few-shot seeds (lm-eval's CLI default 1234); "
-                                                        "the suite's seed is lm-eval's random seed")
-    bootstrap_iters: int = Field(default=100000, ge=0, le=1_000_000, description="lm-eval's bootstrap for non-mean stderrs")
-    model_args: dict[str, Any] = Field(default_factory=dict, description="extra arguments of lm-eval's model class "
-                                                                         "(those that weaken security are refused: "
-                                                                         "tasks.core.credentials)")
+    fewshot_seed: int = Field(
+        default=1234,
+        description="numpy/torch/few-shot seeds (lm-eval's CLI default 1234); "
+        "the suite's seed is lm-eval's random seed",
+    )
+    bootstrap_iters: int = Field(
+        default=100000, ge=0, le=1_000_000, description="lm-eval's bootstrap for non-mean stderrs"
+    )
+    model_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra arguments of lm-eval's model class "
+        "(those that weaken security are refused: "
+        "tasks.core.credentials)",
+    )
     timeout_s: int = Field(default=300, ge=1, le=3_600)
 
     @field_validator("model_args")
@@ -476,8 +547,11 @@ def _response(filtered: Any) -> str:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else (
-        float(x) if isinstance(x, bool) else None)
+    return (
+        float(x)
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        else (float(x) if isinstance(x, bool) else None)
+    )
 
 
 def sample_rows(results: dict) -> list[dict]:
@@ -491,13 +565,28 @@ def sample_rows(results: dict) -> list[dict]:
             first = next(iter(metrics.values()), None)
             response = _response(r.get("filtered_resps"))
             invalid = output_type == "generate_until" and response.strip() in INVALID_RESPONSES
-            rows.append({
-                "sample_id": f"{task}/{r['doc_id']}" + (f"/{filt}" if filt != "none" else ""),
-                "prompt": _first_arg(r.get("arguments")), "target": str(r.get("target")), "response": response,
-                "score": first if first is not None and 0.0 <= first <= 1.0 else None, "valid": not invalid,
-                "details": json.dumps({"task": task, "doc_id": r["doc_id"], "filter": filt, **metrics,
-                                       "invalid": int(invalid), "doc_hash": r.get("doc_hash"),
-                                       "prompt_hash": r.get("prompt_hash")}, default=str)})
+            rows.append(
+                {
+                    "sample_id": f"{task}/{r['doc_id']}" + (f"/{filt}" if filt != "none" else ""),
+                    "prompt": _first_arg(r.get("arguments")),
+                    "target": str(r.get("target")),
+                    "response": response,
+                    "score": first if first is not None and 0.0 <= first <= 1.0 else None,
+                    "valid": not invalid,
+                    "details": json.dumps(
+                        {
+                            "task": task,
+                            "doc_id": r["doc_id"],
+                            "filter": filt,
+                            **metrics,
+                            "invalid": int(invalid),
+                            "doc_hash": r.get("doc_hash"),
+                            "prompt_hash": r.get("prompt_hash"),
+                        },
+                        default=str,
+                    ),
+                }
+            )
     return rows
 
 
@@ -532,9 +621,18 @@ def score_rows(results: dict, samples: list[dict]) -> list[Score]:
             rows = [d for d in by_task.get(task, []) if d["filter"] == filt]
             invalid = sum(d["invalid"] for d in rows)
             if rows and (results.get("configs", {}).get(task) or {}).get("output_type") == "generate_until":
-                out.append(Score(f"{task}.invalid_rate" + (f".{filt}" if filt != "none" else ""), invalid / len(rows),
-                                 None, len(rows), "fraction", False, f"mean(invalid) where task={task} and filter={filt}",
-                                 note=f"{invalid} of {len(rows)} answers empty or unparseable" if invalid else None))
+                out.append(
+                    Score(
+                        f"{task}.invalid_rate" + (f".{filt}" if filt != "none" else ""),
+                        invalid / len(rows),
+                        None,
+                        len(rows),
+                        "fraction",
+                        False,
+                        f"mean(invalid) where task={task} and filter={filt}",
+                        note=f"{invalid} of {len(rows)} answers empty or unparseable" if invalid else None,
+                    )
+                )
     return out
 
 
@@ -565,8 +663,9 @@ class LoglikDecider:
         rec, own = find_record(ctx)
         if rec is None and same_weights_reference(ctx) is not None and ctx.base_url:
             reachable = endpoint_reachable(ctx.base_url)
-            rows, error, reference = run_loglik_check(ctx, LoglikCheckParams(paths=["endpoint"]),
-                                                      loglik_pairs(self.CHECK_PAIRS, ctx.seed))
+            rows, error, reference = run_loglik_check(
+                ctx, LoglikCheckParams(paths=["endpoint"]), loglik_pairs(self.CHECK_PAIRS, ctx.seed)
+            )
             details = [json.loads(r["details"]) for r in rows]
             rec, own = new_record(ctx, details, LoglikCheckParams().tolerance_nats, reference, error), True
             if reachable:  # an endpoint that was not there says nothing about its path: this run only
@@ -578,8 +677,10 @@ class LoglikDecider:
             return "endpoint", f"log-likelihood scored endpoint (its path passed loglik_check: {rec.summary()}{where})"
         if in_process_model(ctx) is not None:
             return "in-process", "log-likelihood scored in-process (the engine's endpoint path failed loglik_check)"
-        return "endpoint", (f"log-likelihood scored endpoint although its path failed loglik_check ({rec.summary()}"
-                            f"{where}): no in-process model of these weights")
+        return "endpoint", (
+            f"log-likelihood scored endpoint although its path failed loglik_check ({rec.summary()}"
+            f"{where}): no in-process model of these weights"
+        )
 
 
 def endpoint_reachable(base_url: str) -> bool:
@@ -623,19 +724,39 @@ def evaluate(ctx: SuiteContext, p: LmEvalParams, out_dir: Path, decider: LoglikD
 
     include = write_local_overrides(p.datasets, out_dir / "tasks") if p.datasets else None
     gguf, hf = scoring_model(ctx) if p.api == "completions" else (None, None)
-    lm = make_lm(ctx.base_url, ctx.served_model, p.api, gguf, decider or LoglikDecider(p, ctx), ctx.n_ctx,
-                 p.concurrency, p.timeout_s, p.model_args, hf=hf)
+    lm = make_lm(
+        ctx.base_url,
+        ctx.served_model,
+        p.api,
+        gguf,
+        decider or LoglikDecider(p, ctx),
+        ctx.n_ctx,
+        p.concurrency,
+        p.timeout_s,
+        p.model_args,
+        hf=hf,
+    )
     tracker = EvaluationTracker(output_path=str(out_dir))
     # lm-eval logs a warning per task an override replaces: that is the point of the overrides.
     logging.getLogger("lm_eval.tasks._index").setLevel(logging.ERROR)
     results = simple_evaluate(
         # model_args only name the run (lm-eval's output folder is named after `model`, as its CLI's)
-        model=lm, model_args={"model": ctx.served_model, "base_url": ctx.base_url},
-        tasks=list(p.tasks), num_fewshot=p.num_fewshot, limit=ctx.limit, log_samples=True,
-        evaluation_tracker=tracker, task_manager=TaskManager(include_path=str(include) if include else None),
-        apply_chat_template=p.api == "chat", gen_kwargs=p.gen_kwargs or None, bootstrap_iters=p.bootstrap_iters,
-        random_seed=ctx.seed, numpy_random_seed=p.fewshot_seed, torch_random_seed=p.fewshot_seed,
-        fewshot_random_seed=p.fewshot_seed)
+        model=lm,
+        model_args={"model": ctx.served_model, "base_url": ctx.base_url},
+        tasks=list(p.tasks),
+        num_fewshot=p.num_fewshot,
+        limit=ctx.limit,
+        log_samples=True,
+        evaluation_tracker=tracker,
+        task_manager=TaskManager(include_path=str(include) if include else None),
+        apply_chat_template=p.api == "chat",
+        gen_kwargs=p.gen_kwargs or None,
+        bootstrap_iters=p.bootstrap_iters,
+        random_seed=ctx.seed,
+        numpy_random_seed=p.fewshot_seed,
+        torch_random_seed=p.fewshot_seed,
+        fewshot_random_seed=p.fewshot_seed,
+    )
     if results is None:
         raise RuntimeError("lm-eval returned no results")
     samples = results.pop("samples")
@@ -657,8 +778,11 @@ class LmEval(Suite):
         results = evaluate(ctx, p, ctx.work_dir / "lm_eval", decider)
         res = SuiteResult(samples=sample_rows(results))
         res.scores = score_rows(results, res.samples)
-        loglik_tasks = {t for t, c in results.get("configs", {}).items()
-                        if (c or {}).get("output_type") in ("loglikelihood", "multiple_choice", "loglikelihood_rolling")}
+        loglik_tasks = {
+            t
+            for t, c in results.get("configs", {}).items()
+            if (c or {}).get("output_type") in ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
+        }
         if loglik_tasks:
             decider.path  # noqa: B018 - decided already when lm-eval asked; a cached run decides here
         for s in res.scores:
@@ -669,21 +793,31 @@ class LmEval(Suite):
 
 # ---------------------------------------------------------------- log-likelihood check
 
+
 class LoglikCheckParams(SuiteParams):
-    paths: list[Literal["endpoint", "in-process"]] = Field(default_factory=lambda: ["endpoint", "in-process"], max_length=2)
-    tolerance_nats: float = Field(default=0.01, gt=0, le=100, description="largest |logprob - reference| that counts as equal")
-    prompt_logits_server: bool = Field(default=True, description="check the endpoint on a sibling server started with "
-                                                                 "prompt logits on (llama.cpp: logits_all)")
+    paths: list[Literal["endpoint", "in-process"]] = Field(
+        default_factory=lambda: ["endpoint", "in-process"], max_length=2
+    )
+    tolerance_nats: float = Field(
+        default=0.01, gt=0, le=100, description="largest |logprob - reference| that counts as equal"
+    )
+    prompt_logits_server: bool = Field(
+        default=True,
+        description="check the endpoint on a sibling server started with prompt logits on (llama.cpp: logits_all)",
+    )
 
 
 def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     """(context, continuation) pairs: running text split at a word, and short question/answer pairs."""
     rng = np.random.default_rng(seed)
     words = FIDELITY_TEXT.split()
-    qa = [("Question: What is the capital of France?\nAnswer:", " Paris"),
-          ("Question: How many legs does a spider have?\nAnswer:", " eight"),
-          ("The opposite of hot is", " cold"), ("2 + 2 =", " 4"),
-          ("Q: Is the sky blue on a clear day?\nA:", " Yes, it is.")]
+    qa = [
+        ("Question: What is the capital of France?\nAnswer:", " Paris"),
+        ("Question: How many legs does a spider have?\nAnswer:", " eight"),
+        ("The opposite of hot is", " cold"),
+        ("2 + 2 =", " 4"),
+        ("Q: Is the sky blue on a clear day?\nA:", " Yes, it is."),
+    ]
     pairs = []
     for i in range(n):
         if i % 3 == 2:
@@ -691,7 +825,7 @@ def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
             continue
         start = int(rng.integers(0, len(words) - 40))
         cut = start + int(rng.integers(8, 30))
-        pairs.append((" ".join(words[start:cut]), " " + " ".join(words[cut:cut + int(rng.integers(1, 6))])))
+        pairs.append((" ".join(words[start:cut]), " " + " ".join(words[cut : cut + int(rng.integers(1, 6))])))
     return pairs
 
 
@@ -700,16 +834,21 @@ def reference_worker(kind: str, path: Path, n_ctx: int) -> ChildWorker:
     return logits_worker(path, n_ctx, reuse_prefix=False) if kind == "gguf" else hf_logits_worker(path, n_ctx)
 
 
-def run_loglik_check(ctx: SuiteContext, p: "LoglikCheckParams", pairs: list[tuple[str, str]],
-                     ) -> tuple[list[dict], str | None, str]:
+def run_loglik_check(
+    ctx: SuiteContext,
+    p: "LoglikCheckParams",
+    pairs: list[tuple[str, str]],
+) -> tuple[list[dict], str | None, str]:
     """Every path of `p` against the in-process reference of the same weights: (sample rows, first error, what the
     reference was). The endpoint path of llama.cpp runs on a sibling server with prompt logits on."""
     from lm_eval.api.instance import Instance
 
     ref = same_weights_reference(ctx)
     if ref is None:
-        raise ValueError("loglik_check: no in-process model of the weights this endpoint serves (a GGUF, or an HF "
-                         "checkpoint served as stored); weights quantized when loading have none")
+        raise ValueError(
+            "loglik_check: no in-process model of the weights this endpoint serves (a GGUF, or an HF "
+            "checkpoint served as stored); weights quantized when loading have none"
+        )
     kind, path = ref
     gguf, hf = scoring_model(ctx)
     if gguf is None and hf is None:
@@ -719,8 +858,12 @@ def run_loglik_check(ctx: SuiteContext, p: "LoglikCheckParams", pairs: list[tupl
     rows: list[dict] = []
     try:
         for which in p.paths:
-            needs_sibling = (which == "endpoint" and p.prompt_logits_server and ctx.engine in PROMPT_LOGPROB_ARGS
-                             and ctx.variant_spec is not None)
+            needs_sibling = (
+                which == "endpoint"
+                and p.prompt_logits_server
+                and ctx.engine in PROMPT_LOGPROB_ARGS
+                and ctx.variant_spec is not None
+            )
             if needs_sibling:
                 args = {**ctx.variant_spec.engine_args, **PROMPT_LOGPROB_ARGS[ctx.engine]}
                 with sibling_server(ctx, "prompt-logits", engine_args=args) as url:
@@ -751,20 +894,56 @@ class LoglikCheck(Suite):
             diffs = [d["abs_diff_nats"] for d in rows if d["abs_diff_nats"] is not None]
             errors = sum(d["error"] is not None for d in rows)
             where = f"where path={path}"
-            note = f"{errors} of {len(rows)} requests failed: {next(d['error'] for d in rows if d['error'])}" if errors else None
+            note = (
+                f"{errors} of {len(rows)} requests failed: {next(d['error'] for d in rows if d['error'])}"
+                if errors
+                else None
+            )
             res.scores += [
-                Score(f"{path}.within_tolerance", float(np.mean([d["within"] for d in rows])) if rows else None, None,
-                      len(rows), "fraction", True, f"mean(within) {where}", note=note),
-                Score(f"{path}.max_abs_diff_nats", max(diffs) if diffs else None, None, len(rows), "nats", False, None,
-                      note=note or f"vs {reference}"),
-                Score(f"{path}.greedy_agreement", float(np.mean([d["greedy_same"] for d in rows])) if rows else None,
-                      None, len(rows), "fraction", True, f"mean(greedy_same) {where}"),
+                Score(
+                    f"{path}.within_tolerance",
+                    float(np.mean([d["within"] for d in rows])) if rows else None,
+                    None,
+                    len(rows),
+                    "fraction",
+                    True,
+                    f"mean(within) {where}",
+                    note=note,
+                ),
+                Score(
+                    f"{path}.max_abs_diff_nats",
+                    max(diffs) if diffs else None,
+                    None,
+                    len(rows),
+                    "nats",
+                    False,
+                    None,
+                    note=note or f"vs {reference}",
+                ),
+                Score(
+                    f"{path}.greedy_agreement",
+                    float(np.mean([d["greedy_same"] for d in rows])) if rows else None,
+                    None,
+                    len(rows),
+                    "fraction",
+                    True,
+                    f"mean(greedy_same) {where}",
+                ),
             ]
         return res
 
     @staticmethod
-    def _check(ctx: SuiteContext, p: LoglikCheckParams, path: str, url: str, pairs: list[tuple[str, str]],
-               reference, Instance, gguf: Path | None = None, hf: Path | None = None) -> list[dict]:
+    def _check(
+        ctx: SuiteContext,
+        p: LoglikCheckParams,
+        path: str,
+        url: str,
+        pairs: list[tuple[str, str]],
+        reference,
+        Instance,
+        gguf: Path | None = None,
+        hf: Path | None = None,
+    ) -> list[dict]:
         lm = make_lm(url, ctx.served_model, "completions", gguf, path, ctx.n_ctx, 1, 120, {"max_retries": 1}, hf=hf)
         try:
             requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
@@ -781,11 +960,27 @@ class LoglikCheck(Suite):
             ref_lp, ref_greedy = reference.call("reference_logprob", list(ctx_enc), list(cont_enc))
             diff = abs(lp - ref_lp) if lp is not None else None
             within = diff is not None and diff <= p.tolerance_nats
-            rows.append({"sample_id": f"{path}/pair-{i}", "prompt": context, "target": continuation,
-                         "response": None if lp is None else f"{lp:.6f}", "score": float(within), "valid": error is None,
-                         "details": json.dumps({"path": path, "reference_logprob": ref_lp, "logprob": lp,
-                                                "abs_diff_nats": diff, "within": int(within),
-                                                "greedy_same": int(greedy is not None and greedy == ref_greedy),
-                                                "continuation_tokens": len(cont_enc), "error": error,
-                                                "invalid": int(error is not None)})})
+            rows.append(
+                {
+                    "sample_id": f"{path}/pair-{i}",
+                    "prompt": context,
+                    "target": continuation,
+                    "response": None if lp is None else f"{lp:.6f}",
+                    "score": float(within),
+                    "valid": error is None,
+                    "details": json.dumps(
+                        {
+                            "path": path,
+                            "reference_logprob": ref_lp,
+                            "logprob": lp,
+                            "abs_diff_nats": diff,
+                            "within": int(within),
+                            "greedy_same": int(greedy is not None and greedy == ref_greedy),
+                            "continuation_tokens": len(cont_enc),
+                            "error": error,
+                            "invalid": int(error is not None),
+                        }
+                    ),
+                }
+            )
         return rows

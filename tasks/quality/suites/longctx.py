@@ -19,8 +19,10 @@ from tasks.engines.tokenizer import no_tokenizer_note
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
 from tasks.quality.texts import parse_int
 
-HEADER = ("There is an important pass key hidden inside a lot of irrelevant text. "
-          "Find it and memorize it. I will quiz you about the pass key.\n\n")
+HEADER = (
+    "There is an important pass key hidden inside a lot of irrelevant text. "
+    "Find it and memorize it. I will quiz you about the pass key.\n\n"
+)
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "\n\nWhat is the pass key? The pass key is"
@@ -30,10 +32,14 @@ _MARGIN_TOKENS = ANSWER_TOKENS + 8
 
 
 class LongCtxParams(SuiteParams):
-    context_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(default_factory=lambda: [512, 1024, 2048],
-                                                                          max_length=64, description="prompt lengths (tokens); longer than the served context -> clipped to it")
-    depths_pct: list[Annotated[float, Field(ge=0, le=100)]] = Field(default_factory=lambda: [0.0, 50.0, 100.0],
-                                                                      max_length=64, description="needle depths (%)")
+    context_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(
+        default_factory=lambda: [512, 1024, 2048],
+        max_length=64,
+        description="prompt lengths (tokens); longer than the served context -> clipped to it",
+    )
+    depths_pct: list[Annotated[float, Field(ge=0, le=100)]] = Field(
+        default_factory=lambda: [0.0, 50.0, 100.0], max_length=64, description="needle depths (%)"
+    )
     trials: int = Field(default=1, ge=1, le=1000, description="samples per (length, depth) cell")
 
 
@@ -85,22 +91,47 @@ class LongContext(Suite):
             prompt = passkey_prompt(tok, n, depth, key)
             usage: dict = {}
             try:
-                text, error = complete(ctx.base_url, ctx.served_model, prompt, ANSWER_TOKENS, stop=["\n"],
-                                       timeout_s=ctx.request_timeout_s, usage=usage), None
+                text, error = (
+                    complete(
+                        ctx.base_url,
+                        ctx.served_model,
+                        prompt,
+                        ANSWER_TOKENS,
+                        stop=["\n"],
+                        timeout_s=ctx.request_timeout_s,
+                        usage=usage,
+                    ),
+                    None,
+                )
             except HTTPError as err:
                 text, error = "", error_text(err)
             got = parse_int(text)
             valid = got is not None and error is None
             depth_label = f"{depth:g}"
-            res.samples.append({
-                "sample_id": f"ctx{n}-depth{depth_label}-t{trial}", "prompt": None, "target": str(key), "response": text,
-                "score": float(got == key), "valid": valid,
-                "details": json.dumps({"context_tokens": n, "depth_pct": depth, "prompt_tokens": _count(tok, prompt),
-                                       "parsed": got, "error": error, "invalid": int(not valid),
-                                       "tokens_exact": tok is not None,
-                                       "tokenizer": tok.label if tok is not None else None,
-                                       # the server's own count of the prompt (its usage; a BOS it adds included)
-                                       "prompt_tokens_server": usage.get("prompt_tokens")})})
+            res.samples.append(
+                {
+                    "sample_id": f"ctx{n}-depth{depth_label}-t{trial}",
+                    "prompt": None,
+                    "target": str(key),
+                    "response": text,
+                    "score": float(got == key),
+                    "valid": valid,
+                    "details": json.dumps(
+                        {
+                            "context_tokens": n,
+                            "depth_pct": depth,
+                            "prompt_tokens": _count(tok, prompt),
+                            "parsed": got,
+                            "error": error,
+                            "invalid": int(not valid),
+                            "tokens_exact": tok is not None,
+                            "tokenizer": tok.label if tok is not None else None,
+                            # the server's own count of the prompt (its usage; a BOS it adds included)
+                            "prompt_tokens_server": usage.get("prompt_tokens"),
+                        }
+                    ),
+                }
+            )
         res.scores = binary_scores(res.samples)
         if notes:
             res.scores[0].note = "; ".join(notes)
@@ -110,6 +141,16 @@ class LongContext(Suite):
             rows = [s for s in res.samples if json.loads(s["details"])["context_tokens"] == n]
             if rows:
                 acc = sum(s["score"] for s in rows) / len(rows)
-                res.scores.append(Score(f"accuracy_ctx{n}", acc, None, len(rows), "fraction", True,
-                                        f"mean(score) where context_tokens={n}", note=length_note))
+                res.scores.append(
+                    Score(
+                        f"accuracy_ctx{n}",
+                        acc,
+                        None,
+                        len(rows),
+                        "fraction",
+                        True,
+                        f"mean(score) where context_tokens={n}",
+                        note=length_note,
+                    )
+                )
         return res
