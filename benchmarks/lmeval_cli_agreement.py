@@ -34,7 +34,7 @@ def run(cmd: list, env: dict, cwd: Path) -> float:
 
 
 def main() -> int:
-    from tasks.quality.run import compare_lmeval_samples
+    from tasks.quality.suite_loop import compare_lmeval_samples
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=50)

@@ -44,8 +44,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tasks.core.lifecycle import start_prefect_api, tie_prefect_api
     from tasks.core.runinfo import valid_run_id
     from tasks.loader import load_config_file
-    from tasks.orchestration.failures import run_summary
-    from tasks.orchestration.runs import checked_run
+    from tasks.orchestration.run_bookkeeping import checked_run
+    from tasks.orchestration.run_outcome import run_summary
 
     valid_run_id(args.run_id, "--run-id")
     text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
@@ -202,7 +202,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_perf(args: argparse.Namespace) -> int:
     """Measure a running OpenAI-compatible server; write vllm-bench-serve-style JSON."""
     from tasks.perf.options import scenarios_without_ok
-    from tasks.perf.run import run_standalone as run_perf_standalone
+    from tasks.perf.perf_run import run_standalone as run_perf_standalone
     from tasks.perf.vllm_json import one_line
 
     results = run_perf_standalone(args)
@@ -223,8 +223,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def cmd_quality(args: argparse.Namespace) -> int:
     """One quality suite against any running endpoint; tables, summary and the suite's own files in --output."""
     import tasks.loader  # noqa: F401  (registers the built-in engines and suites)
-    from tasks.quality.run import format_summary, load_suite_spec, parse_param
-    from tasks.quality.run import run_standalone as run_quality_standalone
+    from tasks.quality.suite_loop import format_summary, load_suite_spec, parse_param
+    from tasks.quality.suite_loop import run_standalone as run_quality_standalone
 
     params = dict(parse_param(t) for t in args.param or [])
     spec = load_suite_spec(args.suite, limit=args.limit, params=params, seed=args.seed)

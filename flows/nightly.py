@@ -24,12 +24,17 @@ from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
 from tasks.core.lifecycle import raise_if_stopping, stop_requested
 from tasks.core.runinfo import RunPaths, make_run_paths
-from tasks.orchestration.failures import run_outcome
 from tasks.orchestration.fanout import submit_variant, wait_for_runs
+from tasks.orchestration.folder_gate import expected_rows
+from tasks.orchestration.prefect_tasks import (
+    load_results_task,
+    notify_outcome,
+    report_task,
+    validate_results_task,
+    write_run_row,
+)
 from tasks.orchestration.results import ResultsLocation
-from tasks.orchestration.run_gate import expected_rows
-from tasks.orchestration.runlock import run_lock
-from tasks.orchestration.runs import (
+from tasks.orchestration.run_bookkeeping import (
     CheckedRun,
     check_run,
     collect_rows,
@@ -40,13 +45,8 @@ from tasks.orchestration.runs import (
     notify_crash,
     record_config,
 )
-from tasks.orchestration.tasks import (
-    load_results_task,
-    notify_outcome,
-    report_task,
-    validate_results_task,
-    write_run_row,
-)
+from tasks.orchestration.run_outcome import run_outcome
+from tasks.orchestration.runlock import run_lock
 
 
 def run_in_process(cfg: RunConfig, paths: RunPaths, todo: list[Variant], location: ResultsLocation) -> dict[str, str]:
@@ -192,5 +192,5 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
         "notified": notified,
     }
     # Failed variants make the flow run Failed ("Partial" when some are ok): not green in the UI
-    # (tasks.orchestration.failures).
+    # (tasks.orchestration.run_outcome).
     return run_outcome(summary, rows)

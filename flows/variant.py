@@ -23,8 +23,7 @@ from tasks.core.runinfo import RunPaths, build_cache_dir, make_run_paths, new_ru
 from tasks.engines.base import Artifact, engine_for, ensure_alive
 from tasks.engines.scrape import scraping
 from tasks.orchestration.gpu import gpu_host, gpu_slots
-from tasks.orchestration.results import ResultsLocation
-from tasks.orchestration.tasks import (
+from tasks.orchestration.prefect_tasks import (
     build_variant,
     check_engine,
     measure_perf,
@@ -32,7 +31,8 @@ from tasks.orchestration.tasks import (
     publish_results,
     start_endpoint,
 )
-from tasks.orchestration.variant import (
+from tasks.orchestration.results import ResultsLocation
+from tasks.orchestration.variant_bookkeeping import (
     VariantFailed,
     artifact_key,
     config_from,
@@ -40,8 +40,8 @@ from tasks.orchestration.variant import (
     summary_markdown,
     variant_row,
 )
-from tasks.perf.failures import check_perf
-from tasks.quality.failures import check_suites
+from tasks.perf.error_share import check_perf
+from tasks.quality.suite_failures import check_suites
 from warehouse.contract import write_table
 
 

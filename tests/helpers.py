@@ -43,7 +43,7 @@ def run_nightly(config: dict, tmp: Path, **env: str) -> dict:
     }.items():
         mp.setenv(key, value)
     from flows.nightly import nightly
-    from tasks.orchestration.failures import run_summary
+    from tasks.orchestration.run_outcome import run_summary
 
     try:  # a run with failed variants ends Failed ("Partial"): its summary rides in the state
         return run_summary(nightly(config=str(path), return_state=True))

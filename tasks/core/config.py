@@ -311,7 +311,7 @@ class PerfSpec(_Strict):
         le=1,
         description="share of measured requests that may fail "
         "(errored or incomplete); above it, or with a step without an ok request, the "
-        "variant is failed with the counts (tasks.orchestration.failures)",
+        "variant is failed with the counts (tasks.perf.error_share)",
     )
     idle_baseline_s: float = Field(
         default=5.0,
@@ -417,7 +417,7 @@ class QualitySpec(_Strict):
         ge=0,
         le=1,
         description="share of a suite's requests that may error "
-        "at the endpoint; above it the suite is suite_failed, not a score (tasks.orchestration.failures)",
+        "at the endpoint; above it the suite is suite_failed, not a score (tasks.quality.suite_failures)",
     )
     adaptive: AdaptiveSpec | None = Field(
         default=None, description="extend a gating suite's sample while its gate is undecided: {max_items, budget_s}"

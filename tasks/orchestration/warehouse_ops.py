@@ -1,7 +1,7 @@
 """`tradeoff load` and `tradeoff warehouse rebuild`: run folders through the nightly's gate into the warehouse.
 
 A load holds the run folder's lock (tasks.orchestration.runlock), validates the results with the nightly's
-suites and counts (tasks.orchestration.run_gate) and refuses what the nightly refused, unless the expert says
+suites and counts (tasks.orchestration.folder_gate) and refuses what the nightly refused, unless the expert says
 --skip-validation (recorded in the run folder as UNVALIDATED, so a rebuild loads that run the same way). A
 rebuild builds a new warehouse file from every run folder (local, or fetched from a results URL), each through
 the same gate, and swaps it in for the old one, which it keeps beside it: the way back from a warehouse that
@@ -25,8 +25,8 @@ import duckdb
 import fsspec
 
 from tasks.core.runinfo import RunPaths, runs_dir
+from tasks.orchestration.folder_gate import gate_run
 from tasks.orchestration.results import ResultsLocation
-from tasks.orchestration.run_gate import gate_run
 from tasks.orchestration.runlock import RunLocked, run_lock
 from warehouse.db import load_run, open_warehouse, refresh_views
 from warehouse.errors import WarehouseError

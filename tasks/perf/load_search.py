@@ -15,8 +15,8 @@ next step would likely end past `budget_s`. Each step runs `perf.repeats` times 
 (perf.rate_requests, raised by the config to what the percentile needs, after its warm-up share).
 
 The search needs the live endpoint, so it runs inside the variant's perf measurement
-(tasks.orchestration.tasks.measure_perf hands `search_load` to tasks.perf.run.measure, which calls it after the
-sweep); its steps are ordinary rate steps (`search1`, `search2`, ...) stored with the others.
+(tasks.orchestration.prefect_tasks.measure_perf hands `search_load` to tasks.perf.perf_run.measure, which calls it
+after the sweep); its steps are ordinary rate steps (`search1`, `search2`, ...) stored with the others.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ arithmetic suite's generated items) is looked at in planned, doubling sizes
   spending, tasks.quality.gate.look_level), so the looks do not inflate the false pass.
 
 `sequential_gate` is the loop itself with the measuring and the judging passed in: the nightly
-(tasks/quality/run.py) passes real suite runs, benchmarks/gate_error.py simulated samples.
+(tasks/quality/suite_loop.py) passes real suite runs, benchmarks/gate_error.py simulated samples.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def _number(x: Any) -> float | None:
 
 
 def errored(sample: dict) -> bool:
-    """Whether the sample's request errored at the endpoint (tasks.quality.failures marks it `errored` = 1)."""
+    """Whether the sample's request errored at the endpoint (tasks.quality.suite_failures marks it `errored` = 1)."""
     return bool(_field(sample, "errored"))
 
 

@@ -133,7 +133,7 @@ def test_every_variant_erroring_fails_the_nightly(prefect_harness, tmp_path, mon
         monkeypatch,
     )
     assert state.is_failed() and state.name == "Failed"  # was Completed: green
-    from tasks.orchestration.failures import run_summary
+    from tasks.orchestration.run_outcome import run_summary
 
     assert all(part in state.message for part in ("all 2 variants failed", "a: PerfFailed", "b: PerfFailed"))
     summary = run_summary(state)
@@ -162,7 +162,7 @@ def test_one_variant_erroring_makes_the_nightly_partial(prefect_harness, tmp_pat
         monkeypatch,
     )
     assert state.is_failed() and state.name == "Partial"  # was Completed: green
-    from tasks.orchestration.failures import run_summary
+    from tasks.orchestration.run_outcome import run_summary
 
     assert state.message.startswith(
         f"run {run_summary(state)['run_id']}: 1 of 2 variants failed: dead: PerfFailed: perf: "
@@ -176,7 +176,7 @@ def test_one_variant_erroring_makes_the_nightly_partial(prefect_harness, tmp_pat
 def third_failing(llama, tmp_path_factory) -> dict:
     """Request counts of a sweep through the fault proxy failing every 3rd POST (the first POST is the warm-up,
     so measured requests 2 and 5 of 6 fail)."""
-    from tasks.orchestration.tasks import measure_perf
+    from tasks.orchestration.prefect_tasks import measure_perf
 
     _, _, v, art = llama
     srv, url = start_proxy(llama[0], 3)
@@ -200,7 +200,7 @@ def third_failing(llama, tmp_path_factory) -> dict:
     ],
 )
 def test_the_error_share_decides(third_failing, max_error_rate, outcome) -> None:
-    from tasks.perf.failures import perf_failure
+    from tasks.perf.error_share import perf_failure
 
     assert (third_failing["requests"], third_failing["ok"], third_failing["errored"]) == (6, 4, 2)
     perf = smol_config(perf={**PERF, **({"max_error_rate": max_error_rate} if max_error_rate else {})}).perf
@@ -293,7 +293,7 @@ def test_the_nightlys_suites_count_errors_apart(llama, proxy, tmp_path, prefect_
     """measure_quality (the nightly's path), every request HTTP 500: suite_failed and error_rate, logged at ERROR."""
     from prefect import flow
 
-    from tasks.orchestration.tasks import measure_quality
+    from tasks.orchestration.prefect_tasks import measure_quality
     from warehouse.contract import read_table
 
     _, _, v, art = llama
@@ -338,7 +338,7 @@ def test_a_failed_suite_fails_its_variant_and_makes_the_nightly_partial(prefect_
         tmp_path,
         monkeypatch,
     )
-    from tasks.orchestration.failures import run_summary
+    from tasks.orchestration.run_outcome import run_summary
 
     assert state.is_failed() and state.name == "Partial"
     assert "1 of 2 variants failed: b: SuiteFailed: suite arithmetic failed: 2 of 2 requests errored" in state.message

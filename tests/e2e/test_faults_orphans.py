@@ -173,7 +173,7 @@ def test_a_prefect_timeout_on_start_server_stops_the_loading_server(prefect_harn
     from tasks.core.registry import ENGINES
     from tasks.engines.base import Artifact
     from tasks.loader import parse_config
-    from tasks.orchestration.tasks import start_endpoint
+    from tasks.orchestration.prefect_tasks import start_endpoint
     from tests.e2e.test_engines_e2e import STUB, StubTestEngine
 
     monkeypatch.setitem(ENGINES, "stub-test", StubTestEngine)

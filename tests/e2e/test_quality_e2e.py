@@ -160,7 +160,7 @@ def endpoint(tmp_path_factory):
 
 @needs_gsm8k
 def test_gsm8k_through_tradeoff_quality_matches_lmeval_cli(endpoint, tmp_path):
-    from tasks.quality.run import compare_lmeval_samples
+    from tasks.quality.suite_loop import compare_lmeval_samples
 
     url, _ = endpoint
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}

@@ -3,8 +3,8 @@ fidelity from vLLM's prompt_logprobs, loglik_check against transformers on the s
 
 Real engines: llama.cpp serving the shipped SmolLM2 Q4_1 GGUF, and vLLM (the CPU build, .venv-vllm or
 TRADEOFF_VLLM_PYTHON) serving that GGUF dequantized into a float32 HF checkpoint. Each suite gets the
-context the nightly gives it (tasks.quality.run.variant_context). vLLM starts in 1.5-3 min on 2 cores; skipped with the
-reason where it is not installed.
+context the nightly gives it (tasks.quality.suite_loop.variant_context). vLLM starts in 1.5-3 min on 2 cores; skipped
+with the reason where it is not installed.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ SUITES = {
 
 
 def context(cfg, name: str, art, ref_art, url: str, work: Path, limit: int | None, params: dict) -> SuiteContext:
-    """What tasks.quality.run.variant_context hands a suite (with a longer server start timeout)."""
+    """What tasks.quality.suite_loop.variant_context hands a suite (with a longer server start timeout)."""
     v = cfg.variant(name)
     engine = engine_for(v.engine)
     in_process = engine.has_in_process_logits

@@ -1,7 +1,7 @@
-"""Adaptive suites in the nightly's quality step (tasks/quality/run.py:run_suites): the reference answers every planned
-item, a variant extends while its gate is undecided and stops when it decides, the budget and the reference's items
-bound it, and the stored interval is the look's. Against the scripted quality endpoint (tests/stubs/quality_stub.py):
-its answers are set by the test, so the truth is known."""
+"""Adaptive suites in the nightly's quality step (tasks/quality/suite_loop.py:run_suites): the reference answers every
+planned item, a variant extends while its gate is undecided and stops when it decides, the budget and the reference's
+items bound it, and the stored interval is the look's. Against the scripted quality endpoint
+(tests/stubs/quality_stub.py): its answers are set by the test, so the truth is known."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tasks.core.config import RunConfig
 from tasks.engines.base import Artifact
 from tasks.loader import parse_config
 from tasks.quality.gate import Look, judge, look_schedule
-from tasks.quality.run import run_suites
+from tasks.quality.suite_loop import run_suites
 from tests.helpers import ROOT
 from tests.integration.test_quality_suites import oracle_completion
 from tests.stubs.quality_stub import start

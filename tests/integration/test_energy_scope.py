@@ -177,7 +177,7 @@ def hosted_config(url: str) -> dict:
 def test_hosted_variants_never_get_this_hosts_energy(tmp_path: Path, monkeypatch) -> None:
     """Even where this host has a meter (a stand-in NVML here), a hosted endpoint's energy is NULL with the reason."""
     import tasks.perf.energy as energy
-    from tasks.perf.run import measure, variant_target
+    from tasks.perf.perf_run import measure, variant_target
     from tests.stubs.stub_server import start_stub
 
     monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
@@ -202,7 +202,7 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
     import tasks.perf.energy as energy
     from tasks.core.config import RunConfig
     from tasks.perf.load_search import search_load
-    from tasks.perf.run import Target, measure
+    from tasks.perf.perf_run import Target, measure
     from tests.stubs.slo_stub import start_paced_stub
 
     monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))

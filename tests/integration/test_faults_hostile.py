@@ -25,8 +25,8 @@ from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
 from tasks.quality import sandbox
 from tasks.quality.base import SuiteContext
-from tasks.quality.run import run_suite
 from tasks.quality.sandbox import Limits, run_untrusted
+from tasks.quality.suite_loop import run_suite
 from tasks.quality.suites.code import run_tests
 from tests.helpers import ROOT
 from tests.integration.test_faults_inputs import demo, hosted, load_error, processes_with
@@ -449,7 +449,7 @@ def test_fault_child_of_the_tool_and_its_workers_end_when_the_tool_is_killed(kin
 def test_fault_server_claiming_three_billion_tokens_errs_its_request_and_the_perf_write_succeeds(tmp_path):
     import asyncio
 
-    from tasks.perf.run import request_row
+    from tasks.perf.perf_run import request_row
     from tasks.perf.sweep import Step, run_load
     from tasks.perf.workload import Prompt
     from tests.stubs.stub_server import start_stub
@@ -481,7 +481,7 @@ def test_fault_negative_seed_is_refused_at_load(field, value):
 def test_fault_error_text_with_markup_stays_text_in_the_prefect_artifacts():
     from markdown_it import MarkdownIt
 
-    from tasks.orchestration.variant import summary_markdown
+    from tasks.orchestration.variant_bookkeeping import summary_markdown
 
     error = "RuntimeError: x` <img src=x onerror=alert(1)> [log in](https://evil.example) ![t](https://evil.example/t)"
     row = {

@@ -479,7 +479,7 @@ def test_fault_server_answer_echoing_the_key_is_kept_short_and_key_free_in_perf_
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from tasks.engines.base import engine_for
-    from tasks.perf.run import request_row
+    from tasks.perf.perf_run import request_row
     from tasks.perf.sweep import Step, run_concurrency
     from tasks.perf.workload import Prompt
 

@@ -464,7 +464,7 @@ def test_unknown_run_entry_fails_the_suite_alone(tmp_path, prefect_harness, toke
 
     from tasks.engines.base import Artifact
     from tasks.loader import parse_config
-    from tasks.orchestration.tasks import measure_quality
+    from tasks.orchestration.prefect_tasks import measure_quality
     from warehouse.contract import read_table
 
     cfg = parse_config(

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tasks.core.config import PerfSpec
-from tasks.orchestration.run_gate import expected_perf_rows
+from tasks.orchestration.folder_gate import expected_perf_rows
 from tasks.perf.jitter import jitter_summary, needs_jitter_step, repeat_cvs
 from tasks.perf.metrics import RequestRecord, bootstrap_ci, cv_pct, summarize_repeats
-from tasks.perf.run import summarize_scenario
+from tasks.perf.perf_run import summarize_scenario
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
 from tasks.report.text import takeaways, tradeoff_frame

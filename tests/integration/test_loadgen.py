@@ -11,9 +11,9 @@ import pytest
 from tasks.client import request_body
 from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError
-from tasks.orchestration.run_gate import expected_perf_rows
+from tasks.orchestration.folder_gate import expected_perf_rows
 from tasks.perf.metrics import RequestRecord
-from tasks.perf.run import output_len_note, summarize_scenario
+from tasks.perf.perf_run import output_len_note, summarize_scenario
 from tasks.perf.sweep import _request_rate, arrival_offsets_s, fixed_steps, run_perf, sweep_rates
 from tasks.perf.workload import load_sharegpt, make_workload, synthetic_prompts
 from tests.stubs.stub_server import start_stub

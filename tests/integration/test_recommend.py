@@ -1066,7 +1066,7 @@ def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> N
 
 
 def test_a_search_makes_the_perf_row_counts_open() -> None:
-    from tasks.orchestration.run_gate import expected_perf_rows
+    from tasks.orchestration.folder_gate import expected_perf_rows
 
     perf = PerfSpec(concurrency=[1, 2], num_prompts=3)
     assert expected_perf_rows(perf) == {"perf_requests": 8, "perf_summary": 2, "perf_power": None}

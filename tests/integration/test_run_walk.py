@@ -18,7 +18,7 @@ import flows.variant
 import tasks.core.config
 import tasks.core.runinfo
 import tasks.loader
-import tasks.orchestration.runs
+import tasks.orchestration.run_bookkeeping
 import warehouse.contract
 from tasks.core.config import RunConfig
 
@@ -28,8 +28,8 @@ COUNTED = {  # counted name -> (module that defines it, function)
     "load_config_file": tasks.loader,
     "parse_config": tasks.loader,
     "valid_run_id": tasks.core.runinfo,
-    "preflight": tasks.orchestration.runs,
-    "with_work_pool": tasks.orchestration.runs,
+    "preflight": tasks.orchestration.run_bookkeeping,
+    "with_work_pool": tasks.orchestration.run_bookkeeping,
     "read_table": warehouse.contract,
 }
 
@@ -111,7 +111,7 @@ def test_tradeoff_run_reads_and_validates_its_config_once(
         if entry == "cli":
             code = flows.cli.main(["run", str(config), "--run-id", "walk1"])
         else:
-            from tasks.orchestration.failures import run_summary
+            from tasks.orchestration.run_outcome import run_summary
 
             summary = run_summary(flows.nightly.nightly(config=str(config), run_id="walk1", return_state=True))
             print(f"run {summary['run_id']}: {summary['status']}")
@@ -133,10 +133,14 @@ def test_tradeoff_run_reads_and_validates_its_config_once(
             n
             for k, n in counts.items()
             if k.startswith(
-                ("valid_run_id@flows.cli", "valid_run_id@flows.nightly.", "valid_run_id@tasks.orchestration.runs")
+                (
+                    "valid_run_id@flows.cli",
+                    "valid_run_id@flows.nightly.",
+                    "valid_run_id@tasks.orchestration.run_bookkeeping",
+                )
             )
         )
         == 1
     )
-    where = "flows.cli.cmd_run" if entry == "cli" else "tasks.orchestration.runs.check_run"
+    where = "flows.cli.cmd_run" if entry == "cli" else "tasks.orchestration.run_bookkeeping.check_run"
     assert counts[f"load_config_file@{where}"] == 1  # where the config entered

@@ -282,7 +282,7 @@ def test_a_gpu_limit_of_another_size_is_refused(prefect_harness, monkeypatch) ->
 def test_a_host_without_the_engine_records_the_package_and_fails_alone(prefect_harness, tmp_path, monkeypatch) -> None:
     from flows.variant import variant_flow
     from tasks.engines.llama_cpp import LlamaCpp
-    from tasks.orchestration.variant import VariantFailed
+    from tasks.orchestration.variant_bookkeeping import VariantFailed
 
     monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(LlamaCpp, "requires", {"no_such_module_tradeoff": "no-such-engine-package[server]"})
@@ -296,7 +296,7 @@ def test_a_host_without_the_engine_records_the_package_and_fails_alone(prefect_h
 
 
 def test_rerun_bookkeeping(tmp_path: Path, monkeypatch) -> None:
-    from tasks.orchestration.runs import collect_rows, measured_variants, record_config
+    from tasks.orchestration.run_bookkeeping import collect_rows, measured_variants, record_config
 
     monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
     cfg = parse_config(tiny())

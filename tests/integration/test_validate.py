@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tasks.perf.metrics import RequestRecord, summarize
-from tasks.perf.run import summary_row
+from tasks.perf.perf_run import summary_row
 from warehouse.contract import TABLES, write_table
 from warehouse.gate import validate_results
 

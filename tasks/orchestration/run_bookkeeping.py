@@ -15,10 +15,10 @@ from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
 from tasks.core.runinfo import RunPaths, new_run_id, valid_run_id
 from tasks.loader import load_config, load_config_file, parse_config
-from tasks.orchestration.failures import reported
 from tasks.orchestration.fanout import check_pool
 from tasks.orchestration.results import ResultsLocation
-from tasks.orchestration.variant import variant_row
+from tasks.orchestration.run_outcome import reported
+from tasks.orchestration.variant_bookkeeping import variant_row
 from tasks.quality.sandbox import unavailable_reason
 from tasks.report.notify import deliver, load_block
 from warehouse.contract import read_table, write_table

@@ -20,7 +20,7 @@ from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
-from tasks.perf.failures import request_counts
+from tasks.perf.error_share import request_counts
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats

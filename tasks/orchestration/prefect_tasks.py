@@ -22,8 +22,8 @@ from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.perf.load_search import search_load
-from tasks.perf.run import measure_into, variant_target
-from tasks.quality.run import run_suites
+from tasks.perf.perf_run import measure_into, variant_target
+from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send
 from tasks.report.recommend import recommendation_markdown

@@ -39,8 +39,8 @@ from tasks.engines.base import Artifact, engine_for
 from tasks.quality.adaptive import Budget, adaptive_suites, judge_rows, sequential_gate
 from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
 from tasks.quality.deltas import add_identity_bounds, quality_deltas
-from tasks.quality.failures import account_errors
 from tasks.quality.gate import UNDECIDED, Look, look_schedule
+from tasks.quality.suite_failures import account_errors
 from warehouse.contract import read_table, write_table
 
 LOG = logging.getLogger("tradeoff.quality")
@@ -217,7 +217,8 @@ def run_suites(
     Writes quality_samples and quality_scores parts after each suite (a failure later loses no
     finished suite), and a quality_deltas part at the end. An adaptive suite (tasks.quality.adaptive)
     is extended right after its first run: by the reference up front, by a variant while its gate is undecided.
-    `failed_suites` (suite -> why) of the result fails the variant afterwards (tasks.quality.failures.check_suites).
+    `failed_suites` (suite -> why) of the result fails the variant afterwards
+    (tasks.quality.suite_failures.check_suites).
     """
     samples: list[dict] = []
     scores: list[dict] = []
