@@ -45,7 +45,7 @@ from tasks.quality.suite_failures import check_suites
 from warehouse.contract import write_table
 
 
-def measure(
+def measure_variant(
     cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Artifact | None, paths: RunPaths, deadline: float
 ) -> dict:
     """Serve, perf sweep (engine metrics scraped alongside) and quality suites under this GPU host's limit.
@@ -107,7 +107,7 @@ def variant_flow(
             task_run_name=f"build-{v.name}", timeout_seconds=cfg.scale_out.variant_timeout_s
         )(cfg, v, build_cache_dir())
         ref_art = art if v.reference else reference_artifact(cfg)
-        outcome = measure(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
+        outcome = measure_variant(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
         check_suites(outcome["quality"]["failed_suites"])  # measured and kept, but a failed suite fails the variant
     except Exception as err:  # noqa: BLE001 - any failure is the variant's, recorded in its row
         raise_if_stopping()  # but a stop that a library turned into its own error stops the run

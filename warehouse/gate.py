@@ -106,7 +106,7 @@ def _expectation(check: Check, column: str | None, expected_rows: int | None) ->
     raise ValueError(f"contract check kind {check.kind!r} has no GX equivalent")
 
 
-def suite_for(name: str, expected_rows: int | None):
+def expectation_suite_for(name: str, expected_rows: int | None):
     """The table's GX suite: its row count (when known), the table's checks, then each column's."""
     gx, gxe, _ = _gx()
     table = CONTRACT[name]
@@ -183,7 +183,7 @@ def validate_table(context: Any, source: Any, name: str, df: pd.DataFrame, expec
     """Run the table's suite on `df` through a dataframe asset of `source`."""
     gx, _, _ = _gx()
     batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
-    suite = context.suites.add(suite_for(name, expected))
+    suite = context.suites.add(expectation_suite_for(name, expected))
     definition = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
     result = definition.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
     failures = [_describe_failure(r) for r in result.results if not r.success]

@@ -489,9 +489,9 @@ def test_schema_document_is_the_contract() -> None:
 
 def test_every_contract_check_becomes_an_expectation() -> None:
     from warehouse.contract import CONTRACT
-    from warehouse.gate import suite_for
+    from warehouse.gate import expectation_suite_for
 
     for name, table in CONTRACT.items():
         declared = sum(len(c.checks) for c in table.columns) + len(table.checks)
         assert declared > 0, name
-        assert len(suite_for(name, None).expectations) == declared, name
+        assert len(expectation_suite_for(name, None).expectations) == declared, name
