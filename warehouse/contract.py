@@ -3,7 +3,7 @@
 Each run writes its results as Parquet parts (`runs/<run_id>/results/<table>/<part>.parquet`);
 this module is the one declaration of those tables. From it come
 - the Arrow schema every part is written and read with (`SCHEMAS`, `write_table`, `read_table`),
-- the Great Expectations suite of the gate (`warehouse.gate` turns each column's `checks` and the
+- the Great Expectations suite of the gate (`warehouse.gx_gate` turns each column's `checks` and the
   table's `checks` into expectations),
 - the schema document (`python -m warehouse.contract > docs/schema.md`),
 and the SQL migrations are tested against it (same columns, same order, compatible types).
@@ -67,7 +67,7 @@ MEASURED = Where("num_ok", ">", 0)
 
 @dataclass(frozen=True)
 class Check:
-    """One data check; `warehouse.gate` maps each kind to a GX expectation.
+    """One data check; `warehouse.gx_gate` maps each kind to a GX expectation.
 
     kinds: not_null; between (min, max, strict_min, strict_max); in_set (values); at_least (other column,
     or_equal, ignore_missing: this column >= other); equal_sum (columns: this column == their sum);

@@ -19,7 +19,7 @@ from tasks.core.runinfo import RunPaths
 from tasks.perf.jitter import needs_jitter_step
 from tasks.perf.sweep import JITTER_STEP, SYNC_STEP, fixed_steps, max_step, step_prompts
 from warehouse.contract import read_table
-from warehouse.gate import ValidationReport, validate_results
+from warehouse.gx_gate import ValidationReport, validate_results
 
 
 def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:

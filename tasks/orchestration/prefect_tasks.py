@@ -30,7 +30,7 @@ from tasks.report.recommend import recommendation_markdown
 from tasks.report.text import format_report, quality_unit, takeaways, tradeoff_frame
 from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
-from warehouse.gate import validate_results
+from warehouse.gx_gate import validate_results
 
 
 def run_logger() -> logging.Logger | logging.LoggerAdapter:

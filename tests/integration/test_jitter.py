@@ -241,7 +241,7 @@ def inverted_jitter_interval(t):
 def test_the_gate_checks_the_timing_columns(tmp_path, corrupt, table, expectation):
     from tests.integration.test_validate import expected_rows, valid_tables
     from tests.integration.test_validate import write_run as write_results
-    from warehouse.gate import validate_results
+    from warehouse.gx_gate import validate_results
 
     tables = valid_tables()
     expected = expected_rows(tables)

@@ -12,7 +12,7 @@ import pytest
 from tasks.quality.deltas import quality_deltas
 from warehouse.contract import read_table, write_table
 from warehouse.db import load_run, open_warehouse
-from warehouse.gate import validate_results
+from warehouse.gx_gate import validate_results
 
 RUN = "r-quality"
 

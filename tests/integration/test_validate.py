@@ -11,7 +11,7 @@ import pytest
 from tasks.perf.metrics import RequestRecord, summarize
 from tasks.perf.perf_run import summary_row
 from warehouse.contract import TABLES, write_table
-from warehouse.gate import validate_results
+from warehouse.gx_gate import validate_results
 
 RUN_ID = "demo-20250101T000000"
 VARIANTS = ("f16", "q4_0")  # f16 is the reference

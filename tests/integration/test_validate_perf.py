@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_validate import RUN_ID, expected_rows, valid_tables, write_run
-from warehouse.gate import validate_results
+from warehouse.gx_gate import validate_results
 
 
 def with_perf_extras() -> dict[str, list[dict]]:

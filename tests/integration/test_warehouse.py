@@ -489,7 +489,7 @@ def test_schema_document_is_the_contract() -> None:
 
 def test_every_contract_check_becomes_an_expectation() -> None:
     from warehouse.contract import CONTRACT
-    from warehouse.gate import expectation_suite_for
+    from warehouse.gx_gate import expectation_suite_for
 
     for name, table in CONTRACT.items():
         declared = sum(len(c.checks) for c in table.columns) + len(table.checks)
