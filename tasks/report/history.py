@@ -148,10 +148,14 @@ def flips_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     ).df()
 
 
-def _clip(text, n: int) -> str:
+def _clip(text, n: int, tail: bool = False) -> str:
+    """`text` on one line in at most n characters: its start, or with `tail` its end (a prompt's few-shot preamble
+    is the same for every item; its question is at the end)."""
     text = "" if text is None or (not isinstance(text, str) and pd.isna(text)) else str(text)
     text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    if len(text) <= n:
+        return text
+    return "…" + text[-(n - 1) :] if tail else text[: n - 1] + "…"
 
 
 def flip_lines(df: pd.DataFrame, per_variant: int = 5) -> list[str]:
@@ -164,7 +168,7 @@ def flip_lines(df: pd.DataFrame, per_variant: int = 5) -> list[str]:
         for _, r in g.head(per_variant).iterrows():
             out.append(
                 f"  {r.suite}/{r.sample_id} [{r.item_history}, lost {r.nights_lost} of {r.nights} nights]: "
-                f"{_clip(r.prompt, 80)!r} expected {_clip(r.target, 30)!r}, reference "
+                f"{_clip(r.prompt, 80, tail=True)!r} expected {_clip(r.target, 30)!r}, reference "
                 f"{_clip(r.reference_response, 30)!r}, "
                 f"{variant} {_clip(r.response, 30)!r}"
             )

@@ -187,3 +187,13 @@ def test_notification_and_text_report_name_the_change_point(forty_nights: Path) 
     assert [ln.split(":")[0] for ln in regressions(forty_nights, drop[0][0])] == ["q2_k arithmetic.accuracy"] * 2
     text = format_report(con)
     assert re.search(r"^q2_k lost \d+ item\(s\) q4_1 got right \(.*\b12 regression\b", text, re.M)
+
+
+def test_a_flipped_items_prompt_is_shown_by_its_end() -> None:
+    """Few-shot prompts share their start: the line shows the question at the end, on one line."""
+    from tasks.report.history import _clip
+
+    prompt = "Q: What is 9 plus 6? A: 15\nQ: What is 9 minus 3? A: 6\n" * 4 + "Q: What is 7 times 8? A:"
+    shown = _clip(prompt, 40, tail=True)
+    assert len(shown) == 40 and shown.startswith("…") and shown.endswith("Q: What is 7 times 8? A:")
+    assert _clip(prompt, 40) == prompt.replace("\n", " ")[:39] + "…" and _clip("short", 40, tail=True) == "short"
