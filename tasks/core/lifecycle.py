@@ -34,6 +34,7 @@ grandchildren (stop_server stops the server's process group; vLLM sets its own o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
@@ -176,26 +177,38 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     stop = StopSignals._active
     if stop is None or threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)
-    with asyncio.Runner() as runner:
-        loop = runner.get_loop()
-        task = loop.create_task(main)
+    started: list[tuple[asyncio.AbstractEventLoop, asyncio.Task]] = []
 
-        def cancel(signum: int, frame: Any) -> None:
-            stop.note(signum)
-            loop.call_soon_threadsafe(task.cancel)
+    def cancel(signum: int, frame: Any) -> None:
+        stop.note(signum)
+        if started:  # before the task exists the stop is only noted: the task is cancelled as it is made
+            loop, task = started[0]
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)
 
-        # Inside a flow this stands in for Prefect's SIGTERM handler too, for the loop's time: the stop then reaches
-        # Prefect as the KeyboardInterrupt, which it records as Crashed all the same.
-        previous = {sig: signal.signal(sig, cancel) for sig in StopSignals.HANDLED}
-        try:
-            return loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            raise_if_stopping()
-            raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            raise_if_stopping()  # a signal that came as `main` ended
+    # Installed before the loop is made: a Ctrl-C inside the loop's own constructor left a half-made loop whose
+    # __del__ printed a traceback after the command had stopped. Inside a flow this stands in for Prefect's
+    # SIGTERM handler too, for the loop's time: the stop then reaches Prefect as the KeyboardInterrupt, which it
+    # records as Crashed all the same.
+    previous = {sig: signal.signal(sig, cancel) for sig in StopSignals.HANDLED}
+    try:
+        with asyncio.Runner() as runner:
+            loop = runner.get_loop()
+            task = loop.create_task(main)
+            started.append((loop, task))
+            if stop.signum is not None:
+                task.cancel()
+            try:
+                return loop.run_until_complete(task)
+            except asyncio.CancelledError:
+                raise_if_stopping()
+                raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not started:
+            main.close()  # never scheduled: no 'coroutine was never awaited' warning
+        raise_if_stopping()  # a signal that came as `main` ended
 
 
 def raise_if_stopping() -> None:
