@@ -169,14 +169,15 @@ def stop_requested() -> int | None:
     return active.signum if active is not None else None
 
 
-def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)`, where a stop signal cancels `main` (and so the requests it has in flight) and
+def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`asyncio.run(make())`, where a stop signal cancels the coroutine (and so the requests it has in flight) and
     KeyboardInterrupt follows once it has unwound: what asyncio.run does by itself for Ctrl-C under Python's
     default handler. A KeyboardInterrupt raised inside the loop lands in whichever task runs, which asyncio then
-    reports as 'Task exception was never retrieved', with a traceback, after the command has stopped."""
+    reports as 'Task exception was never retrieved', with a traceback, after the command has stopped. `make` (not
+    the coroutine itself) so that the coroutine is made under the stop handler."""
     stop = StopSignals._active
     if stop is None or threading.current_thread() is not threading.main_thread():
-        return asyncio.run(main)
+        return asyncio.run(make())
     started: list[tuple[asyncio.AbstractEventLoop, asyncio.Task]] = []
 
     def cancel(signum: int, frame: Any) -> None:
@@ -191,7 +192,9 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     # SIGTERM handler too, for the loop's time: the stop then reaches Prefect as the KeyboardInterrupt, which it
     # records as Crashed all the same.
     previous = {sig: signal.signal(sig, cancel) for sig in StopSignals.HANDLED}
+    main = None
     try:
+        main = make()  # made here, under the handler: a stop cannot leave it unawaited
         with asyncio.Runner() as runner:
             loop = runner.get_loop()
             task = loop.create_task(main)
@@ -206,7 +209,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if not started:
+        if not started and main is not None:
             main.close()  # never scheduled: no 'coroutine was never awaited' warning
         raise_if_stopping()  # a signal that came as `main` ended
 

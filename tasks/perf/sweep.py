@@ -27,6 +27,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -189,7 +190,16 @@ def run_step(
     )
     n_warm = spec.warmup_requests
     warm = run_async(
-        run_load(base_url, model, prompts[:n_warm], spec.output_len, concurrency=1, first_index=first_index, **common)
+        partial(
+            run_load,
+            base_url,
+            model,
+            prompts[:n_warm],
+            spec.output_len,
+            concurrency=1,
+            first_index=first_index,
+            **common,
+        )
     )
     for r in warm:
         r.is_warmup = True
@@ -197,7 +207,8 @@ def run_step(
     offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
     with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = run_async(
-            run_load(
+            partial(
+                run_load,
                 base_url,
                 model,
                 todo,

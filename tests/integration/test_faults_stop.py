@@ -294,7 +294,7 @@ def test_a_stop_while_the_sweeps_loop_is_made_ends_cleanly(monkeypatch) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with StopSignals() as stop, pytest.raises(KeyboardInterrupt):
-            run_async(sweep())
+            run_async(sweep)
         gc.collect()
     assert stop.signum == signal.SIGINT and steps == []
     assert not [w for w in caught if "never awaited" in str(w.message)]
