@@ -301,115 +301,10 @@ class TensorRTLLM(Engine):
             return Plan(
                 "pytorch", a.checkpoint or hf_dir, None, [], self.extra_options(variant, a, backend, version), key
             )
-        steps: list[Step] = []
         examples = Path(a.examples_dir or os.environ.get("TRTLLM_EXAMPLES_DIR", "/app/tensorrt_llm/examples"))
         ckpt, engine = root / "checkpoint", root / "engine"
-        dtype = DTYPES.get(q, "float16")
-        if q in QFORMATS or spec and spec.method == "medusa":
-            conv = [
-                python,
-                str(examples / "quantization" / "quantize.py"),
-                "--model_dir",
-                hf_dir,
-                "--dtype",
-                dtype,
-                "--qformat",
-                QFORMATS.get(q, "full_prec"),
-                "--output_dir",
-                str(ckpt),
-                "--calib_size",
-                str(a.calib_size),
-                "--tp_size",
-                str(a.tp_size),
-            ]
-            if q in ("int4_awq", "w4a8_awq"):
-                conv += ["--awq_block_size", str(a.awq_block_size)]
-            if a.kv_cache_dtype:
-                conv += ["--kv_cache_dtype", a.kv_cache_dtype]
-            if a.calib_dataset and is_local_data(a.calib_dataset):  # air-gapped: a local text set, no hub
-                steps.append(
-                    Step(
-                        "calibration", calibration_command(python, a.calib_dataset, root / "calibration", a.calib_size)
-                    )
-                )
-                conv += ["--calib_dataset", str(root / "calibration")]
-            elif a.calib_dataset:
-                conv += ["--calib_dataset", a.calib_dataset]
-            if spec and spec.method == "medusa":
-                conv += [
-                    "--medusa_model_dir",
-                    str(spec.draft_model),
-                    "--num_medusa_heads",
-                    str(a.num_medusa_heads),
-                    "--max_draft_len",
-                    str(DEFAULT_TREE_DRAFT_LEN),
-                ]
-        elif spec and spec.method == "eagle":
-            conv = [
-                python,
-                str(examples / "eagle" / "convert_checkpoint.py"),
-                "--model_dir",
-                hf_dir,
-                "--eagle_model_dir",
-                str(spec.draft_model),
-                "--output_dir",
-                str(ckpt),
-                "--dtype",
-                dtype,
-                "--max_draft_len",
-                str(DEFAULT_TREE_DRAFT_LEN),
-                "--num_eagle_layers",
-                str(a.num_eagle_layers),
-                "--max_non_leaves_per_layer",
-                str(a.max_non_leaves_per_layer),
-                "--tp_size",
-                str(a.tp_size),
-            ]
-        else:
-            conv = [
-                python,
-                str(examples / "models" / "core" / a.model_family / "convert_checkpoint.py"),
-                "--model_dir",
-                hf_dir,
-                "--output_dir",
-                str(ckpt),
-                "--dtype",
-                dtype,
-                "--tp_size",
-                str(a.tp_size),
-            ]
-        build = [
-            tool(python, "trtllm-build"),
-            "--checkpoint_dir",
-            str(ckpt),
-            "--output_dir",
-            str(engine),
-            "--gemm_plugin",
-            "auto",
-            "--max_batch_size",
-            str(a.max_batch_size),
-            "--max_input_len",
-            str(max_in),
-            "--max_seq_len",
-            str(max_seq),
-            "--max_num_tokens",
-            str(a.max_num_tokens),
-            "--workers",
-            str(a.tp_size),
-        ]
-        if q == "fp8":
-            build += ["--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable"]
-        if spec:
-            draft = (
-                DEFAULT_TREE_DRAFT_LEN
-                if spec.method in ("medusa", "eagle")
-                else lookahead_draft_len(
-                    a.lookahead_window_size, a.lookahead_ngram_size, a.lookahead_verification_set_size
-                )
-            )
-            build += ["--speculative_decoding_mode", BUILD_MODES[spec.method], "--max_draft_len", str(draft)]
-            if spec.method == "eagle" and q != "fp8":
-                build += ["--use_paged_context_fmha", "enable"]
+        steps, conv = _checkpoint_steps(python, examples, hf_dir, ckpt, root, variant, a)
+        build = _build_command(python, ckpt, engine, variant, a, max_in, max_seq)
         return Plan(
             "tensorrt",
             str(engine),
@@ -594,3 +489,123 @@ class TensorRTLLM(Engine):
             if "numQueuedRequests" in last:
                 out["requests_waiting"] = float(last["numQueuedRequests"])
         return out
+
+
+def _checkpoint_steps(
+    python: str, examples: Path, hf_dir: str, ckpt: Path, root: Path, variant: "Variant", a: TrtArgs
+) -> tuple[list[Step], list[str]]:
+    """The steps before the checkpoint command (a local calibration set), and the command that writes the
+    TensorRT-LLM checkpoint: quantize.py for a quantized or Medusa variant, EAGLE's converter, or the model
+    family's converter."""
+    q, spec = variant.quantization, variant.speculative
+    dtype = DTYPES.get(q, "float16")
+    steps: list[Step] = []
+    if q in QFORMATS or spec and spec.method == "medusa":
+        conv = [
+            python,
+            str(examples / "quantization" / "quantize.py"),
+            "--model_dir",
+            hf_dir,
+            "--dtype",
+            dtype,
+            "--qformat",
+            QFORMATS.get(q, "full_prec"),
+            "--output_dir",
+            str(ckpt),
+            "--calib_size",
+            str(a.calib_size),
+            "--tp_size",
+            str(a.tp_size),
+        ]
+        if q in ("int4_awq", "w4a8_awq"):
+            conv += ["--awq_block_size", str(a.awq_block_size)]
+        if a.kv_cache_dtype:
+            conv += ["--kv_cache_dtype", a.kv_cache_dtype]
+        if a.calib_dataset and is_local_data(a.calib_dataset):  # air-gapped: a local text set, no hub
+            steps.append(
+                Step("calibration", calibration_command(python, a.calib_dataset, root / "calibration", a.calib_size))
+            )
+            conv += ["--calib_dataset", str(root / "calibration")]
+        elif a.calib_dataset:
+            conv += ["--calib_dataset", a.calib_dataset]
+        if spec and spec.method == "medusa":
+            conv += [
+                "--medusa_model_dir",
+                str(spec.draft_model),
+                "--num_medusa_heads",
+                str(a.num_medusa_heads),
+                "--max_draft_len",
+                str(DEFAULT_TREE_DRAFT_LEN),
+            ]
+        return steps, conv
+    if spec and spec.method == "eagle":
+        return steps, [
+            python,
+            str(examples / "eagle" / "convert_checkpoint.py"),
+            "--model_dir",
+            hf_dir,
+            "--eagle_model_dir",
+            str(spec.draft_model),
+            "--output_dir",
+            str(ckpt),
+            "--dtype",
+            dtype,
+            "--max_draft_len",
+            str(DEFAULT_TREE_DRAFT_LEN),
+            "--num_eagle_layers",
+            str(a.num_eagle_layers),
+            "--max_non_leaves_per_layer",
+            str(a.max_non_leaves_per_layer),
+            "--tp_size",
+            str(a.tp_size),
+        ]
+    return steps, [
+        python,
+        str(examples / "models" / "core" / a.model_family / "convert_checkpoint.py"),
+        "--model_dir",
+        hf_dir,
+        "--output_dir",
+        str(ckpt),
+        "--dtype",
+        dtype,
+        "--tp_size",
+        str(a.tp_size),
+    ]
+
+
+def _build_command(
+    python: str, ckpt: Path, engine: Path, variant: "Variant", a: TrtArgs, max_in: int, max_seq: int
+) -> list[str]:
+    """`trtllm-build` from the checkpoint to the engine, with the variant's FP8 and speculative settings."""
+    q, spec = variant.quantization, variant.speculative
+    build = [
+        tool(python, "trtllm-build"),
+        "--checkpoint_dir",
+        str(ckpt),
+        "--output_dir",
+        str(engine),
+        "--gemm_plugin",
+        "auto",
+        "--max_batch_size",
+        str(a.max_batch_size),
+        "--max_input_len",
+        str(max_in),
+        "--max_seq_len",
+        str(max_seq),
+        "--max_num_tokens",
+        str(a.max_num_tokens),
+        "--workers",
+        str(a.tp_size),
+    ]
+    if q == "fp8":
+        build += ["--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable"]
+    if spec:
+        draft = (
+            DEFAULT_TREE_DRAFT_LEN
+            if spec.method in ("medusa", "eagle")
+            else lookahead_draft_len(a.lookahead_window_size, a.lookahead_ngram_size, a.lookahead_verification_set_size)
+        )
+        build += ["--speculative_decoding_mode", BUILD_MODES[spec.method], "--max_draft_len", str(draft)]
+        if spec.method == "eagle" and q != "fp8":
+            build += ["--use_paged_context_fmha", "enable"]
+    return build
