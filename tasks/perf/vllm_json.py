@@ -12,6 +12,78 @@ from tasks.perf.sweep import Scenario
 from tasks.perf.vllm_compat import vllm_keys
 from warehouse.contract import PERCENTILES
 
+# tradeoff's own summary keys, written after vLLM's (the warehouse's perf_results columns of the same names).
+TRADEOFF_KEYS = (
+    "scenario",
+    "load_kind",
+    "repeats",
+    "num_requests",
+    "num_ok",
+    "num_errors",
+    "num_incomplete",
+    "num_warmup",
+    "ttft_cv_pct_pooled",
+    "itl_cv_pct_pooled",
+    "ttft_p99_p50_ratio",
+    "itl_p99_p50_ratio",
+    "num_good",
+    "goodput_slo",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "slo_e2el_ms",
+    "ci_level",
+    "ci_method",
+    *(
+        f"{m}_ci_{e}"
+        for m in ("ttft_ms_mean", "ttft_ms_p99", "request_throughput", "output_throughput")
+        for e in ("low", "high")
+    ),
+    "peak_window_s",
+    "energy_j",
+    "energy_j_per_token",
+    "tokens_per_j",
+    "mean_power_w",
+    "energy_source",
+    "energy_note",
+    "energy_by_device_j",
+    "model_bytes",
+    "mem_bandwidth_gb_s",
+    "mem_bandwidth_method",
+    "mbu_pct",
+    "output_len_forced_by",
+    "output_len_note",
+    # 007_timing: reasoning-aware timing and jitter per repeat
+    "ttft_answer_ms_mean",
+    "ttft_answer_ms_p50",
+    "ttft_answer_ms_p99",
+    "total_reasoning_tokens",
+    "total_answer_tokens",
+    *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_low", "_ci_high")),
+    "jitter_note",
+    # 008_engine_energy: what was metered, the idle baseline, J/token above idle, how MBU's bytes were counted
+    "energy_devices",
+    "idle_power_w",
+    "idle_window_s",
+    "energy_above_idle_j",
+    "energy_j_per_token_above_idle",
+    "idle_note",
+    "model_bytes_method",
+)
+
+
+def _per_request(measured: list) -> dict[str, list]:
+    """`--save-detailed`'s per-request lists, in vLLM's names and units (seconds)."""
+    return {
+        "input_lens": [r.prompt_tokens for r in measured],
+        "output_lens": [r.output_tokens or 0 for r in measured],
+        # vLLM's per-request times: from the chunks with choices (tasks.perf.vllm_compat)
+        "ttfts": [r.choice_offsets_ms[0] / 1000 if r.choice_offsets_ms else 0.0 for r in measured],
+        "itls": [[(b - a) / 1000 for a, b in zip(r.choice_offsets_ms, r.choice_offsets_ms[1:])] for r in measured],
+        "start_times": [r.start_ms / 1000 for r in measured],
+        "generated_texts": [r.text for r in measured],
+        "errors": [error_excerpt(r.error) or "" for r in measured],
+    }
+
 
 def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | None, detailed: bool) -> dict:
     """One scenario as `vllm bench serve --save-result` writes it, plus tradeoff's own keys."""
@@ -41,77 +113,8 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
     out["peak_output_tokens_per_s_sliding"] = s["peak_output_throughput"]
     out["output_throughput_repeat_mean"] = s["output_throughput"]
     if detailed:
-        out.update(
-            {
-                "input_lens": [r.prompt_tokens for r in measured],
-                "output_lens": [r.output_tokens or 0 for r in measured],
-                # vLLM's per-request times: from the chunks with choices (tasks.perf.vllm_compat)
-                "ttfts": [r.choice_offsets_ms[0] / 1000 if r.choice_offsets_ms else 0.0 for r in measured],
-                "itls": [
-                    [(b - a) / 1000 for a, b in zip(r.choice_offsets_ms, r.choice_offsets_ms[1:])] for r in measured
-                ],
-                "start_times": [r.start_ms / 1000 for r in measured],
-                "generated_texts": [r.text for r in measured],
-                "errors": [error_excerpt(r.error) or "" for r in measured],
-            }
-        )
-    own = (
-        "scenario",
-        "load_kind",
-        "repeats",
-        "num_requests",
-        "num_ok",
-        "num_errors",
-        "num_incomplete",
-        "num_warmup",
-        "ttft_cv_pct_pooled",
-        "itl_cv_pct_pooled",
-        "ttft_p99_p50_ratio",
-        "itl_p99_p50_ratio",
-        "num_good",
-        "goodput_slo",
-        "slo_ttft_ms",
-        "slo_tpot_ms",
-        "slo_e2el_ms",
-        "ci_level",
-        "ci_method",
-        *(
-            f"{m}_ci_{e}"
-            for m in ("ttft_ms_mean", "ttft_ms_p99", "request_throughput", "output_throughput")
-            for e in ("low", "high")
-        ),
-        "peak_window_s",
-        "energy_j",
-        "energy_j_per_token",
-        "tokens_per_j",
-        "mean_power_w",
-        "energy_source",
-        "energy_note",
-        "energy_by_device_j",
-        "model_bytes",
-        "mem_bandwidth_gb_s",
-        "mem_bandwidth_method",
-        "mbu_pct",
-        "output_len_forced_by",
-        "output_len_note",
-        # 007_timing: reasoning-aware timing and jitter per repeat
-        "ttft_answer_ms_mean",
-        "ttft_answer_ms_p50",
-        "ttft_answer_ms_p99",
-        "total_reasoning_tokens",
-        "total_answer_tokens",
-        *(f"{m}_cv_pct_median{e}" for m in ("ttft", "itl") for e in ("", "_ci_low", "_ci_high")),
-        "jitter_note",
-        # 008_engine_energy: what was metered, the idle baseline, J/token above idle, how MBU's bytes were counted
-        "energy_devices",
-        "idle_power_w",
-        "idle_window_s",
-        "energy_above_idle_j",
-        "energy_j_per_token_above_idle",
-        "idle_note",
-        "model_bytes_method",
-    )
-    out.update({k: s.get(k) for k in own})
+        out.update(_per_request(measured))
+    out.update({k: s.get(k) for k in TRADEOFF_KEYS})
     out["output_tokens_sources"] = dict(Counter(r.output_tokens_source for r in ok))
     out["prompt_tokens_sources"] = dict(Counter(r.prompt_tokens_source for r in ok))
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}

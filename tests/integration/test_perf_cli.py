@@ -103,6 +103,18 @@ def test_writes_vllm_keys_per_scenario(stub, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+def test_detailed_writes_vllms_per_request_lists(stub, tmp_path):
+    out = tmp_path / "r.json"
+    assert perf(stub, out, "--model", "ok", "--concurrency", "1", "--detailed") == 0
+    (r,) = lines(out)
+    lists = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
+    assert {k: len(r[k]) for k in lists} == dict.fromkeys(lists, 3)  # the measured requests, warm-up left out
+    assert r["output_lens"] == [4, 4, 4] and r["errors"] == ["", "", ""]
+    assert all(0 < t < 60 for t in r["ttfts"])  # seconds, as vLLM writes them
+    assert [len(x) for x in r["itls"]] == [3, 3, 3]  # one gap between each two chunks with choices
+    assert r["start_times"] == sorted(r["start_times"])
+
+
 def test_model_defaults_to_the_servers_first(stub, tmp_path):
     out = tmp_path / "r.json"
     assert perf(stub, out, "--rate", "20", "--repeats", "2") == 0
