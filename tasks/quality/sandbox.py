@@ -648,19 +648,7 @@ def _run(
         (work / "cwd").mkdir()
         chan_path, out_path, err_path, in_path = (work / n for n in ("verdict", "stdout", "stderr", "stdin"))
         chan = os.open(chan_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        uid = JAIL_UIDS[secrets.randbelow(len(JAIL_UIDS))]
-        cfg = {
-            "channel_fd": chan,
-            "drop": [uid, uid] if confine and as_root else None,
-            "wall_s": limits.wall_s,
-            "rlimits": _rlimits(limits, confine),
-            "child_code": child_code,
-            "payload": payload,
-            "max_frame": MAX_FRAME_BYTES,
-            "cwd": "/tmp" if confine else str(work / "cwd"),
-            "env": {"PATH": "/usr/bin:/bin"},
-        }
-        in_path.write_text(json.dumps(cfg))
+        in_path.write_text(json.dumps(_harness_config(chan, child_code, payload, limits, confine, as_root, work)))
         info_r, info_w = os.pipe() if confine else (-1, -1)
         bpf = seccomp_filter() if confine else None
         sec_r = -1
@@ -668,69 +656,27 @@ def _run(
             sec_r, sec_w = os.pipe()
             os.write(sec_w, bpf)
             os.close(sec_w)
-        enter = cgroup.enter if cgroup is not None else None
         try:
             with open(in_path, "rb") as stdin, open(out_path, "wb") as stdout, open(err_path, "wb") as stderr:
+                streams = (stdin, stdout, stderr)
+                proc = _spawn(streams, chan, info_w, sec_r, limits, confine, as_root, work, cgroup)
+                info: dict = {}
                 if confine:
-                    argv = jail_argv(info_w, sec_r if sec_r >= 0 else None, limits, as_root)
-                    fds = (chan, info_w) + ((sec_r,) if sec_r >= 0 else ())
-                    proc = subprocess.Popen(
-                        argv,
-                        stdin=stdin,
-                        stdout=stdout,
-                        stderr=stderr,
-                        pass_fds=fds,
-                        start_new_session=True,
-                        cwd="/",
-                        env={"PATH": "/usr/bin:/bin"},
-                        preexec_fn=enter,
-                    )
                     os.close(info_w)
                     info_w = -1
                     info = _read_info(info_r, min(10.0, limits.wall_s + 5.0))
-                else:
-                    exe, _ = _python()
-                    proc = subprocess.Popen(
-                        [exe, "-I", "-S", "-c", _HARNESS],
-                        stdin=stdin,
-                        stdout=stdout,
-                        stderr=stderr,
-                        pass_fds=(chan,),
-                        start_new_session=True,
-                        cwd=work / "cwd",
-                        env={"PATH": "/usr/bin:/bin"},
-                        preexec_fn=enter,
-                    )
-                    info = {}
                 os.close(chan)
                 chan = -1
-                # Members of the jail's PID namespace, seen while it runs: the host checks them after its end.
-                ns = info.get("pid-namespace")
-                members = _pidns_members(ns) if ns else []
-                timed_out, killed = False, []
-                try:
-                    proc.wait(timeout=limits.wall_s + KILL_GRACE_S)
-                except subprocess.TimeoutExpired:  # the harness did not end it: the host kills the jail as a whole
-                    timed_out = True
-                    killed = _kill(proc, info)
-                    members += killed
-                except BaseException:  # Ctrl-C, a stop signal, a task's timeout: the jail ends with the wait
-                    _kill(proc, info)
-                    raise
-                survivors = _reap_survivors([pid for pid, _ in members])
+                timed_out, killed, survivors = _wait(proc, info, limits)
         finally:
             for fd in (chan, info_r, info_w, sec_r):
                 if fd >= 0:
                     os.close(fd)
-        raw = chan_path.read_bytes()[:MAX_CHANNEL_BYTES]
-        try:
-            verdict = json.loads(raw) if raw else None
-        except ValueError:
-            verdict = None
+        verdict = _verdict(chan_path)
         if cgroup is not None:
             survivors = sorted(set(survivors) | set(cgroup.kill()))
         return Outcome(
-            verdict if isinstance(verdict, dict) else None,
+            verdict,
             proc.returncode,
             timed_out,
             _tail(out_path),
@@ -740,6 +686,92 @@ def _run(
             cgroup.kind if cgroup is not None else None,
             cgroup is not None and cgroup.oom_killed(),
         )
+
+
+def _harness_config(
+    chan: int, child_code: str, payload: str, limits: Limits, confine: bool, as_root: bool, work: Path
+) -> dict:
+    """What the harness reads on its stdin: the verdict channel, the uid it drops to, its limits, the code."""
+    uid = JAIL_UIDS[secrets.randbelow(len(JAIL_UIDS))]
+    return {
+        "channel_fd": chan,
+        "drop": [uid, uid] if confine and as_root else None,
+        "wall_s": limits.wall_s,
+        "rlimits": _rlimits(limits, confine),
+        "child_code": child_code,
+        "payload": payload,
+        "max_frame": MAX_FRAME_BYTES,
+        "cwd": "/tmp" if confine else str(work / "cwd"),
+        "env": {"PATH": "/usr/bin:/bin"},
+    }
+
+
+def _spawn(
+    streams: tuple,
+    chan: int,
+    info_w: int,
+    sec_r: int,
+    limits: Limits,
+    confine: bool,
+    as_root: bool,
+    work: Path,
+    cgroup: JailCgroup | None,
+) -> subprocess.Popen:
+    """Start the harness: inside bwrap (`confine`), or as a plain limited child; in the cgroup when there is one."""
+    stdin, stdout, stderr = streams
+    enter = cgroup.enter if cgroup is not None else None
+    if confine:
+        return subprocess.Popen(
+            jail_argv(info_w, sec_r if sec_r >= 0 else None, limits, as_root),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=(chan, info_w) + ((sec_r,) if sec_r >= 0 else ()),
+            start_new_session=True,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            preexec_fn=enter,
+        )
+    exe, _ = _python()
+    return subprocess.Popen(
+        [exe, "-I", "-S", "-c", _HARNESS],
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        pass_fds=(chan,),
+        start_new_session=True,
+        cwd=work / "cwd",
+        env={"PATH": "/usr/bin:/bin"},
+        preexec_fn=enter,
+    )
+
+
+def _wait(proc: subprocess.Popen, info: dict, limits: Limits) -> tuple[bool, list, list]:
+    """Wait for the jail's end: (timed out, the processes the host killed, the ones that outlived the jail)."""
+    # Members of the jail's PID namespace, seen while it runs: the host checks them after its end.
+    ns = info.get("pid-namespace")
+    members = _pidns_members(ns) if ns else []
+    timed_out, killed = False, []
+    try:
+        proc.wait(timeout=limits.wall_s + KILL_GRACE_S)
+    except subprocess.TimeoutExpired:  # the harness did not end it: the host kills the jail as a whole
+        timed_out = True
+        killed = _kill(proc, info)
+        members += killed
+    except BaseException:  # Ctrl-C, a stop signal, a task's timeout: the jail ends with the wait
+        _kill(proc, info)
+        raise
+    return timed_out, killed, _reap_survivors([pid for pid, _ in members])
+
+
+def _verdict(chan_path: Path) -> dict | None:
+    """The harness's verdict from its channel file (capped); None when missing or not a JSON object."""
+    raw = chan_path.read_bytes()[:MAX_CHANNEL_BYTES]
+    try:
+        verdict = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return verdict if isinstance(verdict, dict) else None
 
 
 def _kill(proc: subprocess.Popen, info: dict) -> list[tuple[int, str]]:
