@@ -364,6 +364,30 @@ def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return "".join(out)
 
 
+# The decision table's columns: (column of v_recommendation, heading, digits).
+DECISION_COLUMNS = [
+    ("variant", "variant", 0),
+    ("verdict", "verdict", 0),
+    ("sustainable_scenario", "step", 0),
+    ("sustainable_req_s", "req/s", 3),
+    ("sustainable_output_tok_s", "tok/s", 1),
+    ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
+    ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1),
+    ("gate", "gate", 0),
+    ("gate_metric", "metric", 0),
+    ("retention", "retention", 4),
+    ("retention_ci_low", "CI low", 4),
+    ("retention_ci_high", "CI high", 4),
+    ("n", "pairs", 0),
+    ("n_needed_if_equal", "n needed if equal", 0),
+    ("n_needed", "n needed at observed", 0),
+    ("j_per_1m_output_tok", "J/1M tok", 0),
+    ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1),
+    ("usd_per_1m_output_tok", "USD/1M tok", 3),
+    ("verdict_reason", "reason", 0),
+]
+
+
 def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """The decision (v_recommendation): the sentences, then sustainable output tokens/s vs retention of the gating
     metric with both intervals as error bars, the frontier and the recommended variant marked, then the rows."""
@@ -372,97 +396,79 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return _note("no variants")
     lines = summary_lines(df)
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
-    pts = df[df.sustainable_output_tok_s.notna() & df.retention.notna()]
-    left_out = sorted(set(df.variant) - set(pts.variant))
-    if pts.empty:
-        plot = _note("no variant has both a sustainable load and a retention to plot")
-    else:
-        fig, ax = _axes(6.4, 4.0)
-        x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
-        xerr = [
-            (x - pts.sustainable_output_tok_s_ci_low.astype(float).fillna(x)).clip(lower=0),
-            (pts.sustainable_output_tok_s_ci_high.astype(float).fillna(x) - x).clip(lower=0),
-        ]
-        yerr = [
-            (y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
-            (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0),
-        ]
-        colors = {
-            "recommended": "#2ca02c",
-            "passes": "#1f77b4",
-            "fails_gate": "#d62728",
-            "not_enough_evidence": "#ff7f0e",
-            "not_ranked": "#7f7f7f",
-        }
-        for verdict, g in pts.groupby("verdict"):
-            i = g.index
-            ax.errorbar(
-                x[i],
-                y[i],
-                xerr=[xerr[0][i], xerr[1][i]],
-                yerr=[yerr[0][i], yerr[1][i]],
-                fmt="o",
-                color=colors.get(verdict, "#7f7f7f"),
-                capsize=3,
-                label=verdict,
-                zorder=3,
-            )
-        chosen = pts[pts.verdict == "recommended"]
-        if not chosen.empty:
-            ax.scatter(
-                x[chosen.index],
-                y[chosen.index],
-                marker="*",
-                s=260,
-                color="#2ca02c",
-                edgecolor="black",
-                zorder=4,
-                label="ship this",
-            )
-        # frontier: no other point has both more tokens/s and a higher retention
-        front = pts[[not ((x > x[i]) & (y >= y[i]) | (x >= x[i]) & (y > y[i])).any() for i in pts.index]]
-        front = front.assign(_x=x[front.index], _y=y[front.index]).sort_values("_x")
-        ax.plot(front._x, front._y, "-", color="#1f77b4", alpha=0.5, label="frontier")
-        target = float(df.retention_target.dropna().iloc[0]) * 100 if df.retention_target.notna().any() else None
-        if target is not None:
-            ax.axhline(target, ls="--", color="#d62728", alpha=0.6, label=f"retention target {target:g} %")
-        for i in pts.index:
-            ax.annotate(pts.variant[i], (x[i], y[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
-        ax.set_xlabel("output tokens/s at the sustainable load (95 % CI where >= 2 repeats)")
-        ax.set_ylabel(
-            f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)"
-        )
-        ax.legend(fontsize=7)
-        plot = _svg(fig) + (
-            _note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}") if left_out else ""
-        )
-    table = _table(
-        df,
-        [
-            ("variant", "variant", 0),
-            ("verdict", "verdict", 0),
-            ("sustainable_scenario", "step", 0),
-            ("sustainable_req_s", "req/s", 3),
-            ("sustainable_output_tok_s", "tok/s", 1),
-            ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
-            ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1),
-            ("gate", "gate", 0),
-            ("gate_metric", "metric", 0),
-            ("retention", "retention", 4),
-            ("retention_ci_low", "CI low", 4),
-            ("retention_ci_high", "CI high", 4),
-            ("n", "pairs", 0),
-            ("n_needed_if_equal", "n needed if equal", 0),
-            ("n_needed", "n needed at observed", 0),
-            ("j_per_1m_output_tok", "J/1M tok", 0),
-            ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1),
-            ("usd_per_1m_output_tok", "USD/1M tok", 3),
-            ("verdict_reason", "reason", 0),
-        ],
-    )
+    plot = _decision_plot(df)
+    table = _table(df, DECISION_COLUMNS)
     return (
         f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>'
         f'<div class="scroll">{table}</div>'
+    )
+
+
+def _decision_plot(df: pd.DataFrame) -> str:
+    """Sustainable output tokens/s vs retention with both intervals as error bars; the frontier and the
+    recommended variant marked; the variants left out named."""
+    pts = df[df.sustainable_output_tok_s.notna() & df.retention.notna()]
+    left_out = sorted(set(df.variant) - set(pts.variant))
+    if pts.empty:
+        return _note("no variant has both a sustainable load and a retention to plot")
+    fig, ax = _axes(6.4, 4.0)
+    x, y = pts.sustainable_output_tok_s.astype(float), pts.retention.astype(float) * 100
+    xerr = [
+        (x - pts.sustainable_output_tok_s_ci_low.astype(float).fillna(x)).clip(lower=0),
+        (pts.sustainable_output_tok_s_ci_high.astype(float).fillna(x) - x).clip(lower=0),
+    ]
+    yerr = [
+        (y - pts.retention_ci_low.astype(float).fillna(y / 100) * 100).clip(lower=0),
+        (pts.retention_ci_high.astype(float).fillna(y / 100) * 100 - y).clip(lower=0),
+    ]
+    colors = {
+        "recommended": "#2ca02c",
+        "passes": "#1f77b4",
+        "fails_gate": "#d62728",
+        "not_enough_evidence": "#ff7f0e",
+        "not_ranked": "#7f7f7f",
+    }
+    for verdict, g in pts.groupby("verdict"):
+        i = g.index
+        ax.errorbar(
+            x[i],
+            y[i],
+            xerr=[xerr[0][i], xerr[1][i]],
+            yerr=[yerr[0][i], yerr[1][i]],
+            fmt="o",
+            color=colors.get(verdict, "#7f7f7f"),
+            capsize=3,
+            label=verdict,
+            zorder=3,
+        )
+    chosen = pts[pts.verdict == "recommended"]
+    if not chosen.empty:
+        ax.scatter(
+            x[chosen.index],
+            y[chosen.index],
+            marker="*",
+            s=260,
+            color="#2ca02c",
+            edgecolor="black",
+            zorder=4,
+            label="ship this",
+        )
+    # frontier: no other point has both more tokens/s and a higher retention
+    front = pts[[not ((x > x[i]) & (y >= y[i]) | (x >= x[i]) & (y > y[i])).any() for i in pts.index]]
+    front = front.assign(_x=x[front.index], _y=y[front.index]).sort_values("_x")
+    ax.plot(front._x, front._y, "-", color="#1f77b4", alpha=0.5, label="frontier")
+    target = float(df.retention_target.dropna().iloc[0]) * 100 if df.retention_target.notna().any() else None
+    if target is not None:
+        ax.axhline(target, ls="--", color="#d62728", alpha=0.6, label=f"retention target {target:g} %")
+    for i in pts.index:
+        ax.annotate(pts.variant[i], (x[i], y[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("output tokens/s at the sustainable load (95 % CI where >= 2 repeats)")
+    ax.set_ylabel(
+        f"retention of {pts.gate_metric.dropna().iloc[0] if pts.gate_metric.notna().any() else 'quality'} (%)"
+    )
+    ax.legend(fontsize=7)
+    return _svg(fig) + (
+        _note(f"not plotted (no sustainable load or no retention): {', '.join(left_out)}") if left_out else ""
     )
 
 
@@ -498,81 +504,11 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     metric = run.primary_quality_metric
     lines = takeaways(df, quality_unit(con, run_id, metric))
     quality_cols = [c for c in df.columns if c not in _BASE_COLS]
-    table = _table(
-        df,
-        [
-            ("variant", "variant", 0),
-            ("engine", "engine", 0),
-            ("quantization", "quant", 0),
-            ("speculative", "spec", 0),
-            ("status", "status", 0),
-            ("peak_output_tok_s", "peak tok/s", 1),
-            ("best_output_tok_s", "best tok/s", 1),
-            ("speedup_vs_reference", "speed-up", 2),
-            ("ttft_ms_mean", "TTFT ms mean", 1),
-            ("ttft_ms_p99", "TTFT ms p99", 1),
-            ("jitter_pct", "jitter %", 1),
-            ("energy_j_per_token", "J/token", 3),
-        ]
-        + [(c, c, 4) for c in quality_cols],
-    )
-    ret = con.execute(
-        """select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
-                         from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""",
-        [run_id],
-    ).df()
-    reg = con.execute(
-        """select variant, metric, rule, value, prior_mean, band_low, band_high, change_pct, otava_change_pct,
-                                otava_p_value, known_cause
-                         from v_regressions where run_id = ? and is_regression order by variant, metric""",
-        [run_id],
-    ).df()
-    reg["otava_p_value"] = reg.otava_p_value.map(_p_text)
-    ttft_cdf, itl_cdf = cdf_plots(con, run_id)
-    tput, lat = concurrency_plots(con, run_id)
-    figs = [
-        _figure("Tokens/s vs quality (Pareto frontier in blue)", pareto_plot(con, run_id)),
-        _figure("Jitter at the lowest concurrency", jitter_plot(con, run_id)),
-        _figure("TTFT CDF (lowest concurrency)", ttft_cdf),
-        _figure("Inter-token latency CDF (lowest concurrency)", itl_cdf),
-        _figure("Throughput vs concurrency", tput),
-        _figure("Latency vs concurrency", lat),
-        _figure("Energy per output token", energy_plot(df)),
-        _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
-    ]
-    versions = json.loads(run.library_versions or "{}")
-    meta = (
-        f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
-        f"GPU {html.escape(str(run.gpu or 'none'))} · git {html.escape(str(run.git_sha or 'n/a'))[:12]} · "
-        + " · ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in sorted(versions.items()))
-    )
-    retention_cols = [
-        ("variant", "variant", 0),
-        ("metric", "metric", 0),
-        ("reference_value", "reference", 4),
-        ("value", "value", 4),
-        ("retention", "retention", 4),
-        ("retention_class", "class", 0),
-    ]
-    retention = _table(ret, retention_cols) if not ret.empty else _note("no fraction-valued quality metric")
-    regression_cols = [
-        ("variant", "variant", 0),
-        ("metric", "metric", 0),
-        ("rule", "rule", 0),
-        ("value", "value", 3),
-        ("prior_mean", "prior mean", 3),
-        ("band_low", "band low", 3),
-        ("band_high", "band high", 3),
-        ("change_pct", "change %", 1),
-        ("otava_change_pct", "Otava change %", 1),
-        ("otava_p_value", "Otava p", 6),
-        ("known_cause", "known cause", 0),
-    ]
-    regressions = (
-        _table(reg, regression_cols)
-        if not reg.empty
-        else _note("none flagged (or no previous night in this run's series)")
-    )
+    table = _table(df, TRADEOFF_COLUMNS + [(c, c, 4) for c in quality_cols])
+    figs = _plots(con, run_id, df)
+    meta = _run_meta(run)
+    retention = retention_section(con, run_id)
+    regressions = regressions_section(con, run_id)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
 <title>tradeoff report {html.escape(run_id)}</title><style>{CSS}</style></head><body>
@@ -589,6 +525,100 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <h2>Items lost against the reference</h2>{flips_section(con, run_id)}
 </body></html>
 """
+
+
+# The trade-off table's columns before the quality metrics: (column of v_tradeoff, heading, digits).
+TRADEOFF_COLUMNS = [
+    ("variant", "variant", 0),
+    ("engine", "engine", 0),
+    ("quantization", "quant", 0),
+    ("speculative", "spec", 0),
+    ("status", "status", 0),
+    ("peak_output_tok_s", "peak tok/s", 1),
+    ("best_output_tok_s", "best tok/s", 1),
+    ("speedup_vs_reference", "speed-up", 2),
+    ("ttft_ms_mean", "TTFT ms mean", 1),
+    ("ttft_ms_p99", "TTFT ms p99", 1),
+    ("jitter_pct", "jitter %", 1),
+    ("energy_j_per_token", "J/token", 3),
+]
+
+
+def _plots(con: duckdb.DuckDBPyConnection, run_id: str, df: pd.DataFrame) -> list[str]:
+    """The page's figures, in order."""
+    ttft_cdf, itl_cdf = cdf_plots(con, run_id)
+    tput, lat = concurrency_plots(con, run_id)
+    return [
+        _figure("Tokens/s vs quality (Pareto frontier in blue)", pareto_plot(con, run_id)),
+        _figure("Jitter at the lowest concurrency", jitter_plot(con, run_id)),
+        _figure("TTFT CDF (lowest concurrency)", ttft_cdf),
+        _figure("Inter-token latency CDF (lowest concurrency)", itl_cdf),
+        _figure("Throughput vs concurrency", tput),
+        _figure("Latency vs concurrency", lat),
+        _figure("Energy per output token", energy_plot(df)),
+        _figure("Long-context retrieval: accuracy by length x depth", long_context_plot(con, run_id)),
+    ]
+
+
+def _run_meta(run: pd.Series) -> str:
+    """Host, CPU, GPU, git commit and library versions of the run, escaped."""
+    versions = json.loads(run.library_versions or "{}")
+    return (
+        f"host {html.escape(str(run.host))} · CPU {html.escape(str(run.cpu))} ({run.cpu_count} cores) · "
+        f"GPU {html.escape(str(run.gpu or 'none'))} · git {html.escape(str(run.git_sha or 'n/a'))[:12]} · "
+        + " · ".join(f"{html.escape(k)} {html.escape(v)}" for k, v in sorted(versions.items()))
+    )
+
+
+def retention_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """Quality retention against the reference (v_retention, fraction-valued metrics) with MLPerf's classes."""
+    ret = con.execute(
+        """select variant, suite || '.' || metric as metric, reference_value, value, retention, retention_class
+                         from v_retention where run_id = ? and unit = 'fraction' order by metric, variant""",
+        [run_id],
+    ).df()
+    if ret.empty:
+        return _note("no fraction-valued quality metric")
+    return _table(
+        ret,
+        [
+            ("variant", "variant", 0),
+            ("metric", "metric", 0),
+            ("reference_value", "reference", 4),
+            ("value", "value", 4),
+            ("retention", "retention", 4),
+            ("retention_class", "class", 0),
+        ],
+    )
+
+
+def regressions_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The run's regressions against previous nights (v_regressions): the band rule and Otava's change points."""
+    reg = con.execute(
+        """select variant, metric, rule, value, prior_mean, band_low, band_high, change_pct, otava_change_pct,
+                                otava_p_value, known_cause
+                         from v_regressions where run_id = ? and is_regression order by variant, metric""",
+        [run_id],
+    ).df()
+    if reg.empty:
+        return _note("none flagged (or no previous night in this run's series)")
+    reg["otava_p_value"] = reg.otava_p_value.map(_p_text)
+    return _table(
+        reg,
+        [
+            ("variant", "variant", 0),
+            ("metric", "metric", 0),
+            ("rule", "rule", 0),
+            ("value", "value", 3),
+            ("prior_mean", "prior mean", 3),
+            ("band_low", "band low", 3),
+            ("band_high", "band high", 3),
+            ("change_pct", "change %", 1),
+            ("otava_change_pct", "Otava change %", 1),
+            ("otava_p_value", "Otava p", 6),
+            ("known_cause", "known cause", 0),
+        ],
+    )
 
 
 _BASE_COLS = {
