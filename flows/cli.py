@@ -256,7 +256,6 @@ def _share(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     from tasks.perf.options import add_arguments as add_perf_arguments
-    from tasks.report.recommend import add_arguments as add_recommend_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -277,9 +276,25 @@ def parser() -> argparse.ArgumentParser:
         help="fan the variants out on this Prefect work pool (overrides scale_out.work_pool; '' runs them in-process)",
     )
     c.set_defaults(func=cmd_run)
+    _add_warehouse_commands(sub)
+    c = sub.add_parser("perf", help="measure any running OpenAI-compatible server (JSON as vllm bench serve)")
+    add_perf_arguments(c)
+    c.set_defaults(func=cmd_perf)
+    _add_quality_command(sub)
+    return p
+
+
+def _add_warehouse(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+
+
+def _add_warehouse_commands(sub) -> None:
+    """The commands that load, rebuild, read and export the warehouse."""
+    from tasks.report.recommend import add_arguments as add_recommend_arguments
+
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
-    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(c)
     c.add_argument(
         "--skip-validation",
         action="store_true",
@@ -295,12 +310,12 @@ def parser() -> argparse.ArgumentParser:
     src = w.add_mutually_exclusive_group()
     src.add_argument("--runs-dir", help="folder of run folders (default: TRADEOFF_RUNS_DIR or runs)")
     src.add_argument("--results-url", help="results location (folder or fsspec URL) to fetch the run folders from")
-    w.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(w)
     w.set_defaults(func=cmd_warehouse_rebuild)
     c = sub.add_parser("report", help="print a run's trade-off table and takeaways")
     c.add_argument("--run", help="run id (default: the latest)")
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
-    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(c)
     c.set_defaults(func=cmd_report)
     c = sub.add_parser(
         "history",
@@ -310,7 +325,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="series with a night under this config name (a renamed config shows it all)")
     c.add_argument("--variant", help="series of this variant")
     c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy: lists every night")
-    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(c)
     c.set_defaults(func=cmd_history)
     c = sub.add_parser(
         "recommend",
@@ -322,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("query")
     c.add_argument("--max-rows", type=int, default=100)
     c.add_argument("--max-width", type=int, default=200)
-    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(c)
     c.add_argument(
         "--allow-external",
         action="store_true",
@@ -334,11 +349,12 @@ def parser() -> argparse.ArgumentParser:
         "name", help="table or view name (e.g. v_tradeoff), or a select query (run without access to other files)"
     )
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
-    c.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    _add_warehouse(c)
     c.set_defaults(func=cmd_export)
-    c = sub.add_parser("perf", help="measure any running OpenAI-compatible server (JSON as vllm bench serve)")
-    add_perf_arguments(c)
-    c.set_defaults(func=cmd_perf)
+
+
+def _add_quality_command(sub) -> None:
+    """`tradeoff quality`: one suite against any running OpenAI-compatible endpoint."""
     c = sub.add_parser("quality", help="run one quality suite against any running OpenAI-compatible endpoint")
     c.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
     c.add_argument("--model", required=True, help="model name the endpoint serves")
@@ -364,7 +380,6 @@ def parser() -> argparse.ArgumentParser:
         "endpoint (0-1); above it the suite is suite_failed instead of a score",
     )
     c.set_defaults(func=cmd_quality)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
