@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from tasks.client import HTTPError, complete
 from tasks.core.config import ModelSpec, Variant
 from tasks.core.errors import validation_line
 from tasks.core.registry import SUITES
@@ -115,17 +116,35 @@ def binary_scores(samples: list[dict], metric: str = "accuracy") -> list[Score]:
     invalid = sum(not s["valid"] for s in samples)
     return [
         Score(metric, acc, se, n, "fraction", True, "mean(score)"),
-        Score(
-            "invalid_rate",
-            invalid / n if n else None,
-            None,
-            n,
-            "fraction",
-            False,
-            "mean(invalid)",
-            note=f"{invalid} of {n} answers empty, unparseable or errored" if invalid else None,
-        ),
+        invalid_rate_score(invalid, n, "answers empty, unparseable or errored"),
     ]
+
+
+def invalid_rate_score(invalid: int, n: int, what: str) -> Score:
+    """The share of samples without a usable answer; `what` says what they were ("answers empty or errored")."""
+    return Score(
+        "invalid_rate",
+        invalid / n if n else None,
+        None,
+        n,
+        "fraction",
+        False,
+        "mean(invalid)",
+        note=f"{invalid} of {n} {what}" if invalid else None,
+    )
+
+
+def complete_sample(
+    ctx: "SuiteContext", prompt: str, max_tokens: int, base_url: str | None = None, **kw: Any
+) -> tuple[str, str | None]:
+    """One greedy completion for one sample: (text, None), or ("", the error) when the endpoint errs, so the
+    sample is scored invalid with its reason and the suite goes on. `kw`: complete's stop, min_tokens, usage."""
+    try:
+        return complete(
+            base_url or ctx.base_url, ctx.served_model, prompt, max_tokens, timeout_s=ctx.request_timeout_s, **kw
+        ), None
+    except HTTPError as err:
+        return "", error_text(err)
 
 
 def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:

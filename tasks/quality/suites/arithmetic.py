@@ -8,9 +8,16 @@ from typing import Any
 
 from pydantic import Field
 
-from tasks.client import HTTPError, complete
 from tasks.core.errors import close_matches
-from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
+from tasks.quality.base import (
+    Score,
+    Suite,
+    SuiteContext,
+    SuiteParams,
+    SuiteResult,
+    binary_scores,
+    complete_sample,
+)
 from tasks.quality.texts import parse_int
 
 _OPS = {"plus": (lambda a, b: a + b), "minus": (lambda a, b: a - b), "times": (lambda a, b: a * b)}
@@ -74,21 +81,7 @@ class Arithmetic(Suite):
         for p in arithmetic_problems(ctx.limit or 40, ctx.seed, tasks)[ctx.offset :]:
             prompt = f"{header}Q: {p['question']}\nA:"
             usage: dict = {}
-            try:
-                text, error = (
-                    complete(
-                        ctx.base_url,
-                        ctx.served_model,
-                        prompt,
-                        12,
-                        stop=["\n", "Q:"],
-                        timeout_s=ctx.request_timeout_s,
-                        usage=usage,
-                    ),
-                    None,
-                )
-            except HTTPError as err:
-                text, error = "", error_text(err)
+            text, error = complete_sample(ctx, prompt, 12, stop=["\n", "Q:"], usage=usage)
             got = parse_int(text)
             valid = got is not None and error is None
             # The server's token counts per answer: v_cost prices an answer with them.

@@ -24,9 +24,16 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from tasks.client import HTTPError, complete
 from tasks.core.credentials import is_loopback
-from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
+from tasks.quality.base import (
+    Score,
+    Suite,
+    SuiteContext,
+    SuiteParams,
+    SuiteResult,
+    complete_sample,
+    invalid_rate_score,
+)
 from tasks.quality.sandbox import Limits, SandboxUnavailable, run_untrusted, unavailable_reason
 
 
@@ -347,6 +354,10 @@ def unconfined_refused(sandbox: str, engine: str | None, base_url: str | None = 
     )
 
 
+# A line at column 0 ends the function body: the completion stops there, not at max_tokens.
+BODY_ENDS = ["\ndef ", "\nclass ", "\nif ", "\n#", "\nprint", "\nassert", "\n```", "\n\n\n"]
+
+
 class CodeParams(SuiteParams):
     tests_per_problem: int = Field(default=5, ge=1, le=100)
     max_tokens: int = Field(default=96, ge=8, le=4096, description="tokens generated per function body")
@@ -372,21 +383,7 @@ class Code(Suite):
         res = SuiteResult()
         for prob in code_problems(ctx.limit or 20, ctx.seed, p.tests_per_problem):
             prompt = (EXAMPLE if p.num_fewshot else "") + prob.header
-            try:
-                text, error = (
-                    complete(
-                        ctx.base_url,
-                        ctx.served_model,
-                        prompt,
-                        p.max_tokens,
-                        # Lines at column 0 end the body: stop there, not at max_tokens.
-                        stop=["\ndef ", "\nclass ", "\nif ", "\n#", "\nprint", "\nassert", "\n```", "\n\n\n"],
-                        timeout_s=ctx.request_timeout_s,
-                    ),
-                    None,
-                )
-            except HTTPError as err:
-                text, error = "", error_text(err)
+            text, error = complete_sample(ctx, prompt, p.max_tokens, stop=BODY_ENDS)
             body = extract_body(text)
             source = prob.header + "\n" + body + "\n"
             ok_syntax = bool(body.strip()) and parses(source, prob.name)
@@ -429,15 +426,6 @@ class Code(Suite):
                 True,
                 "mean(score)",
             ),
-            Score(
-                "invalid_rate",
-                invalid / n if n else None,
-                None,
-                n,
-                "fraction",
-                False,
-                "mean(invalid)",
-                note=f"{invalid} of {n} answers empty or errored" if invalid else None,
-            ),
+            invalid_rate_score(invalid, n, "answers empty or errored"),
         ]
         return res

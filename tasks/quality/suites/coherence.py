@@ -20,9 +20,18 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.client import HTTPError, chat, complete
+from tasks.client import HTTPError, chat
 from tasks.engines.tokenizer import no_tokenizer_note
-from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text
+from tasks.quality.base import (
+    Score,
+    Suite,
+    SuiteContext,
+    SuiteParams,
+    SuiteResult,
+    complete_sample,
+    error_text,
+    invalid_rate_score,
+)
 from tasks.quality.texts import STORY_PROMPTS, STORY_TEMPLATE
 
 JUDGE_RUBRIC = (
@@ -185,21 +194,8 @@ class Coherence(Suite):
         for i, story_prompt in enumerate(prompts):
             prompt = STORY_TEMPLATE.format(prompt=story_prompt)
             usage: dict = {}
-            try:
-                text, error = (
-                    complete(
-                        ctx.base_url,
-                        ctx.served_model,
-                        prompt,
-                        p.max_tokens,
-                        min_tokens=p.max_tokens if p.force_length else None,
-                        timeout_s=ctx.request_timeout_s,
-                        usage=usage,
-                    ),
-                    None,
-                )
-            except HTTPError as err:
-                text, error = "", error_text(err)
+            min_tokens = p.max_tokens if p.force_length else None
+            text, error = complete_sample(ctx, prompt, p.max_tokens, min_tokens=min_tokens, usage=usage)
             tokens = tok.encode(text) if tok is not None else text.split()
             # token_unit model: counted with the tokenizer the variant's server uses (`tokenizer` names it);
             # completion_tokens: the server's own count of the same generation (its usage), when it sends one.
@@ -281,16 +277,7 @@ class Coherence(Suite):
                 None,
                 note=None if loops else "no generation looped",
             ),
-            Score(
-                "invalid_rate",
-                invalid / n if n else None,
-                None,
-                n,
-                "fraction",
-                False,
-                "mean(invalid)",
-                note=f"{invalid} of {n} generations empty or errored" if invalid else None,
-            ),
+            invalid_rate_score(invalid, n, "generations empty or errored"),
         ]
         drift_note = embed_error if embed_error else None
         out += [

@@ -14,8 +14,15 @@ import json
 import numpy as np
 from pydantic import Field
 
-from tasks.client import HTTPError, complete
-from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
+from tasks.quality.base import (
+    Score,
+    Suite,
+    SuiteContext,
+    SuiteParams,
+    SuiteResult,
+    complete_sample,
+    sibling_server,
+)
 from tasks.quality.texts import FIDELITY_TEXT, STORY_PROMPTS, STORY_TEMPLATE
 
 
@@ -53,25 +60,11 @@ class GreedyIdentity(Suite):
         p = self.params(ctx)
         prompts = (p.prompts or default_prompts())[: ctx.limit or 8]
         tok = ctx.tokenizer()
-        ask = lambda url, prompt: complete(
-            url,
-            ctx.served_model,
-            prompt,
-            p.max_tokens,
-            timeout_s=ctx.request_timeout_s,
-        )
-        spec_out = []
-        for prompt in prompts:
-            try:
-                spec_out.append((ask(ctx.base_url, prompt), None))
-            except HTTPError as err:
-                spec_out.append(("", error_text(err)))
+        spec_out = [complete_sample(ctx, prompt, p.max_tokens) for prompt in prompts]
         with sibling_server(ctx, "no-speculation", speculative=None) as plain_url:
             for i, (prompt, (spec_text, spec_err)) in enumerate(zip(prompts, spec_out)):
-                try:
-                    plain_text, err = ask(plain_url, prompt), spec_err
-                except HTTPError as e:
-                    plain_text, err = "", error_text(e)
+                plain_text, plain_err = complete_sample(ctx, prompt, p.max_tokens, base_url=plain_url)
+                err = plain_err or spec_err
                 a = tok.encode(spec_text) if tok else spec_text.split()
                 b = tok.encode(plain_text) if tok else plain_text.split()
                 diff = first_difference(a, b)

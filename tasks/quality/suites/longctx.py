@@ -14,9 +14,16 @@ from typing import Annotated
 
 from pydantic import Field
 
-from tasks.client import HTTPError, complete
 from tasks.engines.tokenizer import no_tokenizer_note
-from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, binary_scores, error_text
+from tasks.quality.base import (
+    Score,
+    Suite,
+    SuiteContext,
+    SuiteParams,
+    SuiteResult,
+    binary_scores,
+    complete_sample,
+)
 from tasks.quality.texts import parse_int
 
 HEADER = (
@@ -90,21 +97,7 @@ class LongContext(Suite):
         for n, depth, trial, key in cells:
             prompt = passkey_prompt(tok, n, depth, key)
             usage: dict = {}
-            try:
-                text, error = (
-                    complete(
-                        ctx.base_url,
-                        ctx.served_model,
-                        prompt,
-                        ANSWER_TOKENS,
-                        stop=["\n"],
-                        timeout_s=ctx.request_timeout_s,
-                        usage=usage,
-                    ),
-                    None,
-                )
-            except HTTPError as err:
-                text, error = "", error_text(err)
+            text, error = complete_sample(ctx, prompt, ANSWER_TOKENS, stop=["\n"], usage=usage)
             got = parse_int(text)
             valid = got is not None and error is None
             depth_label = f"{depth:g}"
