@@ -66,7 +66,10 @@ def _connect(path: Path, read_only: bool, retry_s: float) -> duckdb.DuckDBPyConn
     deadline = time.monotonic() + retry_s
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            con = duckdb.connect(str(path), read_only=read_only)
+            # No progress bar: a slow load (a busy host) would print one into the command's own output.
+            con.execute("set enable_progress_bar = false")
+            return con
         except duckdb.Error as e:
             msg = str(e)
             if is_damaged(msg):
