@@ -25,7 +25,6 @@ from tasks.core.errors import ConfigError
 from tasks.core.lifecycle import raise_if_stopping, stop_requested
 from tasks.core.runinfo import RunPaths, make_run_paths
 from tasks.orchestration.fanout import submit_variant, wait_for_runs
-from tasks.orchestration.folder_gate import expected_rows
 from tasks.orchestration.prefect_tasks import (
     load_results_task,
     notify_outcome,
@@ -162,7 +161,7 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     failed = [r["variant"] for r in rows if r["status"] == "failed"]
     status = "failed" if len(failed) == len(rows) else ("partial" if failed else "ok")
     write_run_row(cfg, paths, started, status, f"failed variants: {', '.join(failed)}" if failed else None)
-    report = validate_results_task(paths, expected_rows(cfg, rows, paths))
+    report = validate_results_task(cfg, rows, paths)
     warehouse = cfg.warehouse_path()
     if not report.success:
         bad = [t.table for t in report.tables if not t.success]

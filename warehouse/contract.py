@@ -2,7 +2,7 @@
 
 Each run writes its results as Parquet parts (`runs/<run_id>/results/<table>/<part>.parquet`);
 this module is the one declaration of those tables. From it come
-- the Arrow schema every part is written and read with (`SCHEMAS`, `write_table`, `read_table`),
+- the Arrow schema every part is written and read with (`SCHEMAS`, `write_table`, `read_table`, `ResultTables`),
 - the Great Expectations suite of the gate (`warehouse.gx_gate` turns each column's `checks` and the
   table's `checks` into expectations),
 - the schema document (`python -m warehouse.contract > docs/schema.md`),
@@ -854,6 +854,23 @@ def read_table(results_dir: Path, name: str) -> pd.DataFrame:
     parts = [_read_part(p, name) for p in table_parts(results_dir, name)]
     table = pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
     return table.to_pandas()
+
+
+class ResultTables:
+    """One step's view of a run folder's result tables: each read (read_table) on first use, then kept.
+
+    A step (the gate, a resume) makes one and hands it to the helpers that need rows, so no table is read
+    twice in a step. A step that writes a table and needs it back makes a new one after the write.
+    """
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = Path(results_dir)
+        self._read: dict[str, pd.DataFrame] = {}
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if name not in self._read:
+            self._read[name] = read_table(self.results_dir, name)
+        return self._read[name]
 
 
 # ------------------------------------------------------------------ the schema document

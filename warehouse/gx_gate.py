@@ -2,8 +2,8 @@
 
 The suites are built from the table contract (`warehouse.contract`: each column's checks and each
 table's), so a table's checks are declared once, next to its columns. Each table is read whole
-(all parts) and validated as a pandas dataframe in an ephemeral GX context; nothing is stored in
-a GX project. Latency and throughput
+(all parts, once: a caller that read some already hands them over as `ResultTables`) and validated
+as a pandas dataframe in an ephemeral GX context; nothing is stored in a GX project. Latency and throughput
 checks apply to successful requests only (`status == "ok"`, `num_ok > 0`), because errored
 and incomplete requests have NULL latencies by design. The report lists each failed
 expectation in one line and is written next to the results as `validation.json`.
@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from warehouse.contract import CONTRACT, TABLES, Check, Where, read_table
+from warehouse.contract import CONTRACT, TABLES, Check, ResultTables, Where
 
 MAX_UNEXPECTED_SHOWN = 5
 
@@ -190,15 +190,18 @@ def validate_table(context: Any, source: Any, name: str, df: pd.DataFrame, expec
     return TableValidation(table=name, success=bool(result.success), rows=len(df), failures=failures)
 
 
-def validate_results(results_dir: Path, expected_rows: dict[str, int | None]) -> ValidationReport:
-    """Validate every result table of a run (empty ones too); write `validation.json` beside `results_dir`."""
-    results_dir = Path(results_dir)
+def validate_results(results: Path | ResultTables, expected_rows: dict[str, int | None]) -> ValidationReport:
+    """Validate every result table of a run (empty ones too); write `validation.json` beside the results folder.
+
+    `results`: the results folder, or the tables the calling step already read from it (read once, not again).
+    """
+    read = results if isinstance(results, ResultTables) else ResultTables(results)
     context = _context()
     source = context.data_sources.add_pandas("results")
     tables = []
     for name in TABLES:
-        df = prepare(name, read_table(results_dir, name))
+        df = prepare(name, read[name])
         tables.append(validate_table(context, source, name, df, expected_rows.get(name)))
     report = ValidationReport(success=all(t.success for t in tables), tables=tables)
-    (results_dir.parent / "validation.json").write_text(report.to_json())
+    (read.results_dir.parent / "validation.json").write_text(report.to_json())
     return report

@@ -11,14 +11,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import yaml
 from pydantic import ValidationError
 
 from tasks.core.config import PerfSpec, RunConfig
-from tasks.core.runinfo import RunPaths
 from tasks.perf.jitter import needs_jitter_step
 from tasks.perf.sweep import JITTER_STEP, SYNC_STEP, fixed_steps, max_step, step_prompts
-from warehouse.contract import read_table
+from warehouse.contract import ResultTables
 from warehouse.gx_gate import ValidationReport, validate_results
 
 
@@ -39,8 +39,8 @@ def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | 
     }
 
 
-def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str, int | None]:
-    """Row counts the GX gate expects: full counts for ok variants, what was written for failed ones."""
+def expected_rows(cfg: RunConfig, rows: list[dict], tables: ResultTables) -> dict[str, int | None]:
+    """Row counts the GX gate expects: full counts for ok variants, what was written (in `tables`) for failed ones."""
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
     per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
     out: dict[str, int | None] = {
@@ -53,7 +53,7 @@ def expected_rows(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> dict[str
         if n is None:
             out[table] = None
             continue
-        written = read_table(paths.results, table)
+        written = tables[table]
         failed_rows = int((~written["variant"].isin(ok)).sum()) if len(written) else 0
         out[table] = n * len(ok) + failed_rows
     return out
@@ -77,13 +77,12 @@ class GateResult:
         return [t.table for t in self.report.tables if not t.success]
 
 
-def recorded_config(run_dir: Path) -> tuple[RunConfig | None, str | None]:
-    """The config the run was measured with, or None and why not.
+def recorded_config(run_dir: Path, runs: pd.DataFrame) -> tuple[RunConfig | None, str | None]:
+    """The config the run was measured with (its `runs` rows, else its config.yaml), or None and why not.
 
     Only the schema is checked (not model files or engines): the results are judged by what was
     configured then, wherever they are read now.
     """
-    runs = read_table(run_dir / "results", "runs")
     text = runs["config_json"].iloc[0] if len(runs) == 1 else None
     try:
         if isinstance(text, str) and text:
@@ -97,13 +96,20 @@ def recorded_config(run_dir: Path) -> tuple[RunConfig | None, str | None]:
     return None, f"run {run_dir.name}: no config recorded in the run folder; row counts not checked"
 
 
+def gate_results(cfg: RunConfig, rows: list[dict], results_dir: Path) -> ValidationReport:
+    """The nightly's gate: the counts its config implies for these variant rows, then the suites; each table of
+    the folder read once for both."""
+    tables = ResultTables(results_dir)
+    return validate_results(tables, expected_rows(cfg, rows, tables))
+
+
 def gate_run(run_dir: str | Path) -> GateResult:
-    """Validate the run folder's results with the nightly's suites and counts; writes `validation.json` there."""
+    """Validate the run folder's results with the nightly's suites and counts; writes `validation.json` there.
+    Each table of the folder is read once: for the recorded config, the counts and the suites."""
     run_dir = Path(run_dir)
-    results = run_dir / "results"
-    cfg, note = recorded_config(run_dir)
+    tables = ResultTables(run_dir / "results")
+    cfg, note = recorded_config(run_dir, tables["runs"])
     expected: dict[str, int | None] = {}
     if cfg is not None:
-        rows = read_table(results, "variants").to_dict("records")
-        expected = expected_rows(cfg, rows, RunPaths(run_dir.name, run_dir))
-    return GateResult(validate_results(results, expected), note)
+        expected = expected_rows(cfg, tables["variants"].to_dict("records"), tables)
+    return GateResult(validate_results(tables, expected), note)

@@ -19,6 +19,7 @@ from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.runinfo import RunPaths, host_info
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
+from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.perf.load_search import search_load
@@ -30,7 +31,7 @@ from tasks.report.recommend import recommendation_markdown
 from tasks.report.text import format_report, quality_unit, takeaways, tradeoff_frame
 from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
-from warehouse.gx_gate import validate_results
+from warehouse.gx_gate import ValidationReport
 
 
 def run_logger() -> logging.Logger | logging.LoggerAdapter:
@@ -91,8 +92,9 @@ def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: st
 
 
 @task(name="validate-results", cache_policy=NONE)
-def validate_results_task(paths: RunPaths, expected: dict[str, int | None]):
-    return validate_results(paths.results, expected)
+def validate_results_task(cfg: RunConfig, rows: list[dict], paths: RunPaths) -> ValidationReport:
+    """The GX gate of the run folder, with the row counts the config implies for these variant rows."""
+    return gate_results(cfg, rows, paths.results)
 
 
 @task(name="load-warehouse", cache_policy=NONE, retries=2, retry_delay_seconds=[2, 10], timeout_seconds=900)

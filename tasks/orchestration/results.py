@@ -19,7 +19,7 @@ from fsspec.implementations.local import LocalFileSystem
 from tasks.core.credentials import results_url_problem
 from tasks.core.errors import ConfigError
 from tasks.core.names import contained, is_under, local_url_path
-from tasks.core.runinfo import RunPaths, runs_dir, valid_run_id
+from tasks.core.runinfo import RunPaths, runs_dir
 
 
 class ResultsLocationError(ConfigError):
@@ -50,8 +50,10 @@ class ResultsLocation:
         return fs, root.rstrip("/")
 
     def _run_root(self, run_id: str) -> tuple[fsspec.AbstractFileSystem, str]:
-        """The run's folder at the location; a local one must resolve under the location's folder."""
-        valid_run_id(run_id)
+        """The run's folder at the location; a local one must resolve under the location's folder.
+
+        `run_id` is a RunPaths' run id, checked where it entered (valid_run_id: the CLI, a flow's parameters; a
+        rebuild's listing: its own pattern) or made from a checked config name; not checked again."""
         fs, root = self._fs()
         if isinstance(fs, LocalFileSystem):
             try:

@@ -41,7 +41,7 @@ from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, s
 from tasks.quality.deltas import add_identity_bounds, quality_deltas
 from tasks.quality.gate import UNDECIDED, Look, look_schedule
 from tasks.quality.suite_failures import account_errors
-from warehouse.contract import read_table, write_table
+from warehouse.contract import ResultTables, write_table
 
 LOG = logging.getLogger("tradeoff.quality")
 
@@ -222,6 +222,9 @@ def run_suites(
     """
     samples: list[dict] = []
     scores: list[dict] = []
+    # The reference's quality results, read once for every suite's gate and the deltas: measured before this
+    # variant, they do not change while it runs (only its own rows, which these reads do not use, are written).
+    written = ResultTables(results_dir)
     adaptive = adaptive_suites(cfg)
     looks: dict[str, Look] = {}
     extended: dict[str, list[tuple[int, str]]] = {}
@@ -240,7 +243,7 @@ def run_suites(
                 cfg, spec, ctx, key, raw, (got_samples, got_scores), time.monotonic() - t0, adaptive[spec.key], log
             )
             extended[spec.key] = adaptive_run.run(
-                results_dir,
+                written,
                 variant.name == cfg.reference.name,
                 lambda s, c: _write(results_dir, variant.name, samples + s, scores + c),
             )
@@ -250,7 +253,7 @@ def run_suites(
         samples += got_samples
         scores += got_scores
         _write(results_dir, variant.name, samples, scores)
-    deltas = write_quality_deltas(cfg, variant, samples, scores, results_dir, looks)
+    deltas = write_quality_deltas(cfg, variant, samples, scores, written, looks)
     return {
         "samples": len(samples),
         "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
@@ -351,16 +354,17 @@ class AdaptiveRun:
         return any(s["metric"] == "suite_failed" for s in self.scores)
 
     def run(
-        self, results_dir: Path, is_reference: bool, write: Callable[[list[dict], list[dict]], None]
+        self, written: ResultTables, is_reference: bool, write: Callable[[list[dict], list[dict]], None]
     ) -> list[tuple[int, str]]:
-        """The looks, (items, gate) each; the reference answers every planned item (no gate to judge)."""
+        """The looks, (items, gate) each; the reference answers every planned item (no gate to judge). `written`:
+        the run's results, where a variant finds the reference's."""
         if len(self.schedule) == 1 or self.failed():
             return []
         if is_reference:
             looks = sequential_gate(self.schedule, lambda k: UNDECIDED, lambda n: self.extend_to(n, None, write))
             return [(n, "answered") for n, _ in looks]
         ref = self.cfg.reference.name
-        all_scores, all_samples = read_table(results_dir, "quality_scores"), read_table(results_dir, "quality_samples")
+        all_scores, all_samples = written["quality_scores"], written["quality_samples"]
         ref_scores = [r for r in records(all_scores, ref) if r["suite"] == self.spec.key]
         ref_samples = [r for r in records(all_samples, ref) if r["suite"] == self.spec.key]
         q = self.cfg.quality
@@ -513,10 +517,11 @@ def write_quality_deltas(
     variant: Variant,
     samples: list[dict],
     scores: list[dict],
-    results_dir: Path,
+    written: ResultTables,
     looks: dict[str, Look] | None = None,
 ) -> list[dict]:
-    """The variant's quality deltas against the reference (measured first), as a quality_deltas part.
+    """The variant's quality deltas against the reference (measured first, its rows in `written`), as a
+    quality_deltas part of `written`'s folder.
 
     `looks`: the look each adaptive suite stopped at (its interval's level). A speculative variant whose
     plain decoding is the reference gets its greedy_identity evidence on its 0/1 metrics' rows.
@@ -524,8 +529,7 @@ def write_quality_deltas(
     ref = cfg.reference
     if variant.name == ref.name:
         return []
-    ref_scores = read_table(results_dir, "quality_scores")
-    ref_samples = read_table(results_dir, "quality_samples")
+    ref_scores, ref_samples = written["quality_scores"], written["quality_samples"]
     q = cfg.quality
     rows = quality_deltas(
         records(ref_scores, ref.name),
@@ -542,7 +546,7 @@ def write_quality_deltas(
     shown = [s for s in samples if s["suite"] in identity]
     if plain_is_reference(variant, ref) and shown:
         add_identity_bounds(rows, sum(s["score"] == 1 for s in shown), len(shown), q.confidence)
-    write_table(results_dir, "quality_deltas", variant.name, rows)
+    write_table(written.results_dir, "quality_deltas", variant.name, rows)
     return rows
 
 

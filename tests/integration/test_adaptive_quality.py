@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -82,12 +84,20 @@ def items(tmp_path: Path) -> dict[str, int]:
     return read_table(tmp_path / "results", "quality_samples").groupby("variant").size().to_dict()
 
 
-def test_a_variant_extends_until_its_gate_decides(endpoints, tmp_path: Path) -> None:
+def test_a_variant_extends_until_its_gate_decides(endpoints, tmp_path: Path, monkeypatch) -> None:
     # A 10-point margin: a variant equal to the reference (none of its answers differs) cannot pass at 40 items
     # (Tango at look 1's 98.75 %: +-13.5 points) and passes at 80 (+-7.2); a variant wrong on every 'minus' and
     # 'times' question (50 points down) fails at 40 and stops there.
     cfg = config({"max_items": 160, "budget_s": 60}, {"margin_points": 10})
+    reads: Counter = Counter()
+    counted = lambda d, name, _read=read_table: reads.update([name]) or _read(d, name)  # noqa: E731
+    for module in [m for m in list(sys.modules.values()) if getattr(m, "read_table", None) is read_table]:
+        monkeypatch.setattr(module, "read_table", counted)
     got = measure(cfg, {"ref": endpoints["oracle"], "same": endpoints["oracle"], "worse": endpoints["half"]}, tmp_path)
+    monkeypatch.undo()
+    # Each variant's quality step reads the reference's results once, for its gate's looks and its deltas both
+    # (issue 27); the reference reads none.
+    assert reads == {"quality_scores": 2, "quality_samples": 2}
     assert items(tmp_path) == {"ref": 160, "same": 80, "worse": 40}
     assert got["ref"]["looks"] == {"arithmetic": ["n=40: answered", "n=80: answered", "n=160: answered"]}
     assert got["same"]["looks"] == {"arithmetic": ["n=40: not_enough_evidence", "n=80: pass"]}

@@ -1,6 +1,7 @@
 """A walk of `tradeoff run CONFIG` parses its input at the edge, once (issue 27): the config file is read and
 validated once, the run id checked once, the preflight run once, and the nightly and its in-process variants
-are handed the checked config instead of reading it again."""
+are handed the checked config instead of reading it again. Each step of the walk (and the gate of `tradeoff
+load`) reads each result table of the run folder at most once."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ import tasks.core.config
 import tasks.core.runinfo
 import tasks.loader
 import tasks.orchestration.run_bookkeeping
+import tasks.orchestration.warehouse_ops
 import warehouse.contract
 from tasks.core.config import RunConfig
+from warehouse.contract import TABLES
 
 COUNTED = {  # counted name -> (module that defines it, function)
     "read_config": tasks.core.config,
@@ -32,6 +35,32 @@ COUNTED = {  # counted name -> (module that defines it, function)
     "with_work_pool": tasks.orchestration.run_bookkeeping,
     "read_table": warehouse.contract,
 }
+
+# The steps of a walk that read result tables (the function whose call is the step -> the step's name): a read
+# is the step's whose function is its nearest caller of these. Between two steps the folder's tables change
+# (variants write theirs, the nightly its failed variants' and its run's rows); within a step they do not.
+STEPS = {
+    "first_started_at": "resume",  # what an earlier attempt left: its start time (before the results are fetched)
+    "measured_variants": "resume",  # ... and its completed variants (after)
+    "variant_flow": "variant",  # one per variant: `variant <name>`
+    "collect_rows": "collect",  # every variant's row once all have run
+    "validate_results_task": "gate",  # the nightly's GX gate: expected counts and suites
+    "load_results_task": "load",  # DuckDB reads the Parquet parts itself: no read_table
+    "report_task": "report",
+    "gate_run": "load-gate",  # `tradeoff load`: the recorded config, expected counts and suites
+}
+
+
+def step_of(frame) -> str:
+    """The step a call belongs to: its nearest caller named in STEPS (a variant's with its name), else '?'."""
+    while frame is not None:
+        step = STEPS.get(frame.f_code.co_name)
+        if step == "variant":
+            return f"variant {frame.f_locals.get('variant')}"
+        if step is not None:
+            return step
+        frame = frame.f_back
+    return "?"
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter:
@@ -52,6 +81,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter:
                     counts[f"{_name}@{caller.f_globals['__name__']}.{caller.f_code.co_name}"] += 1
                     if _name == "read_table":
                         counts[f"read_table:{args[1]}"] += 1
+                        counts[f"read_table[{step_of(caller)}]:{args[1]}"] += 1
                     return _fn(*args, **kwargs)
 
                 monkeypatch.setattr(mod, name, counted)
@@ -126,21 +156,43 @@ def test_tradeoff_run_reads_and_validates_its_config_once(
     assert counts["parse_config"] == 1 and counts["RunConfig.model_validate"] == 1  # validated once
     assert counts["load_config"] == 0  # nobody loads it again from its path
     assert counts["preflight"] == 1 and counts["with_work_pool"] == 1
-    # The run id given to `tradeoff run`, checked once where it enters (the CLI), not again by the nightly; the
-    # helpers that build a path from it (make_run_paths, ResultsLocation) still guard every path they build.
-    assert (
-        sum(
-            n
-            for k, n in counts.items()
-            if k.startswith(
-                (
-                    "valid_run_id@flows.cli",
-                    "valid_run_id@flows.nightly.",
-                    "valid_run_id@tasks.orchestration.run_bookkeeping",
-                )
-            )
-        )
-        == 1
-    )
     where = "flows.cli.cmd_run" if entry == "cli" else "tasks.orchestration.run_bookkeeping.check_run"
     assert counts[f"load_config_file@{where}"] == 1  # where the config entered
+    # The run id, checked once where it entered (the CLI, or the nightly's parameters) and trusted below: not again
+    # by the nightly, its in-process variants, the run folder (make_run_paths) or the results location. The
+    # helpers that build a path from it still check that the path resolves under its root.
+    assert counts["valid_run_id"] == 1 and counts[f"valid_run_id@{where}"] == 1
+    assert_one_read_per_table_per_step(counts)
+    if entry == "cli":  # `tradeoff load` of the same run folder: its gate reads each table once too
+        run_dir = tmp_path / "runs" / "walk1"
+        before = Counter(counts)
+        loaded = tasks.orchestration.warehouse_ops.load_checked(run_dir, tmp_path / "wh.duckdb")
+        assert loaded["variants"] == 2
+        reads = reads_by_step(counts - before)
+        assert reads == {("load-gate", t): 1 for t in TABLES}, reads
+        assert counts["read_table"] - before["read_table"] == len(TABLES)
+
+
+def reads_by_step(counts: Counter) -> dict[tuple[str, str], int]:
+    """(step, table) -> read_table calls, from the counts of count_calls."""
+    out = {}
+    for key, n in counts.items():
+        if isinstance(key, str) and key.startswith("read_table["):
+            step, _, table = key[len("read_table[") :].partition("]:")
+            out[(step, table)] = n
+    return out
+
+
+def assert_one_read_per_table_per_step(counts: Counter) -> None:
+    """In a walk of one run: each step reads each table at most once, every read belongs to a step, and the steps
+    read what they need (the gate every table, the resume the run's and variants' rows, the collection the
+    variants', the second variant the reference's quality results)."""
+    reads = reads_by_step(counts)
+    assert sum(reads.values()) == counts["read_table"] > 0  # every read is attributed to one (step, table)
+    assert not [k for k in reads if k[0] == "?"], reads  # ... and to a step of STEPS
+    assert {k: n for k, n in reads.items() if n > 1} == {}, reads  # at most once per table per step
+    assert {t for (step, t) in reads if step == "gate"} == set(TABLES)  # the gate read every table, once
+    assert {t for (step, t) in reads if step == "resume"} == {"runs", "variants"}
+    assert {t for (step, t) in reads if step == "collect"} == {"variants"}
+    assert {t for (step, t) in reads if step == "variant other"} == {"quality_scores", "quality_samples"}
+    assert {step for step, _ in reads} == {"resume", "variant other", "collect", "gate"}  # load/report: DuckDB
