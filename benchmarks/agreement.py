@@ -22,7 +22,7 @@ share of TTFT (TTFT minus the server's own prompt time) is printed for each tool
 part of TTFT a tool measures differently, if any.
 
 --server paced: the same comparison against the tests' paced SSE server
-(tests/stubs/paced_server.py): first chunk after a set delay, then a chunk every set interval
+(instruments/paced_server.py): first chunk after a set delay, then a chunk every set interval
 with jitter seeded by the prompt (TTFT too), an empty finish chunk and a usage chunk as llama.cpp sends
 them. Its timing does not drift, so any difference on any key is the tools'.
 
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument(
         "--pacing",
         default="ttft=150,ttft_jitter=20,itl=18,jitter=4,finish=1,usage=1",
-        help="the paced server's timing (tests/stubs/paced_server.py)",
+        help="the paced server's timing (instruments/paced_server.py)",
     )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-b-"))

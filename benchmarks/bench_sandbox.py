@@ -21,11 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.core.bounds import load_yaml  # noqa: E402
-from tasks.quality.sandbox import Limits, run_untrusted, unavailable_reason  # noqa: E402
-from tasks.quality.suites.code import _CANDIDATE, code_problems, run_tests  # noqa: E402
+from tasks.core.bounds import load_yaml
+from tasks.quality.sandbox import Limits, run_untrusted, unavailable_reason
+from tasks.quality.suites.code import _CANDIDATE, code_problems, run_tests
 
 HOSTILE = """
 import os, time

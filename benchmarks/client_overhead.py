@@ -1,6 +1,6 @@
 """Benchmark a: the streaming client's own overhead, side by side with `vllm bench serve`.
 
-Both tools stream from the zero-latency SSE server (benchmarks/sse_server.py, its own
+Both tools stream from the zero-latency SSE server (instruments/sse_server.py, its own
 process): every response is written at once, so the gaps a client records between
 chunks are its own per-chunk processing (read, parse, timestamp), and the chunk rate it
 records is the highest it can record. Runs alternate (tradeoff, vllm, tradeoff, ...)
@@ -60,7 +60,7 @@ def main() -> None:
 
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "sse_server.py"), str(port)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "instruments.sse_server", str(port)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
         assert server.stdout.readline().strip() == "ready"

@@ -12,7 +12,6 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
-sys.path.insert(0, str(ROOT))
 
 
 def demo_config():
@@ -83,9 +82,9 @@ def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str
 
 @contextmanager
 def paced_server(pacing: str) -> Iterator[tuple[str, str, Path]]:
-    """The paced SSE server of the tests (tests/stubs/paced_server.py), its own process: (url, pacing, the demo's
+    """The paced SSE server (instruments/paced_server.py), its own process: (url, pacing, the demo's
     GGUF for the tokenizer). Its timing is known and the same for every client: a server without noise."""
-    from tests.stubs import paced_server as stub
+    from instruments import paced_server as stub
 
     *_, art = variant_build()
     with stub.running() as url:

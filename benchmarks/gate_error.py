@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,11 +44,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.quality.adaptive import sequential_gate  # noqa: E402
-from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat  # noqa: E402
-from tasks.quality.gate import PASS, Look, judge, look_schedule  # noqa: E402
+from tasks.quality.adaptive import sequential_gate
+from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat
+from tasks.quality.gate import PASS, Look, judge, look_schedule
 
 CONF = 0.95
 MEAN = parse_sample_stat("mean(score)")

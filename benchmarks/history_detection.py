@@ -2,7 +2,7 @@
 
     python benchmarks/history_detection.py [--histories 100] [--nights 40] [--noise 0.03] [--seed 0]
 
-Each history is tests/stubs/synthetic_history.py's plan with its own seed: 40 nights of one config, the
+Each history is instruments/synthetic_history.py's plan with its own seed: 40 nights of one config, the
 reference q4_1 unchanged, q3_k_m's TPOT stepping up 10 % at night 30, q2_k losing 12 of 100 arithmetic items
 from night 20, 3 % Gaussian noise on every perf figure, accuracy from per-item 0/1 scores with a few
 items flipping at random. Every night goes through the real loader's path as `tradeoff warehouse rebuild`
@@ -24,13 +24,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.stubs.synthetic_history import Plan, nights  # noqa: E402
-from warehouse.db import open_warehouse  # noqa: E402
-from warehouse.history import METHOD, update_history  # noqa: E402
-from warehouse.ingest import insert_run, read_run_parts  # noqa: E402
+from instruments.synthetic_history import Plan, nights
+from warehouse.db import open_warehouse
+from warehouse.history import METHOD, update_history
+from warehouse.ingest import insert_run, read_run_parts
 
 PLANTED = {("q3_k_m", "tpot_ms_mean"): "tpot_step_night", ("q2_k", "arithmetic.accuracy"): "drop_night"}
 

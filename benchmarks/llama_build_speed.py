@@ -16,9 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PROBE = r"""
 import json, sys, time

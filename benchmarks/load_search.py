@@ -1,8 +1,8 @@
 """The sustainable-load search against a live server whose capacity is known: does it find the right rate?
 
-A single-slot server (tests/stubs/slo_stub.py) takes SERVICE ms per request, first come first served; under
+A single-slot server (instruments/slo_server.py) takes SERVICE ms per request, first come first served; under
 Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its waiting time gives the highest rate whose
-p-th percentile of TTFT is within a limit (slo_stub.md1_highest_rate). The sweep measures two rates, then the
+p-th percentile of TTFT is within a limit (slo_server.md1_highest_rate). The sweep measures two rates, then the
 search (tasks/perf/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
 (tasks/perf/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
 benchmarks/slo_check.py simulates the same search without a live server (no host stalls).
@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import ROOT  # noqa: F401 - puts the repository on sys.path
-
+from instruments.slo_server import SEARCH_CASE, md1_highest_rate, start_paced_stub
 from tasks.core.config import RunConfig
 from tasks.perf.load_search import chain, judge, search_load
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
-from tests.stubs.slo_stub import SEARCH_CASE, md1_highest_rate, start_paced_stub
 
 
 def one(case: dict) -> None:

@@ -17,7 +17,7 @@ tasks.perf.sweep.arrival_offsets_s), printing:
 3. Sustained load: a one-slot server of fixed service time under Poisson arrivals (an M/D/1 queue, simulated
    request by request with the sweep's own arrival times), 200 measured requests after a 10 % warm-up: the
    share of steps judged not sustained (achieved < 95 % of offered) at utilisation 0.5 ... 1.25.
-4. The search by simulation: the nightly test's case (tests/stubs/slo_stub.py SEARCH_CASE: 40 ms, p90 TTFT <= 240
+4. The search by simulation: the nightly test's case (instruments/slo_server.py SEARCH_CASE: 40 ms, p90 TTFT <= 240
    ms: true highest rate 19.99 req/s by Erlang's formula, capacity 25), a sweep at 12 and 30 req/s then
    search_rates' bracket-and-bisect (4 steps at most, 12 % tolerance), 300 measured requests a step, as the test
    runs it: the distribution of the
@@ -34,22 +34,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.core.config import LoadSearchSpec  # noqa: E402
-from tasks.core.percentiles import interval  # noqa: E402
-from tasks.core.stat_tests import t_interval  # noqa: E402
-from tasks.perf.load_search import chain, search_rates  # noqa: E402
-from tasks.perf.metrics import RequestRecord  # noqa: E402
-from tasks.perf.slo import check_step, linear_percentile  # noqa: E402
-from tasks.perf.sweep import arrival_offsets_s  # noqa: E402
-from tests.stubs.slo_stub import SEARCH_CASE, md1_highest_rate  # noqa: E402
+from instruments.slo_server import SEARCH_CASE, md1_highest_rate
+from tasks.core.config import LoadSearchSpec
+from tasks.core.percentiles import interval
+from tasks.core.stat_tests import t_interval
+from tasks.perf.load_search import chain, search_rates
+from tasks.perf.metrics import RequestRecord
+from tasks.perf.slo import check_step, linear_percentile
+from tasks.perf.sweep import arrival_offsets_s
 
 SIGMA = 0.5  # lognormal latency spread
 NS = (12, 32, 100, 300, 1000, 3000)

@@ -33,18 +33,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.core.stat_tests import holm, paired_bootstrap_interval, sign_flip_p, t_interval, tango_interval  # noqa: E402
-from tasks.perf.metrics import bootstrap_ci  # noqa: E402  (the old perf interval, kept for the jitter figures)
-from tasks.quality.deltas import MIN_TAIL_SAMPLES, _delta_of, paired_test, parse_sample_stat, verdict  # noqa: E402
+from tasks.core.stat_tests import holm, paired_bootstrap_interval, sign_flip_p, t_interval, tango_interval
+from tasks.perf.metrics import bootstrap_ci  # (the old perf interval, kept for the jitter figures)
+from tasks.quality.deltas import MIN_TAIL_SAMPLES, _delta_of, paired_test, parse_sample_stat, verdict
 
 CONF = 0.95
 ALPHA = 1 - CONF

@@ -4,8 +4,8 @@
                                       [--to group process]
 
 Each (phase, signal, target): the real CLI on configs/tiny.yaml cut to its reference variant (as
-tests/e2e/test_faults_orphans.py runs it, in a process group of its own), the signal sent in the
-phase to the command's process group (Ctrl-C in a terminal) or to the command alone, then two
+tests/e2e/test_faults_orphans.py runs it, with instruments/jobs.py: in a process group of its own), the signal sent
+in the phase to the command's process group (Ctrl-C in a terminal) or to the command alone, then two
 times from the signal: until the command has ended, and until /proc holds no process of the run
 (engine server, Prefect's ephemeral API). Prints one line per case.
 """
@@ -16,18 +16,13 @@ import argparse
 import fcntl
 import os
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.e2e.test_faults_orphans import reach, tiny_one_variant  # noqa: E402
-from tests.helpers import Job, processes_of  # noqa: E402
+from instruments.jobs import Job, JobFailed, processes_of, reach, tiny_one_variant
 
 
 def one(phase: str, sig: signal.Signals, to: str, tmp: Path, shared: dict[str, str]) -> tuple[float, float, int, int]:
@@ -59,8 +54,6 @@ def one(phase: str, sig: signal.Signals, to: str, tmp: Path, shared: dict[str, s
 
 
 def main() -> None:
-    import pytest  # reach() reports a run that ended early through pytest.fail
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--phases", nargs="+", default=["startup", "perf", "quality", "load"])
     ap.add_argument("--signals", nargs="+", default=["SIGINT", "SIGTERM", "SIGKILL"])
@@ -78,7 +71,7 @@ def main() -> None:
                     tmp = Path(tempfile.mkdtemp(dir=root))
                     try:
                         ended, gone, before, code = one(phase, signal.Signals[name], to, tmp, shared)
-                    except pytest.fail.Exception as err:
+                    except JobFailed as err:
                         print(f"{phase:<8} {name:<8} {to:<8} failed: {err}")
                         continue
                     print(

@@ -1,6 +1,6 @@
 """Benchmark: how close the client's timestamps come to the truth of a paced server.
 
-The paced server (tests/stubs/paced_server.py, its own process) writes the first chunk a set
+The paced server (instruments/paced_server.py, its own process) writes the first chunk a set
 time after each request and the others at a set interval with seeded jitter, and records when
 it began each write on the host's monotonic clock (time.perf_counter_ns), the clock the client
 stamps with; the client runs here with origin 0, so both sides share one clock. Prints, per
@@ -16,14 +16,13 @@ import argparse
 import asyncio
 
 import aiohttp
-import common  # noqa: F401  (puts the repository on sys.path)
 import httpx
 import numpy as np
 
+from instruments import paced_server
 from tasks.client import endpoint_url, request_body, stream_request
 from tasks.perf.metrics import cv_pct
 from tasks.perf.workload import Prompt
-from tests.stubs import paced_server
 
 
 async def _measure(url: str, model: str, kind: str, prompts: list[Prompt], concurrency: int, tokens: int):

@@ -2,7 +2,8 @@
 
     python scripts/gpu_check.py [--out DIR] [--idle-s 10] [--load-s 30]
 
-Needs an NVIDIA GPU, torch with CUDA and nvidia-ml-py (pynvml); no network, no vLLM or TensorRT-LLM.
+Needs an NVIDIA GPU, torch with CUDA and nvidia-ml-py (pynvml), and this checkout installed
+(`pip install --no-deps -e .`, or PYTHONPATH set to the checkout); no network, no vLLM or TensorRT-LLM.
 It uses tradeoff's own code paths (tasks.perf.energy, tasks.perf.energy_scope, tasks.perf.roofline) and checks:
 1. device selection: the engine's GPU found by UUID (CUDA_VISIBLE_DEVICES as set, or unset) is the GPU
    torch computes on (torch's device UUID), and a UUID that matches no GPU gives NULL with the reason;
@@ -26,11 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.perf.energy import EnergyWindow  # noqa: E402
-from tasks.perf.energy_scope import EnergyScope, engine_gpus, idle_baseline, nvml_devices  # noqa: E402
-from tasks.perf.roofline import mbu_pct, nvml_spec_bandwidth, torch_copy_bandwidth  # noqa: E402
+from tasks.perf.energy import EnergyWindow
+from tasks.perf.energy_scope import EnergyScope, engine_gpus, idle_baseline, nvml_devices
+from tasks.perf.roofline import mbu_pct, nvml_spec_bandwidth, torch_copy_bandwidth
 
 
 def check(results: dict, name: str, ok: bool, line: str) -> None:

@@ -31,13 +31,11 @@ import yaml
 
 from tasks.engines.launcher import free_port
 from tasks.engines.llama_cpp import SERVER_MODULE
-from tests.helpers import ROOT
+from tasks.orchestration import prefect_cluster as ops
+from tests.helpers import CHROMIUM, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import cluster as ops  # noqa: E402
-import ui_screenshot  # noqa: E402
 
 WORKERS = ("wA", "wB")
 VARIANTS = ("q4_1", "q2_k", "q4_1-spec")
@@ -307,18 +305,34 @@ def test_fanned_out_run_spreads_variants_and_loads_each_once(cluster, fanned_run
     assert {a["key"] for a in arts if "fan1" in (a.get("description") or "")} == set(keys)
 
 
-@pytest.mark.skipif(ui_screenshot.chromium() is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_flow_run_page_shows_the_tradeoff_artifacts(cluster, fanned_run):
     (table,) = [a for a in cluster.artifacts(["tradeoff-table"]) if "fan1" in (a.get("description") or "")]
     shot = cluster.tmp / "nightly-flow-run.png"
-    missing = ui_screenshot.screenshot(
-        ui_screenshot.flow_run_url(cluster.api.removesuffix("/api"), table["flow_run_id"]),
-        shot,
-        ["tradeoff-table", "tradeoff-takeaways"],
-        timeout_s=120,
+    proc = subprocess.run(  # scripts/ui_screenshot.py as its users run it: exit code 1 names what never showed
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "ui_screenshot.py"),
+            table["flow_run_id"],
+            "--out",
+            str(shot),
+            "--ui",
+            cluster.api.removesuffix("/api"),
+            "--expect",
+            "tradeoff-table",
+            "--expect",
+            "tradeoff-takeaways",
+            "--timeout-s",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     print(f"\nUI screenshot: {shot}")
-    assert not missing, f"the Artifacts tab never showed {missing}; see {shot}"
+    assert proc.returncode == 0, (
+        f"the Artifacts tab never showed every artifact; see {shot}:\n{proc.stdout}{proc.stderr}"
+    )
     assert shot.stat().st_size > 20_000
 
 

@@ -10,7 +10,7 @@ visibly, with the counts. One test per case, one line each:
 - every suite request errors (the nightly's measure_quality) -> suite_failed, logged at ERROR
 - one variant's suite fails in a nightly          -> that variant failed naming the suite; nightly Partial, exit 1
 
-The erroring servers are tests/stubs/stub_engine.py (every POST answered 500) and tests/stubs/fault_proxy.py in
+The erroring servers are tests/stubs/stub_engine.py (every POST answered 500) and instruments/fault_proxy.py in
 front of a real llama.cpp server on SmolLM2-135M, which answers the requests it lets through.
 """
 
@@ -24,13 +24,13 @@ from typing import ClassVar
 import pytest
 import yaml
 
+from instruments.fault_proxy import start_proxy
 from tasks.core.config import Variant
 from tasks.core.errors import ConfigError
 from tasks.core.registry import ENGINES
 from tasks.loader import parse_config
 from tests.e2e.test_engines_e2e import StubTestEngine
 from tests.helpers import q, smollm2
-from tests.stubs.fault_proxy import start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -115,7 +115,7 @@ def llama(tmp_path_factory):
 
 @pytest.fixture
 def proxy(llama, request):
-    """tests/stubs/fault_proxy.py in front of the llama.cpp server; failing every N-th POST (the test's parameter)."""
+    """instruments/fault_proxy.py in front of the llama.cpp server; failing every N-th POST (the test's parameter)."""
     srv, url = start_proxy(llama[0], request.param)
     yield url
     srv.shutdown()

@@ -19,72 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tasks.engines.llama_cpp import SERVER_MODULE
-from tests.helpers import ROOT, Job, processes_of
+from instruments.jobs import Job, parts, processes_of, reach, tiny_one_variant
 
 pytestmark = pytest.mark.e2e
 
 STOP_WITHIN_S = 10.0  # the command ends this soon after the signal (the issue's bound)
-
-
-def tiny_one_variant(phase: str = "quality") -> dict:
-    """configs/tiny.yaml with its reference variant only, and no longer than `phase` needs: in `perf` a two-step
-    sweep (the first step's part is written while the second runs), in `quality` a suite of 20 requests to be
-    caught in; otherwise both as short as they go."""
-    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-    cfg["variants"] = [v for v in cfg["variants"] if v.get("reference")]
-    cfg["perf"].update(
-        {
-            "concurrency": [1, 2] if phase == "perf" else [1],
-            "num_prompts": 4 if phase == "perf" else 2,
-            "warmup_requests": 1,
-            "output_len": 16,
-        }
-    )
-    cfg["quality"] = {
-        "primary": "arithmetic.accuracy",
-        "suites": [{"name": "arithmetic", "limit": 20 if phase == "quality" else 4}],
-    }
-    cfg["server_start_timeout_s"] = 120
-    return cfg
-
-
-def server_log_posts(runs: Path) -> int:
-    """Requests the run's engine server has answered so far (its access log's POST lines)."""
-    return sum(log.read_text(errors="replace").count('"POST /v1/') for log in runs.glob("*/logs/*.server.log"))
-
-
-def parts(runs: Path, table: str) -> list[Path]:
-    return sorted(runs.glob(f"*/results/{table}/*.parquet"))
-
-
-def holds_open(pid: int, path: Path) -> bool:
-    """Whether process `pid` has `path` open."""
-    try:
-        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return False
-
-
-def reach(phase: str, job: Job, runs: Path, warehouse: Path) -> None:
-    """Return once the run is in `phase`: startup (the engine server is loading), perf (the sweep's first step is
-    written, the second runs), quality (the sweep is written and the suite's requests are being answered), load
-    (everything measured; the load waits for the warehouse, whose writer lock the caller holds)."""
-    if phase == "startup":
-        job.wait_for(
-            lambda: any(SERVER_MODULE in c for c in processes_of(job.marker).values()), "engine server process"
-        )
-    elif phase == "perf":
-        (part,) = job.wait_for(lambda: parts(runs, "perf_summary"), "the sweep's first step")
-        assert pq.read_table(part).num_rows == 1  # one step of two written: still inside the sweep
-    elif phase == "quality":
-        job.wait_for(lambda: parts(runs, "perf_summary"), "end of the perf sweep")
-        after_perf = server_log_posts(runs)
-        job.wait_for(lambda: server_log_posts(runs) > after_perf, "quality request")
-        assert not parts(runs, "quality_scores")  # still inside the suite
-    else:
-        side = warehouse.with_name(f".{warehouse.name}.writer")  # warehouse.swap.writer_lock's file
-        job.wait_for(lambda: holds_open(job.proc.pid, side), "the load's wait for the warehouse")
 
 
 def kept(phase: str, runs: Path, warehouse: Path, tmp: Path) -> None:

@@ -200,10 +200,10 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
     """The decision's sustainable-load search adds steps after the sweep; a hosted endpoint's stay unmetered
     there too, even where this host has a meter (a stand-in NVML)."""
     import tasks.perf.energy as energy
+    from instruments.slo_server import start_paced_stub
     from tasks.core.config import RunConfig
     from tasks.perf.load_search import search_load
     from tasks.perf.perf_run import Target, measure
-    from tests.stubs.slo_stub import start_paced_stub
 
     monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
     srv, url = start_paced_stub(service_ms=100)

@@ -20,9 +20,10 @@ import time
 
 import pytest
 
+from instruments.jobs import Job, maps, processes_of
+from instruments.paced_server import running
 from tasks.core.config import PackageFile
-from tests.helpers import ROOT, SMOLLM2_GGUF, Job, maps, processes_of
-from tests.stubs.paced_server import running
+from tests.helpers import ROOT, SMOLLM2_GGUF
 
 STOP_WITHIN_S = 10.0
 TARGETS = ("group", "process")

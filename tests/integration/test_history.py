@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from instruments.synthetic_history import Plan, nights
 from tests.helpers import ROOT, render_in_chromium
-from tests.stubs.synthetic_history import Plan, nights
 from warehouse.db import load_run, open_warehouse
 
 PLAN = Plan()  # seed 0: the benchmark (benchmarks/history_detection.py) measures the rate over 100 seeds

@@ -980,15 +980,15 @@ def test_search_stops_at_its_time_budget() -> None:
 def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capacity(
     tmp_path: Path, prefect_harness, capsys
 ) -> None:
-    """A nightly with a decision search against tests/stubs/slo_stub.py as a hosted endpoint: one request at a time,
+    """A nightly with a decision search against instruments/slo_server.py as a hosted endpoint: one request at a time,
     40 ms each, so 25 req/s at most. Under Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its
-    waiting time (slo_stub.md1_highest_rate) gives the highest rate whose p90 TTFT is within 240 ms: 19.99 req/s.
+    waiting time (slo_server.md1_highest_rate) gives the highest rate whose p90 TTFT is within 240 ms: 19.99 req/s.
     The run reports a sustainable rate no higher than the capacity and at least 80 % of that rate: by simulation
     of the same search (benchmarks/slo_check.py, section 4) ~97 % of runs do. (A host loaded by other jobs stalls
     the stub and the client, which only makes requests slower: the rate can land lower.)"""
+    from instruments.slo_server import SEARCH_CASE as CASE
+    from instruments.slo_server import md1_highest_rate, start_paced_stub
     from tests.helpers import run_nightly
-    from tests.stubs.slo_stub import SEARCH_CASE as CASE
-    from tests.stubs.slo_stub import md1_highest_rate, start_paced_stub
 
     capacity = 1000.0 / CASE["service_ms"]
     true_rate = md1_highest_rate(CASE["service_ms"] / 1000, CASE["limit_ms"] / 1000, CASE["percentile"])

@@ -102,7 +102,7 @@ def test_tradeoff_run_reads_and_validates_its_config_once(
     """Two hosted variants (a stub server) measured in-process by a real `tradeoff run`: one read of the file,
     one validation, one preflight and one check of the run id for the whole walk, not one per step or variant.
     So too when the nightly flow is given the path as a deployment's flow run is (it checks its input itself)."""
-    from tests.stubs.slo_stub import start_paced_stub
+    from instruments.slo_server import start_paced_stub
 
     srv, url = start_paced_stub(1.0)
     variant = {

@@ -1,4 +1,4 @@
-"""The client's timing against a paced server whose timing is known (tests/stubs/paced_server.py).
+"""The client's timing against a paced server whose timing is known (instruments/paced_server.py).
 
 The server runs in its own process and records when it wrote each chunk with
 time.perf_counter_ns(), the client's clock too (CLOCK_MONOTONIC, one per host); the client
@@ -21,11 +21,11 @@ import httpx
 import numpy as np
 import pytest
 
+from instruments import paced_server
 from tasks.client import endpoint_url, request_body, stream_request
 from tasks.perf.metrics import RequestRecord, cv_pct, summarize
 from tasks.perf.sweep import run_load
 from tasks.perf.workload import Prompt
-from tests.stubs import paced_server
 
 PACE = "ttft=60,ttft_jitter=10,itl=15,jitter=4,done=80"
 N_TOKENS = 12

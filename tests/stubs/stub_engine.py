@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stub_server import Handler, _chunk  # noqa: E402
+# Run as a script: its own folder (tests/stubs) is the first entry of sys.path, so its sibling imports by name.
+from stub_server import Handler, _chunk
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import re
 
 from tests.helpers import ROOT
 
-TOP = ("tasks", "flows", "warehouse", "tests", "benchmarks", "configs", "docs", "scripts", ".ci")
+TOP = ("tasks", "flows", "warehouse", "instruments", "tests", "benchmarks", "configs", "docs", "scripts", ".ci")
 # A path starting at one of the tree's top folders; globs and placeholders are kept whole so they can be skipped.
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*{}<>-]*[\w*}>])" % "|".join(re.escape(t) for t in TOP))
 # Files the tool writes (gitignored warehouse files), named where the docs and configs say where output goes.
@@ -23,7 +23,7 @@ def mentioning_files() -> list:
         ROOT / "pyproject.toml",
     ]
     files += sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "configs").glob("*.yaml"))
-    for pkg in ("tasks", "flows", "warehouse", "tests", "benchmarks", "scripts"):
+    for pkg in ("tasks", "flows", "warehouse", "instruments", "tests", "benchmarks", "scripts"):
         files += sorted((ROOT / pkg).rglob("*.py"))
     return [f for f in files if f.name != "test_stale_paths.py"]  # its own examples are stale on purpose
 

@@ -1,6 +1,6 @@
 """A paced OpenAI-style SSE server: a measuring instrument whose timing is known, to check the client's.
 
-    python -m tests.stubs.paced_server [--port 0]      prints "paced: serving on PORT", then serves
+    python -m instruments.paced_server [--port 0]      prints "paced: serving on PORT", then serves
 
 Answers POST /v1/completions and /v1/chat/completions with `max_tokens` output chunks: the first
 `ttft` ms after the request was read, then one every `itl` ms plus a jitter drawn uniformly in
@@ -43,8 +43,9 @@ import threading
 import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Iterator
+
+from tasks.core.runinfo import PROJECT_ROOT
 
 PACE = {
     "ttft": 60.0,
@@ -193,9 +194,8 @@ class Handler(BaseHTTPRequestHandler):
 @contextmanager
 def running() -> Iterator[str]:
     """The paced server in its own process (its clock then never waits on the client's): its base URL."""
-    root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.stubs.paced_server"], cwd=root, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "instruments.paced_server"], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
         yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[-1])}"

@@ -5,7 +5,7 @@ a final chunk with finish_reason 'length', a usage chunk and [DONE], all written
 from a pre-built buffer (HTTP/1.1, chunked, keep-alive), and GET /v1/models. Whatever
 gaps a client records between chunks are then the client's own processing time.
 
-Run: python benchmarks/sse_server.py PORT   (prints 'ready' when listening)
+Run: python -m instruments.sse_server PORT   (prints 'ready' when listening)
 """
 
 from __future__ import annotations
