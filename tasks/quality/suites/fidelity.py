@@ -18,7 +18,7 @@ carry all of the reference's mass. The scores' note says so. `in_process: true` 
 the CPU can hold) also computes the variant's full distributions with transformers from the same
 weights: `in_process.kl_mean` (exact KL) and `in_process.kl_mean_topk` (the same pooling applied),
 so a run shows both what truncation hides and how far the engine's numbers are from the reference
-implementation's.
+implementation's. Every log-probability comes from tasks.quality.logits; this suite compares them.
 """
 
 from __future__ import annotations

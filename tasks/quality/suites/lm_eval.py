@@ -18,7 +18,8 @@ with a model that adds no BOS token, it pairs each prompt token with the logits 
 position after it (one step off). `loglik_check` measures this for any endpoint against the
 in-process reference (llama.cpp `Llama.scores` of the same GGUF), and `lm_eval` scores
 log-likelihood requests in-process (`tradeoff-llama-cpp` model: lm-eval's local-completions
-for generation, llama.cpp logits for log-likelihood) where the engine's path is known wrong.
+for generation, llama.cpp logits for log-likelihood) where the engine's path is known wrong. The
+in-process models and scorers live in tasks.quality.logits.
 """
 
 from __future__ import annotations
