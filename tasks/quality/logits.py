@@ -12,7 +12,9 @@ lm-eval's echo=True requests are lm-eval's own (its local-completions model); `L
 
 Native code and big models run in a spawned child (`tasks.core.process.ChildWorker`, `run_in_child`),
 so a crash or the OOM killer fails the suite with its signal instead of the run. One log-softmax
-(`log_softmax`, scipy's, in float64) turns every logit row into log-probabilities.
+(`log_softmax`: scipy's, in float64) turns every logit row into log-probabilities; only the
+log-likelihood check's llama.cpp reference (`LlamaCppLogits.reference_logprob`) takes llama-cpp-python's
+own, on purpose, so that the check tests this one too.
 """
 
 from __future__ import annotations
