@@ -26,7 +26,7 @@ from pathlib import Path
 from tasks.core.runinfo import build_cache_dir
 from tasks.engines.base import sha256_file
 from tasks.quality.base import SuiteContext
-from tasks.quality.hf_logits import is_hf_checkpoint
+from tasks.quality.logits import is_hf_checkpoint
 
 SAME_WEIGHTS_DTYPES = ("fp16", "bf16", "fp32", "auto")  # served as stored (no quantization when loading)
 PACKAGES = {"llama.cpp": "llama-cpp-python"}  # engines whose version is their Python package's

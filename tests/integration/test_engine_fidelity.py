@@ -22,8 +22,9 @@ import pytest
 from tasks.core.process import run_in_child
 from tasks.engines.base import Artifact
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.hf_logits import log_softmax
-from tasks.quality.suites.fidelity import FIDELITY_TEXT, fidelity_rows, next_token_logprobs, pooled_kl, truncate
+from tasks.quality.logits import gguf_text_logprobs, log_softmax
+from tasks.quality.suites.fidelity import fidelity_rows, pooled_kl, truncate
+from tasks.quality.texts import FIDELITY_TEXT
 from tests.integration.test_engine_tokenizers import demo_gguf
 
 N = 48
@@ -33,7 +34,7 @@ TEMPERATURE = 1.5
 @pytest.fixture(scope="module")
 def reference():
     """(full reference log-probs, token ids, full variant log-probs) for the first N tokens of the fidelity text."""
-    logp, ids = run_in_child(next_token_logprobs, demo_gguf(), FIDELITY_TEXT, N, 512, what="test reference")
+    logp, ids = run_in_child(gguf_text_logprobs, demo_gguf(), FIDELITY_TEXT, N, 512, what="test reference")
     variant = log_softmax(logp * TEMPERATURE)  # logp = logits - logsumexp: scaling it scales the logits
     return logp, ids, variant
 

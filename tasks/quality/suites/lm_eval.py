@@ -18,7 +18,8 @@ with a model that adds no BOS token, it pairs each prompt token with the logits 
 position after it (one step off). `loglik_check` measures this for any endpoint against the
 in-process reference (llama.cpp `Llama.scores` of the same GGUF), and `lm_eval` scores
 log-likelihood requests in-process (`tradeoff-llama-cpp` model: lm-eval's local-completions
-for generation, llama.cpp logits for log-likelihood) where the engine's path is known wrong.
+for generation, llama.cpp logits for log-likelihood) where the engine's path is known wrong. The
+in-process models and scorers live in tasks.quality.logits.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tasks.client import HTTPError, endpoint_headers, get, json_of, request
 from tasks.core.credentials import model_args_problem
 from tasks.core.errors import close_matches
-from tasks.core.process import ChildWorker
 from tasks.quality.base import Score, Suite, SuiteContext, SuiteParams, SuiteResult, error_text, sibling_server
-from tasks.quality.hf_logits import TransformersScorer, hf_logits_worker
+from tasks.quality.logits import LlamaCppScorer, TransformersScorer, reference_worker
 from tasks.quality.loglik_records import find_record, new_record, same_weights_reference, save_record
 from tasks.quality.texts import FIDELITY_TEXT
 
@@ -166,111 +166,6 @@ def write_local_overrides(datasets: dict[str, LocalData], out_dir: Path, base: P
             }
             (out_dir / f"{task}.yaml").write_text(yaml.safe_dump(override, sort_keys=False))
     return out_dir
-
-
-# ---------------------------------------------------------------- in-process llama.cpp log-likelihood
-
-
-class LlamaCppLogits:
-    """llama.cpp logits of a GGUF (every position): the log-likelihood of token continuations.
-
-    Native code: lives in a child process (`tasks.core.process.ChildWorker`), so a crash fails the
-    suite with its signal instead of killing the run. Consecutive requests that share a prefix
-    (the choices of one multiple-choice question) reuse its evaluated positions, as llama.cpp's
-    own generate does.
-    """
-
-    def __init__(self, gguf: str, n_ctx: int = 2048, reuse_prefix: bool = True):
-        from llama_cpp import Llama
-
-        self.n_ctx, self.reuse_prefix = n_ctx, reuse_prefix
-        self.llm = Llama(model_path=gguf, logits_all=True, n_ctx=n_ctx, verbose=False, seed=0)
-
-    def _eval(self, tokens: list[int]) -> np.ndarray:
-        llm = self.llm
-        common = 0
-        if self.reuse_prefix:
-            have = llm.input_ids[: llm.n_tokens].tolist()
-            while common < min(len(have), len(tokens) - 1) and have[common] == tokens[common]:
-                common += 1
-        llm.n_tokens = common  # eval() drops the cache from here on and evaluates the rest
-        llm.eval(tokens[common:])
-        return np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
-
-    def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
-        """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
-        tokens = (context + continuation)[-self.n_ctx :]
-        ctxlen = len(tokens) - len(continuation)
-        logits = self._eval(tokens)[ctxlen - 1 : len(tokens) - 1]
-        m = logits.max(axis=1, keepdims=True)
-        logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
-        picked = logp[np.arange(len(continuation)), continuation]
-        greedy = bool((logits.argmax(axis=1) == np.asarray(continuation)).all())
-        return float(picked.sum()), greedy
-
-    def reference_logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
-        """The reference: a fresh evaluation of the whole sequence and llama-cpp-python's own log-softmax
-        (written apart from `logprob`, which reuses prefixes, so the check tests that too)."""
-        from llama_cpp import Llama
-
-        tokens = context + continuation
-        self.llm.reset()
-        self.llm.eval(tokens)
-        total, greedy = 0.0, True
-        for i in range(len(context), len(tokens)):
-            row = np.asarray(self.llm.scores[i - 1])
-            total += float(Llama.logits_to_logprobs(row)[tokens[i]])
-            greedy = greedy and int(row.argmax()) == tokens[i]
-        return total, greedy
-
-    def close(self) -> None:
-        self.llm.close()
-
-
-def logits_worker(gguf: str | Path, n_ctx: int, reuse_prefix: bool = True) -> ChildWorker:
-    """LlamaCppLogits of `gguf` in a child process."""
-    return ChildWorker(LlamaCppLogits, str(gguf), n_ctx, reuse_prefix, what=f"llama.cpp logits of {Path(gguf).name}")
-
-
-class LlamaCppScorer:
-    """Tokenizer (vocabulary only, in-process) and log-likelihoods (llama.cpp logits, in a child) of a GGUF."""
-
-    def __init__(self, gguf: str | Path, n_ctx: int = 2048, reuse_prefix: bool = True):
-        from llama_cpp import Llama
-
-        self.gguf, self.n_ctx, self.reuse_prefix = str(gguf), n_ctx, reuse_prefix
-        self.vocab = Llama(model_path=self.gguf, vocab_only=True, verbose=False)
-        self._logits: ChildWorker | None = None
-
-    @property
-    def logits(self) -> ChildWorker:
-        """The model with every position's logits, started on the first log-likelihood request: it holds
-        n_ctx x vocabulary floats, which generate-only tasks never need."""
-        if self._logits is None:
-            self._logits = logits_worker(self.gguf, self.n_ctx, self.reuse_prefix)
-        return self._logits
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-
-    def decode(self, tokens: list[int]) -> str:
-        return self.vocab.detokenize(tokens).decode("utf-8", errors="replace")
-
-    def token_bos(self) -> int:
-        return self.vocab.token_bos()
-
-    def token_eos(self) -> int:
-        return self.vocab.token_eos()
-
-    def logprob(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
-        """(sum of log P(continuation | context), whether greedy decoding would produce it)."""
-        return self.logits.call("logprob", context, continuation)
-
-    def close(self) -> None:
-        self.vocab.close()
-        if self._logits is not None:
-            self._logits.close()
-            self._logits = None
 
 
 def contained_generations(parse: Callable[..., list], outputs: Any, **kwargs: Any) -> list[str]:
@@ -827,11 +722,6 @@ def loglik_pairs(n: int, seed: int) -> list[tuple[str, str]]:
         cut = start + int(rng.integers(8, 30))
         pairs.append((" ".join(words[start:cut]), " " + " ".join(words[cut : cut + int(rng.integers(1, 6))])))
     return pairs
-
-
-def reference_worker(kind: str, path: Path, n_ctx: int) -> ChildWorker:
-    """The in-process reference of the same weights: llama.cpp logits of a GGUF, or transformers on an HF checkpoint."""
-    return logits_worker(path, n_ctx, reuse_prefix=False) if kind == "gguf" else hf_logits_worker(path, n_ctx)
 
 
 def run_loglik_check(
