@@ -179,21 +179,7 @@ def request(
             with client.stream(
                 method, url(base_url, path), json=json_body, headers=headers, extensions={"trace": deadline.trace}
             ) as r:
-                ok = r.status_code < 400
-                limit = MAX_RESPONSE_BYTES if ok else MAX_ERROR_BODY_BYTES
-                declared = r.headers.get("content-length", "")
-                if ok and declared.isdigit() and int(declared) > limit:
-                    raise BadResponse(f"response body of {int(declared)} bytes is over the {limit}-byte limit")
-                body = bytearray()
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        if ok:
-                            raise BadResponse(f"response body over the {limit}-byte limit")
-                        del body[limit:]
-                        break
-                if deadline.expired:  # the shut-down socket read as the end of a body without a length
-                    raise httpx.ReadError("connection shut down at the deadline")
+                body = _read_capped(r, deadline)
         except httpx.HTTPError:
             if deadline.expired:
                 raise DeadlineExceeded(f"no complete answer within the request deadline of {timeout_s:g} s") from None
@@ -205,6 +191,27 @@ def request(
         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
     ]
     return httpx.Response(r.status_code, headers=kept, content=bytes(body), request=r.request)
+
+
+def _read_capped(r: httpx.Response, deadline: _Deadline) -> bytearray:
+    """The body of a plain call's response (decoded): over MAX_RESPONSE_BYTES, declared or read, a success's is
+    refused (BadResponse); an error status's is cut at MAX_ERROR_BODY_BYTES."""
+    ok = r.status_code < 400
+    limit = MAX_RESPONSE_BYTES if ok else MAX_ERROR_BODY_BYTES
+    declared = r.headers.get("content-length", "")
+    if ok and declared.isdigit() and int(declared) > limit:
+        raise BadResponse(f"response body of {int(declared)} bytes is over the {limit}-byte limit")
+    body = bytearray()
+    for chunk in r.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            if ok:
+                raise BadResponse(f"response body over the {limit}-byte limit")
+            del body[limit:]
+            break
+    if deadline.expired:  # the shut-down socket read as the end of a body without a length
+        raise httpx.ReadError("connection shut down at the deadline")
+    return body
 
 
 def json_of(r: httpx.Response) -> Any:
@@ -475,110 +482,176 @@ async def stream_request(
         repeat=repeat,
         vllm_success=False,
     )
-    parts: list[str] = []
-    reasoning_parts: list[str] = []
-    usage: dict[str, int] = {}
-    done = False
-    got_choices = False  # a chunk with a non-empty choices list: what vllm bench serve calls success
-    finish_reason = None
+    stream = _SseStream(rec, kind, t_send)
     deadline = asyncio.timeout(deadline_s)
-
-    def fail(error: str, status: str = "error") -> RequestRecord:
-        rec.error, rec.status = error, status
-        return rec
-
     try:
-        try:
-            async with deadline, client.post(url, json=body) as resp:
-                if resp.status != 200:
-                    raw = await resp.content.read(MAX_ERROR_BODY_BYTES)
-                    return fail(f"HTTP {resp.status}: {' '.join(raw.decode(errors='replace').split())[:200]}")
-                ctype = resp.headers.get("content-type", "")
-                if "text/event-stream" not in ctype:
-                    return fail(f"not an SSE stream (content-type '{ctype}')")
-                pending = b""
-                received = 0
-                async for raw in resp.content.iter_any():
-                    # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
-                    # before any parsing, so parsing earlier events never delays a later event's time.
-                    now = time.perf_counter_ns()
-                    received += len(raw)
-                    if received > MAX_RESPONSE_BYTES:
-                        return fail(
-                            f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never this long"
-                        )
-                    if b"\n" not in raw:
-                        pending += raw
-                        if len(pending) > MAX_SSE_LINE_BYTES:
-                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes without a newline")
-                        continue
-                    *lines, pending = (pending + raw).split(b"\n")
-                    for line in lines:
-                        if len(line) > MAX_SSE_LINE_BYTES:
-                            return fail(f"SSE line over {MAX_SSE_LINE_BYTES} bytes")
-                        if not line.startswith(b"data:"):
-                            continue  # SSE comments (': ping'), event names, blank separators
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            done, t_end = True, now
-                            break
-                        try:
-                            obj = json.loads(data)
-                        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                            return fail(f"malformed SSE data: {_excerpt(data)}")
-                        if not isinstance(obj, dict):
-                            return fail(f"SSE data is not a JSON object: {_excerpt(data)}")
-                        try:
-                            if obj.get("usage") is not None:
-                                usage.update(_usage(obj))
-                            text, reasoning, fin = _chunk_text(kind, obj)
-                        except BadChunk as err:
-                            return fail(f"malformed SSE data: {err}: {_excerpt(data)}")
-                        offset = (now - t_send) / 1e6
-                        if obj.get("choices"):
-                            got_choices = True
-                            rec.choice_offsets_ms.append(offset)
-                        finish_reason = fin or finish_reason
-                        if text or reasoning:
-                            rec.chunk_offsets_ms.append(offset)
-                            if reasoning:
-                                reasoning_parts.append(reasoning)
-                            if text:
-                                parts.append(text)
-                                if rec.ttft_answer_ms is None:
-                                    rec.ttft_answer_ms = offset
-                    if done:
-                        break
-                if done:
-                    # Read what follows [DONE] (the chunked body's end) so the connection is reused,
-                    # as vllm bench serve's client does; a server that then hangs costs at most 5 s.
-                    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                        await asyncio.wait_for(resp.content.read(MAX_ERROR_BODY_BYTES), 5.0)
-                else:
-                    t_end = time.perf_counter_ns()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-            if not done:  # after [DONE] (draining the body's end) nothing is lost
-                status = "incomplete" if rec.chunk_offsets_ms else "error"
-                if deadline.expired():
-                    return fail(f"request deadline of {deadline_s:g} s exceeded", status)
-                return fail(f"{type(err).__name__}: {err}"[:300] if str(err) else type(err).__name__, status)
-        except Exception as err:  # noqa: BLE001 - a response the client cannot digest errs this request only
-            return fail(f"client error on this response ({type(err).__name__}: {err})"[:300])
+        error = await _post_and_read(client, url, body, deadline, stream)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+        if not stream.done:  # after [DONE] (draining the body's end) nothing is lost
+            return _fail(rec, *_cut_short(err, rec, deadline, deadline_s))
+        error = None
+    except Exception as err:  # noqa: BLE001 - a response the client cannot digest errs this request only
+        return _fail(rec, f"client error on this response ({type(err).__name__}: {err})"[:300])
     finally:
         rec.end_ms = (time.perf_counter_ns() - origin_ns) / 1e6
-    rec.vllm_success = got_choices
-    rec.text = "".join(parts)
-    reasoning_text = "".join(reasoning_parts)
-    rec.finish_reason = finish_reason
-    rec.e2el_ms = (t_end - t_send) / 1e6
+    if error is not None:
+        return _fail(rec, error)
+    return _finish(rec, stream, body, count_tokens)
+
+
+class _SseStream:
+    """One streamed answer as read so far: the record it fills as events come (chunk times, TTFT of the answer),
+    and the text, reasoning, usage and ending the events carried."""
+
+    __slots__ = ("rec", "kind", "t_send", "parts", "reasoning_parts", "usage", "finish_reason", "done", "t_end")
+
+    def __init__(self, rec: RequestRecord, kind: str, t_send: int):
+        self.rec, self.kind, self.t_send = rec, kind, t_send
+        self.parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.usage: dict[str, int] = {}
+        self.finish_reason: str | None = None
+        self.done = False  # [DONE] was read
+        self.t_end = 0  # perf_counter_ns at [DONE], or at the body's end without one
+
+    def fold_lines(self, lines: list[bytes], now: int) -> str | None:
+        """Fold the complete SSE lines of one read, all stamped `now`, into the record, up to [DONE]; the error that
+        fails the request, or None."""
+        # The per-chunk path: called once per read, each event folded inline (no call per event but the parsers').
+        rec, kind, usage = self.rec, self.kind, self.usage
+        offset = (now - self.t_send) / 1e6
+        for line in lines:
+            if len(line) > MAX_SSE_LINE_BYTES:
+                return f"SSE line over {MAX_SSE_LINE_BYTES} bytes"
+            if not line.startswith(b"data:"):
+                continue  # SSE comments (': ping'), event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done, self.t_end = True, now
+                return None
+            try:
+                obj = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                return f"malformed SSE data: {_excerpt(data)}"
+            if not isinstance(obj, dict):
+                return f"SSE data is not a JSON object: {_excerpt(data)}"
+            try:
+                if obj.get("usage") is not None:
+                    usage.update(_usage(obj))
+                text, reasoning, fin = _chunk_text(kind, obj)
+            except BadChunk as err:
+                return f"malformed SSE data: {err}: {_excerpt(data)}"
+            if obj.get("choices"):
+                rec.choice_offsets_ms.append(offset)
+            if fin:
+                self.finish_reason = fin
+            if text or reasoning:
+                rec.chunk_offsets_ms.append(offset)
+            if reasoning:
+                self.reasoning_parts.append(reasoning)
+            if text:
+                self.parts.append(text)
+                if rec.ttft_answer_ms is None:
+                    rec.ttft_answer_ms = offset
+        return None
+
+
+async def _post_and_read(
+    client: aiohttp.ClientSession, url: str, body: dict, deadline: asyncio.Timeout, stream: _SseStream
+) -> str | None:
+    """POST one streaming request under its deadline and read its SSE answer into `stream`; the error that fails
+    the request (an HTTP error status, not an SSE stream, a byte cap passed, a malformed event), or None."""
+    async with deadline, client.post(url, json=body) as resp:
+        if resp.status != 200:
+            raw = await resp.content.read(MAX_ERROR_BODY_BYTES)
+            return f"HTTP {resp.status}: {' '.join(raw.decode(errors='replace').split())[:200]}"
+        ctype = resp.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:
+            return f"not an SSE stream (content-type '{ctype}')"
+        error = await _read_sse(resp, stream)
+        if error is None and stream.done:
+            await _read_after_done(resp)
+    return error
+
+
+async def _read_sse(resp: aiohttp.ClientResponse, stream: _SseStream) -> str | None:
+    """Read an SSE body under the response and line byte caps, folding each read's complete lines into `stream`
+    until [DONE] or the body's end (then stamped); the error that fails the request, or None."""
+    pending = b""
+    received = 0
+    async for raw in resp.content.iter_any():
+        # A chunk arrives when the bytes carrying it are read: one timestamp per read, taken
+        # before any parsing, so parsing earlier events never delays a later event's time.
+        now = time.perf_counter_ns()
+        received += len(raw)
+        if received > MAX_RESPONSE_BYTES:
+            return f"response body over {MAX_RESPONSE_BYTES} bytes; a completions stream is never this long"
+        if b"\n" not in raw:
+            pending += raw
+            if len(pending) > MAX_SSE_LINE_BYTES:
+                return f"SSE line over {MAX_SSE_LINE_BYTES} bytes without a newline"
+            continue
+        *lines, pending = (pending + raw).split(b"\n")
+        error = stream.fold_lines(lines, now)
+        if error is not None or stream.done:
+            return error
+    stream.t_end = time.perf_counter_ns()
+    return None
+
+
+async def _read_after_done(resp: aiohttp.ClientResponse) -> None:
+    """Read what follows [DONE] (the chunked body's end) so the connection is reused, as vllm bench serve's client
+    does; a server that then hangs costs at most 5 s."""
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        await asyncio.wait_for(resp.content.read(MAX_ERROR_BODY_BYTES), 5.0)
+
+
+def _cut_short(
+    err: BaseException, rec: RequestRecord, deadline: asyncio.Timeout, deadline_s: float | None
+) -> tuple[str, str]:
+    """(error, status) of a request its connection or its deadline ended before [DONE]: 'incomplete' once output
+    had come, else 'error'."""
+    status = "incomplete" if rec.chunk_offsets_ms else "error"
+    if deadline.expired():
+        return f"request deadline of {deadline_s:g} s exceeded", status
+    return (f"{type(err).__name__}: {err}"[:300] if str(err) else type(err).__name__), status
+
+
+def _fail(rec: RequestRecord, error: str, status: str = "error") -> RequestRecord:
+    rec.error, rec.status = error, status
+    return rec
+
+
+def _finish(
+    rec: RequestRecord, stream: _SseStream, body: dict, count_tokens: Callable[[str], int] | None
+) -> RequestRecord:
+    """The record of a stream that ended: its text, latency and token counts, and its status: 'error' without any
+    output, 'incomplete' when it closed with neither [DONE] nor a finish_reason, else 'ok'."""
+    rec.vllm_success = bool(rec.choice_offsets_ms)  # a chunk with a non-empty choices list: vllm bench serve's success
+    rec.text = "".join(stream.parts)
+    rec.finish_reason = stream.finish_reason
+    rec.e2el_ms = (stream.t_end - stream.t_send) / 1e6
     if not rec.chunk_offsets_ms:
-        return fail("stream ended without any text")
+        return _fail(rec, "stream ended without any text")
     rec.ttft_ms = rec.chunk_offsets_ms[0]
+    _count_tokens(rec, stream, body, count_tokens)
+    if not (stream.done or stream.finish_reason):
+        return _fail(rec, "stream closed before [DONE]", "incomplete")
+    rec.status, rec.error = "ok", None
+    return rec
+
+
+def _count_tokens(
+    rec: RequestRecord, stream: _SseStream, body: dict, count_tokens: Callable[[str], int] | None
+) -> None:
+    """Prompt, output, reasoning and answer tokens of a stream with output, each with its source (module doc)."""
+    usage = stream.usage
+    reasoning_text = "".join(stream.reasoning_parts)
     if usage.get("prompt_tokens"):
         rec.prompt_tokens, rec.prompt_tokens_source = usage["prompt_tokens"], "usage"
     if usage.get("completion_tokens"):
         rec.output_tokens, rec.output_tokens_source = usage["completion_tokens"], "usage"
-    elif finish_reason == "length" and body.get("max_tokens"):
+    elif stream.finish_reason == "length" and body.get("max_tokens"):
         # Stopped by max_tokens: exactly that many tokens were generated. Re-tokenizing
         # the text can merge tokens across boundaries and undercount.
         rec.output_tokens, rec.output_tokens_source = int(body["max_tokens"]), "max_tokens"
@@ -590,19 +663,21 @@ async def stream_request(
         rec.output_tokens, rec.output_tokens_source = len(rec.chunk_offsets_ms), "approx_chunks"
     # Reasoning tokens are output tokens (as vLLM, guidellm and AIPerf count them): TPOT runs over all of them.
     rec.reasoning_tokens = 0
-    if reasoning_parts:
-        if "reasoning_tokens" in usage:
-            rec.reasoning_tokens, rec.reasoning_tokens_source = usage["reasoning_tokens"], "usage"
-        elif count_tokens is not None:
-            rec.reasoning_tokens, rec.reasoning_tokens_source = count_tokens(reasoning_text), "tokenizer"
-        else:
-            rec.reasoning_tokens, rec.reasoning_tokens_source = len(reasoning_parts), "approx_chunks"
+    if stream.reasoning_parts:
+        rec.reasoning_tokens, rec.reasoning_tokens_source = _reasoning_tokens(stream, reasoning_text, count_tokens)
         rec.reasoning_tokens = min(rec.reasoning_tokens, rec.output_tokens)
     rec.answer_tokens = rec.output_tokens - rec.reasoning_tokens
-    if not (done or finish_reason):
-        return fail("stream closed before [DONE]", "incomplete")
-    rec.status, rec.error = "ok", None
-    return rec
+
+
+def _reasoning_tokens(
+    stream: _SseStream, reasoning_text: str, count_tokens: Callable[[str], int] | None
+) -> tuple[int, str]:
+    """(reasoning tokens, source) of a stream that carried reasoning: usage, tokenizer, or one per reasoning chunk."""
+    if "reasoning_tokens" in stream.usage:
+        return stream.usage["reasoning_tokens"], "usage"
+    if count_tokens is not None:
+        return count_tokens(reasoning_text), "tokenizer"
+    return len(stream.reasoning_parts), "approx_chunks"
 
 
 def api_root(url: str) -> str:
