@@ -24,7 +24,7 @@ from tasks.engines.base import Artifact
 from tasks.quality.base import SuiteContext, suite_for
 from tasks.quality.hf_logits import log_softmax
 from tasks.quality.suites.fidelity import FIDELITY_TEXT, fidelity_rows, next_token_logprobs, pooled_kl, truncate
-from tests.integration.test_engine_tokenizers import demo_gguf
+from tests.helpers.engines import demo_gguf
 
 N = 48
 TEMPERATURE = 1.5

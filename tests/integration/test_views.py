@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import render_in_chromium
-from tests.integration.test_warehouse import QUALITY, STARTED, rows, write_run
+from tests.helpers.queries import rows
+from tests.helpers.sample_run import QUALITY, STARTED, write_sample_run
 from warehouse.db import load_run, open_warehouse
 
 
@@ -19,7 +20,7 @@ def three_nights(tmp_path: Path) -> Path:
     db = tmp_path / "wh.duckdb"
     for night, acc in enumerate([0.68, 0.70, 0.40]):
         quality = {**QUALITY, "q2_k": {**QUALITY["q2_k"], ("arithmetic", "accuracy"): acc}}
-        load_run(write_run(tmp_path / "runs", f"r{night + 1}", STARTED + timedelta(days=night), quality), db)
+        load_run(write_sample_run(tmp_path / "runs", f"r{night + 1}", STARTED + timedelta(days=night), quality), db)
     return db
 
 
@@ -82,7 +83,7 @@ def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: 
 def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
     from warehouse.contract import write_table
 
-    run_dir = write_run(tmp_path / "runs", "c1")
+    run_dir = write_sample_run(tmp_path / "runs", "c1")
     res = run_dir / "results"
     # q4_1 on own hardware at 3.6 USD/hour; q2_k as a hosted API with token prices
     prices = {"q4_1": {"usd_per_hour": 3.6}, "q2_k": {"usd_per_1m_input_tok": 1.0, "usd_per_1m_output_tok": 2.0}}

