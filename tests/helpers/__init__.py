@@ -3,7 +3,7 @@
 Here: the embedded model, a nightly run in temporary folders, a command stopped by a signal, processes found
 by a marker. By topic beside it: gate_tables (the GX gate's run and its corruptions), sample_run and
 decision_run (hand-made run folders for the warehouse and the decision), queries (reading a warehouse),
-configs, engines, oracle (answers for scripted quality endpoints)."""
+configs, engines, oracle (answers for scripted quality endpoints), unit_guard (what a unit test may not do)."""
 
 from __future__ import annotations
 
