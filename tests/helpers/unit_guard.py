@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -21,23 +22,31 @@ class NotAUnitTest(AssertionError):
     """A unit test did what only an integration test may do."""
 
 
-def refused(what: str):
+def refused(what: str, original, others: set[int]):
+    """ORIGINAL, refused to the test's thread and the threads it starts; threads in OTHERS (already running when the
+    test began: an earlier integration test's Prefect API or server) go on as before."""
+
     def refuse(*args, **kwargs):
+        if threading.get_ident() in others:
+            return original(*args, **kwargs)
         raise NotAUnitTest(f"{what}: {WHERE}")
 
     return refuse
 
 
 def refuse_processes_and_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Processes (subprocess, fork, spawn, system) and sockets (bind, connect, listen) refused until MONKEYPATCH
-    is undone."""
-    monkeypatch.setattr(subprocess.Popen, "_execute_child", refused("subprocess.Popen"))
-    monkeypatch.setattr(_posixsubprocess, "fork_exec", refused("fork_exec"))  # multiprocessing's spawn, forkserver
-    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
-        if hasattr(os, name):
-            monkeypatch.setattr(os, name, refused(f"os.{name}"))
-    for name in ("bind", "connect", "connect_ex", "listen"):
-        monkeypatch.setattr(socket.socket, name, refused(f"socket.{name}"))
+    """Processes (subprocess, fork, spawn, system) and sockets (bind, connect, listen) refused to the calling thread
+    and the threads it starts, until MONKEYPATCH is undone."""
+    others = {t.ident for t in threading.enumerate() if t.ident is not None} - {threading.get_ident()}
+    targets = [
+        (subprocess.Popen, "_execute_child", "subprocess.Popen"),
+        (_posixsubprocess, "fork_exec", "fork_exec"),  # multiprocessing's spawn and forkserver
+        *((os, name, f"os.{name}") for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")),
+        *((socket.socket, name, f"socket.{name}") for name in ("bind", "connect", "connect_ex", "listen")),
+    ]
+    for owner, name, what in targets:
+        if hasattr(owner, name):
+            monkeypatch.setattr(owner, name, refused(what, getattr(owner, name), others))
 
 
 def model_libraries_loaded() -> set[str]:

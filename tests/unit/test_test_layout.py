@@ -146,3 +146,22 @@ def test_a_unit_test_that_opens_a_connection_fails() -> None:
         s.bind(("127.0.0.1", 0))
     with socket.socket() as s, pytest.raises(NotAUnitTest, match="socket.connect"):
         s.connect(("127.0.0.1", 9))
+
+
+def test_a_thread_the_unit_test_starts_is_refused_too() -> None:
+    import socket
+    import threading
+
+    refused = []
+
+    def connect() -> None:
+        with socket.socket() as s:
+            try:
+                s.connect(("127.0.0.1", 9))
+            except NotAUnitTest as e:
+                refused.append(str(e))
+
+    thread = threading.Thread(target=connect)
+    thread.start()
+    thread.join()
+    assert len(refused) == 1 and refused[0].startswith("socket.connect: a unit test")
