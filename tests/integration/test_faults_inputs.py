@@ -195,20 +195,7 @@ def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_req
 def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(monkeypatch):
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
     monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "TRADEOFF_TEST_API_KEY=api.example.com")
-    cfg = demo()
-    cfg["variants"].append(
-        {
-            "name": "hosted",
-            "model": "smollm2-135m",
-            "engine": "openai-compatible",
-            "quantization": "unknown",
-            "engine_args": {
-                "base_url": "https://api.example.com",
-                "model": "m",
-                "api_key_env": "TRADEOFF_TEST_API_KEY",
-            },
-        }
-    )
+    cfg = hosted({"base_url": "https://api.example.com", "api_key_env": "TRADEOFF_TEST_API_KEY"})
     cfg["quality"]["suites"].append({"name": "code", "label": "code-unconfined", "params": {"sandbox": "none"}})
     with pytest.raises(ConfigError) as e:
         parse_config(cfg)
