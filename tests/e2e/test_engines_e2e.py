@@ -13,44 +13,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 from pathlib import Path
-from typing import ClassVar
 
 import httpx
 import pytest
 
-from tasks.core.config import ModelSpec, Variant
 from tasks.core.registry import ENGINES
-from tasks.engines.base import Artifact, Engine
-from tests.helpers import ROOT, q, run_nightly, smollm2
+from tests.helpers import q, run_nightly, smollm2
+from tests.helpers.engines import STUB, StubTestEngine
 
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-tradeoff-test-" + secrets.token_hex(12)
 KEY_ENV = "TRADEOFF_TEST_HOSTED_KEY"
-STUB = ROOT / "tests" / "stubs" / "stub_engine.py"
 SMOL = smollm2()
 PRICE_IN, PRICE_OUT = 0.5, 1.5  # USD per 1M tokens
-
-
-class StubTestEngine(Engine):
-    """A test engine whose server is tests/stubs/stub_engine.py (hangs, or dies after N completions)."""
-
-    name: ClassVar[str] = "stub-test"
-
-    def check_variant(self, variant: Variant, model: ModelSpec) -> str | None:
-        return None if "mode" in variant.engine_args else "engine_args.mode: required; hang or die-after-N"
-
-    def build(self, variant: Variant, model: ModelSpec, cache_dir: Path) -> Artifact:
-        gguf = model.local_path()
-        return Artifact(variant.name, gguf, "stub", gguf.stat().st_size, True, 0.0, {"engine_version": "stub 1"})
-
-    def server_command(self, artifact, variant, model, host, port) -> list[str]:
-        return [sys.executable, str(STUB), "--port", str(port), "--mode", variant.engine_args["mode"]]
-
-    def served_model_name(self, variant: Variant) -> str:
-        return "ok"  # tests/stubs/stub_server.py streams normally for model "ok"
 
 
 @pytest.fixture(scope="module")

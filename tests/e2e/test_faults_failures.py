@@ -29,8 +29,8 @@ from tasks.core.config import Variant
 from tasks.core.errors import ConfigError
 from tasks.core.registry import ENGINES
 from tasks.loader import parse_config
-from tests.e2e.test_engines_e2e import StubTestEngine
 from tests.helpers import q, smollm2
+from tests.helpers.engines import StubTestEngine
 
 pytestmark = pytest.mark.e2e
 

@@ -113,7 +113,7 @@ def test_a_prefect_timeout_on_start_server_stops_the_loading_server(prefect_harn
     from tasks.engines.base import Artifact
     from tasks.loader import parse_config
     from tasks.orchestration.prefect_tasks import start_endpoint
-    from tests.e2e.test_engines_e2e import STUB, StubTestEngine
+    from tests.helpers.engines import STUB, StubTestEngine
 
     monkeypatch.setitem(ENGINES, "stub-test", StubTestEngine)
     cfg = parse_config(

@@ -20,7 +20,7 @@ from tasks.loader import parse_config
 from tasks.quality.gate import Look, judge, look_schedule
 from tasks.quality.suite_loop import run_suites
 from tests.helpers import ROOT
-from tests.integration.test_quality_suites import oracle_completion
+from tests.helpers.oracle import oracle_completion
 from tests.stubs.quality_stub import start
 from warehouse.contract import read_table
 

@@ -391,10 +391,10 @@ def test_checkpoint_hash_covers_every_serving_file_but_not_original(tmp_path: Pa
     ],
 )
 def test_gx_gates_the_engine_energy_columns(tmp_path: Path, change: dict, expectation: str) -> None:
-    from tests.integration.test_validate import _row, expected_rows, valid_tables, write_run
+    from tests.helpers.gate_tables import expected_rows, row, valid_tables, write_results
     from warehouse.gx_gate import validate_results
 
     tables = valid_tables()
-    _row(tables, "perf_summary", variant="f16", scenario="c1").update(change)
-    report = validate_results(write_run(tmp_path, tables), expected_rows(tables))
+    row(tables, "perf_summary", variant="f16", scenario="c1").update(change)
+    report = validate_results(write_results(tmp_path, tables), expected_rows(tables))
     assert any(f.startswith(f"perf_summary: {expectation}") for f in report.failures()), report.failures()

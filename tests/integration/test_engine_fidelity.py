@@ -25,7 +25,7 @@ from tasks.quality.base import SuiteContext, suite_for
 from tasks.quality.logits import gguf_text_logprobs, log_softmax
 from tasks.quality.suites.fidelity import fidelity_rows, pooled_kl, truncate
 from tasks.quality.texts import FIDELITY_TEXT
-from tests.integration.test_engine_tokenizers import demo_gguf
+from tests.helpers.engines import demo_gguf
 
 N = 48
 TEMPERATURE = 1.5

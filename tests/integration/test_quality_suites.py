@@ -8,56 +8,14 @@ only where the suite computes from logits in-process (the log-likelihood scorer)
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from tasks.core.errors import close_matches
 from tasks.quality.base import SuiteContext, suite_for
-from tasks.quality.suites.code import code_problems, extract_body, parses, run_tests
-from tasks.quality.suites.coherence import distinct_n, loop_start, repetition_rate
-from tasks.quality.suites.longctx import LongCtxParams, grid, passkey_prompt
-from tests.helpers import ROOT
+from tasks.quality.suites.code import code_problems, run_tests
+from tests.helpers.oracle import CODE_BODIES, oracle_chat, oracle_completion
 from tests.stubs.quality_stub import start
-
-# Correct bodies for some of the code specs; the oracle answers `pass` for the others.
-CODE_BODIES = {
-    "add": "return a + b",
-    "square": "return x * x",
-    "is_even": "return n % 2 == 0",
-    "sum_list": "return sum(xs)",
-    "reverse_string": "return s[::-1]",
-    "uppercase": "return s.upper()",
-}
-
-
-def oracle_completion(prompt: str) -> str:
-    if m := re.search(r"The pass key is (\d+)", prompt):
-        return f" {m[1]}."
-    if qs := re.findall(r"Q: What is (\d+) (plus|minus|times) (\d+)\?", prompt):
-        a, op, b = qs[-1]
-        ops = {"plus": lambda x, y: x + y, "minus": lambda x, y: x - y, "times": lambda x, y: x * y}
-        return f" {ops[op](int(a), int(b))}"
-    if m := re.search(r'def (\w+)\([^)]*\):\n    """[^"]*"""$', prompt):
-        return f"\n    {CODE_BODIES.get(m[1], 'pass')}\n\n\nprint('done')"
-    return " I do not know."
-
-
-def oracle_chat(messages: list[dict]) -> str:
-    facts = messages[0]["content"]
-    question = messages[-1]["content"].lower()
-    # "...? Answer with the name only." ends several questions: look for "name" last.
-    for key, pattern in (
-        ("dog", r"my dog is called (\w+)"),
-        ("city", r"I live in (\w+)"),
-        ("colour", r"colour is (\w+)"),
-        ("number", r"lucky number is (\d+)"),
-        ("name", r"my name is (\w+)"),
-    ):
-        if key in question:
-            return f"It is {re.search(pattern, facts)[1]}."
-    return "No idea."
 
 
 @pytest.fixture(scope="module")
@@ -117,20 +75,6 @@ def test_longctx_grid(stub, tmp_path):
     assert s["accuracy_ctx512"].sample_stat == "mean(score) where context_tokens=512"
 
 
-@pytest.mark.parametrize("depth, where", [(0.0, "start"), (50.0, "middle"), (100.0, "end")])
-def test_passkey_needle_depth(depth, where):
-    prompt = passkey_prompt(None, 1024, depth, 12345)
-    body = prompt[: prompt.index("What is the pass key?")]
-    at = body.index("The pass key is 12345") / len(body)
-    assert {"start": at < 0.2, "middle": 0.4 < at < 0.6, "end": at > 0.8}[where]
-    assert 900 <= len(prompt) // 4 <= 1040  # ~4 characters per token without the model's tokenizer
-
-
-def test_grid_clips_to_the_served_context():
-    lengths, notes = grid(LongCtxParams(context_tokens=[512, 8192, 16384]), 2048)
-    assert lengths == [512, 2032] and len(notes) == 2
-
-
 def test_multiturn(stub, tmp_path):
     res = run_suite(stub, "multiturn", "oracle", tmp_path, limit=10, distractor_turns=2)
     assert scores(res)["accuracy"].value == 1.0
@@ -181,45 +125,7 @@ def test_empty_generations_are_counted(stub, tmp_path):
     assert s["invalid_rate"].value == 1.0 and s["invalid_rate"].note == "2 of 2 generations empty or errored"
 
 
-# ---------------------------------------------------------------- pure parts
-
-
-@pytest.mark.parametrize(
-    "tokens, start",
-    [
-        (list("abcdefghij") + list("xyz") * 10, 10),
-        (list("abcdefghijklmnopqrstuvwxyz"), None),
-        (list("ab") + ["q"] * 30, 2),
-        (list("abcabcab"), None),  # too short to call a loop
-    ],
-)
-def test_loop_start(tokens, start):
-    assert loop_start(tokens, min_repeats=3, min_tokens=8) == start
-
-
-@pytest.mark.parametrize(
-    "tokens, n, rep, distinct",
-    [
-        (list("abcd"), 1, 0.0, 1.0),
-        (list("aaaa"), 1, 0.75, 0.25),
-        (list("abab"), 2, 1 / 3, 2 / 3),
-    ],
-)
-def test_repetition_and_distinct(tokens, n, rep, distinct):
-    assert repetition_rate(tokens, n) == pytest.approx(rep) and distinct_n(tokens, n) == pytest.approx(distinct)
-
-
-@pytest.mark.parametrize(
-    "completion, body",
-    [
-        ("\n    return x + 1\n\n\nprint(f(2))", "    return x + 1"),
-        ("\n    y = x\n\n    return y\nz = 3", "    y = x\n\n    return y"),
-        ("\n# usage\nprint(1)", ""),
-        (" and more docstring\n    return 1", ""),
-    ],
-)
-def test_extract_body(completion, body):
-    assert extract_body(completion) == body
+# ---------------------------------------------------------------- the code sandbox (a jailed child process)
 
 
 @pytest.mark.parametrize(
@@ -235,63 +141,6 @@ def test_extract_body(completion, body):
 )
 def test_code_sandbox(source, passed, error):
     assert run_tests(source, "f", [((1,), 2), ((5,), 6)], timeout_s=1) == (passed, error)
-
-
-def test_code_problems_are_seeded():
-    a, b, c = code_problems(10, 0), code_problems(10, 0), code_problems(10, 1)
-    assert [(p.header, p.tests) for p in a] == [(p.header, p.tests) for p in b] != [(p.header, p.tests) for p in c]
-    assert all(parses(p.header + "\n    pass\n", p.name) for p in a)
-
-
-def test_unknown_suite_names_close_matches():
-    with pytest.raises(ValueError) as e:
-        suite_for("longcontext")
-    assert "did you mean longctx" in str(e.value) and "\n" not in str(e.value)
-    assert close_matches("zz", ["a", "b"], "suite") == "unknown suite 'zz'; known: a, b"
-
-
-# ---------------------------------------------------------------- config: suites and their params
-
-
-@pytest.mark.parametrize(
-    "suite, expect",
-    [
-        (
-            {"name": "longctx", "params": {"context_token": [512]}},
-            "(longctx).params.context_token: unknown parameter of suite "
-            "longctx; known: context_tokens, depths_pct, trials",
-        ),
-        (
-            {"name": "arithmetic", "label": "arith2", "params": {"tasks": ["2D*"]}},
-            "(arith2).params: unknown arithmetic task '2D*' (did you mean 2Dx",
-        ),
-        (
-            {"name": "coherence", "params": {"judge": {"model": "x"}}},
-            "(coherence).params.judge.base_url: required; add it",
-        ),
-        (
-            {"name": "code", "params": {"timeout_s": -1}},
-            "(code).params.timeout_s: input should be greater than 0 (got -1)",
-        ),
-        ({"name": "code", "variants": ["q9"]}, "variants: unknown variant 'q9'"),
-        ({"name": "arithmetic"}, "suite 'arithmetic' is listed twice; give one a label"),
-        ({"name": "multiturn", "limit": 0}, "quality.suites.2.limit:"),
-    ],
-)
-def test_bad_suite_config_fails_in_one_line(suite, expect):
-    import copy
-
-    import yaml
-
-    from tasks.core.errors import ConfigError
-    from tasks.loader import parse_config
-
-    cfg = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
-    cfg = copy.deepcopy(cfg)
-    cfg["quality"]["suites"] = [{"name": "arithmetic"}, {"name": "fidelity"}, suite]
-    with pytest.raises(ConfigError) as e:
-        parse_config(cfg)
-    assert expect in str(e.value) and "\n" not in str(e.value)
 
 
 def test_tradeoff_quality_command(stub, tmp_path, capsys):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tasks.report.text import format_report, latest_run_id, takeaways, tradeoff_frame
-from tests.integration.test_warehouse import write_run
+from tests.helpers.sample_run import write_sample_run
 from warehouse.db import WarehouseError, load_run, open_warehouse
 
 Q2_K = "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"
@@ -19,7 +19,7 @@ Q8_0 = "q8_0: failed (server exited with code 1)"
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "tradeoff.duckdb"
-    load_run(write_run(tmp_path), path)
+    load_run(write_sample_run(tmp_path), path)
     return path
 
 
@@ -34,8 +34,8 @@ def test_latest_run_id(tmp_path: Path) -> None:
     with open_warehouse(path) as con:
         assert latest_run_id(con) is None
     # Loaded newest first: the order of loading must not matter.
-    load_run(write_run(tmp_path, "new", datetime(2025, 3, 1, tzinfo=timezone.utc)), path)
-    load_run(write_run(tmp_path, "old", datetime(2025, 1, 1, tzinfo=timezone.utc)), path)
+    load_run(write_sample_run(tmp_path, "new", datetime(2025, 3, 1, tzinfo=timezone.utc)), path)
+    load_run(write_sample_run(tmp_path, "old", datetime(2025, 1, 1, tzinfo=timezone.utc)), path)
     with open_warehouse(path, read_only=True) as con:
         assert latest_run_id(con) == "new"
 
@@ -100,7 +100,7 @@ def test_quality_delta_units(frame: pd.DataFrame, unit: str | None, clause: str)
 
 def test_report_nats_metric(tmp_path: Path) -> None:
     path = tmp_path / "tradeoff.duckdb"
-    load_run(write_run(tmp_path, primary="fidelity.kl-mean"), path)
+    load_run(write_sample_run(tmp_path, primary="fidelity.kl-mean"), path)
     with open_warehouse(path, read_only=True) as con:
         text = format_report(con)
     assert "fidelity.kl-mean" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_validate import RUN_ID, expected_rows, valid_tables, write_run
+from tests.helpers.gate_tables import RUN_ID, expected_rows, valid_tables, write_results
 from warehouse.gx_gate import validate_results
 
 
@@ -57,7 +57,7 @@ def mbu_without_method(t):
 
 def test_perf_extras_pass(tmp_path):
     tables = with_perf_extras()
-    report = validate_results(write_run(tmp_path, tables), expected_rows(tables))
+    report = validate_results(write_results(tmp_path, tables), expected_rows(tables))
     assert report.failures() == []
 
 
@@ -83,6 +83,6 @@ def test_perf_corruption_fails_naming_the_expectation(tmp_path, corrupt, table, 
     tables = with_perf_extras()
     expected = expected_rows(tables)
     corrupt(tables)
-    report = validate_results(write_run(tmp_path, tables), expected)
+    report = validate_results(write_results(tmp_path, tables), expected)
     assert any(f.startswith(f"{table}: {expectation}") for f in report.failures()), report.failures()
     assert [t.table for t in report.tables if not t.success] == [table]

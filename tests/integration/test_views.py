@@ -1,4 +1,5 @@
-"""Trade-off views (Pareto, retention, history, regressions, energy) and the HTML report, on hand-made runs."""
+"""Trade-off views (Pareto, retention, history, regressions, energy, engine metrics, greedy agreement) and the HTML
+report, on hand-made runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import render_in_chromium
-from tests.integration.test_warehouse import QUALITY, STARTED, rows, write_run
+from tests.helpers.queries import rows
+from tests.helpers.sample_run import QUALITY, STARTED, write_sample_run
 from warehouse.db import load_run, open_warehouse
 
 
@@ -19,7 +21,7 @@ def three_nights(tmp_path: Path) -> Path:
     db = tmp_path / "wh.duckdb"
     for night, acc in enumerate([0.68, 0.70, 0.40]):
         quality = {**QUALITY, "q2_k": {**QUALITY["q2_k"], ("arithmetic", "accuracy"): acc}}
-        load_run(write_run(tmp_path / "runs", f"r{night + 1}", STARTED + timedelta(days=night), quality), db)
+        load_run(write_sample_run(tmp_path / "runs", f"r{night + 1}", STARTED + timedelta(days=night), quality), db)
     return db
 
 
@@ -82,7 +84,7 @@ def test_html_report_renders_in_headless_chromium(three_nights: Path, tmp_path: 
 def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
     from warehouse.contract import write_table
 
-    run_dir = write_run(tmp_path / "runs", "c1")
+    run_dir = write_sample_run(tmp_path / "runs", "c1")
     res = run_dir / "results"
     # q4_1 on own hardware at 3.6 USD/hour; q2_k as a hosted API with token prices
     prices = {"q4_1": {"usd_per_hour": 3.6}, "q2_k": {"usd_per_1m_input_tok": 1.0, "usd_per_1m_output_tok": 2.0}}
@@ -133,3 +135,85 @@ def test_cost_per_token_and_per_correct_answer(tmp_path: Path) -> None:
     assert own["usd_per_correct_answer"] == pytest.approx(3.6 / 3600 * 10 / 120 / 0.80)
     assert hosted["usd_per_1m_tok"] == 2.0 and hosted["cost_basis"] == "token prices"
     assert hosted["usd_per_correct_answer"] == pytest.approx((1.0 * 100 + 2.0 * 10) / 1e6 / 0.68)
+
+
+def test_engine_views_on_a_hand_made_run(tmp_path: Path) -> None:
+    """v_engine_metrics pivots the perf phase per variant; v_greedy_agreement compares responses with the
+    reference's."""
+    from datetime import datetime, timezone
+
+    import duckdb
+
+    from warehouse.contract import write_table
+    from warehouse.db import load_run
+
+    res = tmp_path / "r1" / "results"
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": "r1",
+                "config_name": "c",
+                "started_at": datetime.now(timezone.utc),
+                "status": "ok",
+                "reference_variant": "ref",
+                "primary_quality_metric": "arithmetic.accuracy",
+            }
+        ],
+    )
+    for name, engine in (("ref", "llama.cpp"), ("vl", "vllm")):
+        write_table(
+            res,
+            "variants",
+            name,
+            [
+                {
+                    "run_id": "r1",
+                    "variant": name,
+                    "engine": engine,
+                    "quantization": "q4_1",
+                    "is_reference": name == "ref",
+                    "status": "ok",
+                    "server_startup_s": 2.0,
+                    "engine_version": "vllm 0.32.0+cpu" if engine == "vllm" else None,
+                }
+            ],
+        )
+        write_table(
+            res,
+            "quality_samples",
+            name,
+            [
+                {"run_id": "r1", "variant": name, "suite": "s", "sample_id": str(i), "valid": True, "response": text}
+                for i, text in enumerate(
+                    ["same", "abcdef" if name == "ref" else "abcXYZ", None if name == "vl" else "x"]
+                )
+            ],
+        )
+    m = {"run_id": "r1", "variant": "vl", "engine": "vllm", "readings": 5, "window_s": 4.0}
+    write_table(
+        res,
+        "engine_metrics",
+        "vl",
+        [
+            {**m, "phase": "perf", "metric": "kv_cache_usage_pct", "stat": "max", "value": 12.5, "unit": "pct"},
+            {**m, "phase": "perf", "metric": "spec_acceptance_rate", "stat": "ratio", "value": 0.4, "unit": "fraction"},
+            {**m, "phase": "quality", "metric": "kv_cache_usage_pct", "stat": "max", "value": 99.0, "unit": "pct"},
+        ],
+    )
+    db = tmp_path / "wh.duckdb"
+    load_run(tmp_path / "r1", db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "select variant, engine_version, kv_cache_usage_pct_max, spec_acceptance_rate, metric_reads "
+            "from v_engine_metrics order by variant"
+        ).fetchall()
+        assert rows == [("ref", None, None, None, None), ("vl", "vllm 0.32.0+cpu", 12.5, 0.4, 5)]
+        agreement = con.execute(
+            "select variant, reference_variant, suite, n_prompts, n_identical, identical_rate, "
+            "common_prefix_share_mean, first_difference_chars_median from v_greedy_agreement"
+        ).fetchall()
+    # two prompts answered by both: one identical, one parting after 'abc' (3 of 6 characters)
+    assert agreement == [("vl", "ref", "s", 2, 1, 0.5, pytest.approx((1 + 3 / 6) / 2), 3.0)]

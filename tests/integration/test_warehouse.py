@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -13,162 +12,15 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers.queries import rows
+from tests.helpers.sample_run import QUALITY, STARTED, write_sample_run
 from warehouse.contract import DERIVED_TABLES, SCHEMAS, TABLES, table_parts, write_table
 from warehouse.db import WarehouseError, identifier, load_run, migrations, open_warehouse
-
-STARTED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-# variant -> scenarios: (scenario, concurrency, output tok/s, peak tok/s, ttft mean, ttft p99, ttft cv %,
-# itl mean, tpot mean, J/token, energy note). "burst" sorts before "single" but has the higher
-# concurrency, so a headline picked by name instead of concurrency would show.
-PERF = {
-    "q4_1": [
-        ("single", 1, 50.0, 60.0, 100.0, 150.0, 10.0, 20.0, 19.0, 0.5, None),
-        ("burst", 4, 120.0, 140.0, 300.0, 500.0, 30.0, 30.0, 29.0, 0.3, None),
-    ],
-    "q2_k": [
-        ("single", 1, 65.0, 170.0, 90.0, 120.0, 20.0, 15.0, 14.0, None, "no power counter"),
-        ("burst", 4, 156.0, 150.0, 280.0, 450.0, 35.0, 25.0, 24.0, None, "RAPL not readable: permission denied"),
-    ],
-}
-# variant -> {(suite, metric): value}; the failed variant q8_0 has none.
-QUALITY = {
-    "q4_1": {("arithmetic", "accuracy"): 0.80, ("fidelity", "kl-mean"): 0.0},
-    "q2_k": {("arithmetic", "accuracy"): 0.68, ("fidelity", "kl-mean"): 0.031},
-}
-UNITS = {"accuracy": "fraction", "kl-mean": "nats"}
-
-
-def write_run(
-    root: Path,
-    run_id: str = "r1",
-    started_at: datetime = STARTED,
-    quality: dict | None = None,
-    primary: str = "arithmetic.accuracy",
-) -> Path:
-    """A run as the flow writes it: reference q4_1, variant q2_k, failed q8_0; one part per variant."""
-    quality = QUALITY if quality is None else quality
-    run_dir = root / run_id
-    res = run_dir / "results"
-    write_table(
-        res,
-        "runs",
-        "run",
-        [
-            {
-                "run_id": run_id,
-                "config_name": "demo",
-                "started_at": started_at,
-                "status": "partial",
-                "reference_variant": "q4_1",
-                "primary_quality_metric": primary,
-            }
-        ],
-    )
-    variants = [
-        ("q4_1", "q4_1", None, True, "ok", None),
-        ("q2_k", "q2_k", None, False, "ok", None),
-        ("q8_0", "q8_0", "ngram", False, "failed", "server exited with code 1\nTraceback ..."),
-    ]
-    for name, quant, spec, is_ref, status, error in variants:
-        write_table(
-            res,
-            "variants",
-            name,
-            [
-                {
-                    "run_id": run_id,
-                    "variant": name,
-                    "model": "smollm2-135m",
-                    "engine": "llama.cpp",
-                    "quantization": quant,
-                    "speculative": spec,
-                    "is_reference": is_ref,
-                    "status": status,
-                    "error": error,
-                }
-            ],
-        )
-    for variant, scenarios in PERF.items():
-        summary, requests = [], []
-        for sc, conc, tps, peak, ttft, p99, cv, itl, tpot, jpt, note in scenarios:
-            summary.append(
-                {
-                    "run_id": run_id,
-                    "variant": variant,
-                    "scenario": sc,
-                    "concurrency": conc,
-                    "num_requests": 2,
-                    "num_ok": 2,
-                    "output_throughput": tps,
-                    "peak_output_throughput": peak,
-                    "ttft_ms_mean": ttft,
-                    "ttft_ms_p99": p99,
-                    "ttft_cv_pct_median": cv,
-                    "itl_ms_mean": itl,
-                    "tpot_ms_mean": tpot,
-                    "energy_j_per_token": jpt,
-                    "energy_note": note,
-                }
-            )
-            requests += [
-                {
-                    "run_id": run_id,
-                    "variant": variant,
-                    "scenario": sc,
-                    "concurrency": conc,
-                    "request_index": i,
-                    "is_warmup": i == 0,
-                    "status": "ok",
-                    "ttft_ms": ttft,
-                    "output_tokens": 3,
-                    "chunk_offsets_ms": [ttft, ttft + itl, ttft + 2 * itl],
-                }
-                for i in range(3)
-            ]
-        write_table(res, "perf_summary", variant, summary)
-        write_table(res, "perf_requests", variant, requests)
-    for variant, scores in quality.items():
-        write_table(
-            res,
-            "quality_scores",
-            variant,
-            [
-                {
-                    "run_id": run_id,
-                    "variant": variant,
-                    "suite": s,
-                    "suite_version": "1",
-                    "metric": m,
-                    "value": v,
-                    "n": 2,
-                    "unit": UNITS.get(m, "ratio"),
-                    "is_primary": f"{s}.{m}" == primary,
-                }
-                for (s, m), v in scores.items()
-            ],
-        )
-        write_table(
-            res,
-            "quality_samples",
-            variant,
-            [
-                {"run_id": run_id, "variant": variant, "suite": s, "sample_id": str(i), "score": 1.0, "valid": True}
-                for s in sorted({s for s, _ in scores})
-                for i in range(2)
-            ],
-        )
-    return run_dir
 
 
 def counts(db: Path) -> dict[str, int]:
     with duckdb.connect(str(db), read_only=True) as con:
         return {t: con.execute(f"select count(*) from {t}").fetchall()[0][0] for t in TABLES}
-
-
-def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
-    cur = con.execute(sql)
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
 @pytest.fixture
@@ -241,7 +93,7 @@ def test_locked_warehouse(db: Path) -> None:
 
 
 def test_load_is_idempotent(tmp_path: Path, db: Path) -> None:
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     inserted = load_run(run_dir, db)
     # Tables the hand-made run leaves empty (perf_power, quality_deltas, engine_metrics, ...) load 0 rows.
     assert inserted == {
@@ -274,7 +126,7 @@ def _legacy_part(run_dir: Path, variant: str, old: dict[str, float]) -> None:
 def test_parts_written_before_the_rename_load_under_the_new_names(tmp_path: Path, db: Path) -> None:
     from warehouse.contract import read_table
 
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     _legacy_part(run_dir, "q4_1", {"ttft_ms_mean_ci_lo": 90.0, "ttft_ms_mean_ci_hi": 110.0})
     frame = read_table(run_dir / "results", "perf_summary")
     got = frame[frame.variant == "q4_1"][["ttft_ms_mean_ci_low", "ttft_ms_mean_ci_high"]].drop_duplicates()
@@ -289,19 +141,19 @@ def test_parts_written_before_the_rename_load_under_the_new_names(tmp_path: Path
 
 
 def test_reload_replaces_the_run(tmp_path: Path, db: Path) -> None:
-    load_run(write_run(tmp_path / "a"), db)
-    load_run(write_run(tmp_path / "a", run_id="r2"), db)
+    load_run(write_sample_run(tmp_path / "a"), db)
+    load_run(write_sample_run(tmp_path / "a", run_id="r2"), db)
     # r1 again, now without quality: its old quality rows go, r2's stay.
-    load_run(write_run(tmp_path / "b", quality={}), db)
+    load_run(write_sample_run(tmp_path / "b", quality={}), db)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("select run_id, count(*) from quality_scores group by all").fetchall() == [("r2", 4)]
 
 
 @pytest.mark.parametrize("table", ["perf_requests", "quality_scores", "runs"])
 def test_corrupt_part_loads_nothing(tmp_path: Path, db: Path, table: str) -> None:
-    load_run(write_run(tmp_path / "a"), db)
+    load_run(write_sample_run(tmp_path / "a"), db)
     before = counts(db)
-    run_dir = write_run(tmp_path / "b", quality={**QUALITY, "q4_1": {("arithmetic", "accuracy"): 0.5}})
+    run_dir = write_sample_run(tmp_path / "b", quality={**QUALITY, "q4_1": {("arithmetic", "accuracy"): 0.5}})
     bad = table_parts(run_dir / "results", table)[-1]
     bad.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(WarehouseError) as e:
@@ -311,12 +163,12 @@ def test_corrupt_part_loads_nothing(tmp_path: Path, db: Path, table: str) -> Non
 
 
 def test_failed_insert_rolls_back(tmp_path: Path, db: Path) -> None:
-    load_run(write_run(tmp_path / "a"), db)
+    load_run(write_sample_run(tmp_path / "a"), db)
     before = counts(db)
-    run_dir = write_run(tmp_path / "b")
+    run_dir = write_sample_run(tmp_path / "b")
     res = run_dir / "results" / "perf_summary"
     (res / "q2_k.parquet").rename(res / "copy.parquet")
-    write_run(tmp_path / "b")  # q2_k's summary now twice: a primary key violation after the deletes
+    write_sample_run(tmp_path / "b")  # q2_k's summary now twice: a primary key violation after the deletes
     with pytest.raises(WarehouseError, match="cannot load run r1"):
         load_run(run_dir, db)
     assert counts(db) == before
@@ -324,7 +176,7 @@ def test_failed_insert_rolls_back(tmp_path: Path, db: Path) -> None:
 
 @pytest.mark.parametrize("run_rows", [0, 2])
 def test_runs_must_hold_one_row(tmp_path: Path, db: Path, run_rows: int) -> None:
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     write_table(run_dir / "results", "runs", "run", [{"run_id": f"r{i}"} for i in range(run_rows)])
     with pytest.raises(WarehouseError, match=f"exactly one run, found {run_rows} rows"):
         load_run(run_dir, db)
@@ -332,7 +184,7 @@ def test_runs_must_hold_one_row(tmp_path: Path, db: Path, run_rows: int) -> None
 
 
 def test_rows_of_another_run_refused(tmp_path: Path, db: Path) -> None:
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     write_table(run_dir / "results", "variants", "stray", [{"run_id": "other", "variant": "x"}])
     with pytest.raises(WarehouseError, match="table variants .* other runs"):
         load_run(run_dir, db)
@@ -352,7 +204,7 @@ def test_identifier(text: str, expected: str) -> None:
 
 
 def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
-    load_run(write_run(tmp_path), db)
+    load_run(write_sample_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
         got = {r["variant"]: r for r in rows(con, "select * from v_tradeoff")}
     assert set(got) == {"q4_1", "q2_k", "q8_0"}
@@ -397,7 +249,7 @@ def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
 
 
 def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
-    load_run(write_run(tmp_path), db)
+    load_run(write_sample_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
         cols = [d[0] for d in con.execute("select * from v_tradeoff").description]
     assert cols == [
@@ -450,12 +302,12 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
 
 
 def test_quality_columns_follow_the_data(tmp_path: Path, db: Path) -> None:
-    load_run(write_run(tmp_path / "a", quality={}), db)
+    load_run(write_sample_run(tmp_path / "a", quality={}), db)
     with open_warehouse(db, read_only=True) as con:
         assert [d[0] for d in con.execute("select * from v_quality_wide").description] == ["run_id", "variant"]
         assert con.execute("select count(*) from v_tradeoff").fetchall()[0][0] == 3
     odd = {("o'brien", "a/b"): 2.0, ("arithmetic", "accuracy"): 0.5}
-    load_run(write_run(tmp_path / "b", run_id="r2", quality={"q4_1": odd, "q2_k": odd}), db)
+    load_run(write_sample_run(tmp_path / "b", run_id="r2", quality={"q4_1": odd, "q2_k": odd}), db)
     with open_warehouse(db, read_only=True) as con:
         wide = rows(con, "select * from v_quality_wide order by variant")
     assert list(wide[0]) == ["run_id", "variant", "arithmetic_accuracy", "o_brien_a_b"]
@@ -466,7 +318,7 @@ def test_quality_columns_follow_the_data(tmp_path: Path, db: Path) -> None:
 
 
 def test_two_references_compare_with_none(tmp_path: Path, db: Path) -> None:
-    run_dir = write_run(tmp_path)
+    run_dir = write_sample_run(tmp_path)
     write_table(
         run_dir / "results",
         "variants",

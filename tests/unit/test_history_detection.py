@@ -1,16 +1,12 @@
-"""Change points of one series (Otava's e-divisive, warehouse.history.change_points) and how Otava is installed."""
+"""Change points of one series (Otava's e-divisive, warehouse.history.change_points); how Otava is installed:
+tests/integration/test_history.py."""
 
 from __future__ import annotations
-
-import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
-from warehouse.history import MIN_NIGHTS, OTAVA_VERSION, change_points
+from warehouse.history import MIN_NIGHTS, change_points
 
 
 def noisy(n: int, seed: int, level: float = 20.0, noise: float = 0.03) -> np.ndarray:
@@ -41,17 +37,6 @@ def test_two_steps_give_two_segments() -> None:
     found = change_points(values)
     assert [c.index for c in found] == [20, 45]
     assert [(c.n_before, c.n_after) for c in found] == [(20, 25), (25, 15)]
-
-
-def test_otava_is_installed_out_of_pips_view_and_pip_check_is_clean() -> None:
-    # the Makefile installs the version warehouse.history names
-    assert re.search(rf"^OTAVA := apache-otava=={re.escape(OTAVA_VERSION)}$", (ROOT / "Makefile").read_text(), re.M)
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
-    ).stdout
-    assert "apache-otava" not in listed.lower()  # so its numpy 2.2 / scipy 1.16 pins cannot break `pip check`
-    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_workload_keys_follow_what_is_measured_only() -> None:

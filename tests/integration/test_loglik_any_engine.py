@@ -24,7 +24,7 @@ from tasks.quality.base import SuiteContext, suite_for
 from tasks.quality.logits import TransformersLogits
 from tasks.quality.loglik_records import find_record
 from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
-from tests.integration.test_engine_tokenizers import hf_tokenizer_dir
+from tests.helpers.engines import hf_tokenizer_dir
 
 
 @pytest.fixture(scope="module")

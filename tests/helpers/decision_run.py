@@ -1,0 +1,314 @@
+"""Hand-made runs for the decision (v_decision, v_quality_gate, v_recommendation): perf steps of known
+latencies, quality deltas as the pipeline stores them, written as the flow writes a run folder."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tasks.core.config import DecisionSpec
+from tests.helpers.queries import rows
+from warehouse.contract import write_table
+
+STARTED = datetime(2025, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+SERVER_SLO = {"goodput_slo": "mlperf-llama2-70b-server", "slo_ttft_ms": 2000.0, "slo_tpot_ms": 200.0}
+
+
+# Requests per hand-made step: enough to show a p99 at 95 % with none over a limit (299).
+N = 300
+
+
+def step(
+    scenario: str,
+    concurrency: int,
+    req_s: float,
+    ttft_ms: list[float],
+    *,
+    tpot_ms: float = 20.0,
+    errors: int = 0,
+    rate: float | None = None,
+    tps: float | None = None,
+    j_per_token: float | None = None,
+    energy_note: str | None = "no NVML, no RAPL",
+    completion_rate: float | None = None,
+    repeats: int = 1,
+    reasoning: dict | None = None,
+    req_s_ci: tuple[float, float] | None = None,
+) -> dict:
+    """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
+    requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
+    arrive, after their latency). `reasoning`: {request index: ttft_answer_ms} of requests that reasoned first."""
+    return dict(
+        scenario=scenario,
+        concurrency=concurrency,
+        req_s=req_s,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        errors=errors,
+        rate=rate,
+        tps=tps if tps is not None else req_s * 64,
+        j_per_token=j_per_token,
+        energy_note=None if j_per_token is not None else energy_note,
+        completion_rate=completion_rate,
+        repeats=repeats,
+        reasoning=reasoning or {},
+        req_s_ci=req_s_ci,
+    )
+
+
+def request_times(s: dict, i: int, n: int) -> dict:
+    """start_s, end_s and repeat of request i of n in step `s` (a rate step's schedule; closed-loop steps: none)."""
+    if not s["rate"]:
+        return {}
+    per = -(-n // s["repeats"])
+    rep, k = divmod(i, per)
+    start = k / s["rate"]
+    latency = (s["ttft_ms"][i] if i < len(s["ttft_ms"]) else 0.0) / 1000 + 63 * s["tpot_ms"] / 1000
+    end = start + latency if s["completion_rate"] is None else max(start + latency, (k + 1) / s["completion_rate"])
+    return {"start_s": start, "end_s": end, "repeat": rep}
+
+
+def delta(
+    ref: float,
+    value: float,
+    ci: tuple[float, float] | None,
+    n: int = 80,
+    p_value: float | None = 0.5,
+    lost: int | None = None,
+    gained: int | None = None,
+    **more,
+) -> dict:
+    """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores
+    them."""
+    from tasks.quality.gate import retention_interval
+
+    low, high = retention_interval(ref, *ci, True) if ci else (None, None)
+    return dict(
+        reference_value=ref,
+        value=value,
+        delta=value - ref,
+        ci_low=ci[0] if ci else None,
+        ci_high=ci[1] if ci else None,
+        n=n,
+        p_value=p_value,
+        n_lost=lost,
+        n_gained=gained,
+        retention_ci_low=low,
+        retention_ci_high=high,
+        look_confidence=0.95,
+        looks=1,
+        looks_planned=1,
+        **more,
+    )
+
+
+def no_pair_differs(n: int) -> tuple[float, float]:
+    """Tango's 95 % interval when none of `n` pairs differs (not [0, 0]: +-4.6 points at n = 80)."""
+    from tasks.core.stat_tests import tango_interval
+
+    return tango_interval(0, 0, n, 0.95)
+
+
+def write_decision_run(
+    root: Path,
+    run_id: str,
+    variants: dict[str, dict],
+    decision: dict | None = None,
+    started_at: datetime = STARTED,
+    min_samples: int = 30,
+    primary: str | None = "arithmetic.accuracy",
+) -> Path:
+    """A run as the flow writes it. variants: name -> {ref, status, error, steps, accuracy, delta, samples, cost}.
+
+    `decision` is a DecisionSpec mapping stored in config_json as the flow stores it (None: a run recorded
+    before the decision block existed).
+    """
+    res = root / run_id / "results"
+    config = {"name": "demo", "quality": {"min_samples": min_samples}}
+    if decision is not None:
+        config["decision"] = DecisionSpec.model_validate(decision).model_dump(mode="json")
+    ref = next(n for n, v in variants.items() if v.get("ref"))
+    write_table(
+        res,
+        "runs",
+        "run",
+        [
+            {
+                "run_id": run_id,
+                "config_name": "demo",
+                "started_at": started_at,
+                "status": "ok",
+                "hardware_id": "hw1",
+                "reference_variant": ref,
+                "primary_quality_metric": primary,
+                "config_json": json.dumps(config),
+            }
+        ],
+    )
+    for name, v in variants.items():
+        cost = v.get("cost", {})
+        write_table(
+            res,
+            "variants",
+            name,
+            [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "engine": "llama.cpp",
+                    "quantization": name,
+                    "is_reference": bool(v.get("ref")),
+                    "status": v.get("status", "ok"),
+                    "error": v.get("error"),
+                    **cost,
+                }
+            ],
+        )
+        summary, requests = [], []
+        for s in v.get("steps", []):
+            n_ok = len(s["ttft_ms"])
+            n_all = n_ok + s["errors"]
+            ci = dict(zip(("request_throughput_ci_low", "request_throughput_ci_high"), s["req_s_ci"] or ()))
+            summary.append(
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "load_kind": "rate" if s["rate"] else "concurrency",
+                    "request_rate": s["rate"],
+                    "num_requests": n_all,
+                    "num_ok": n_ok,
+                    "num_errors": s["errors"],
+                    "duration_s": n_ok / s["req_s"],
+                    "request_throughput": s["req_s"],
+                    "output_throughput": s["tps"],
+                    "energy_j_per_token": s["j_per_token"],
+                    "energy_note": s["energy_note"],
+                    "repeats": s["repeats"],
+                    **ci,
+                    **SERVER_SLO,
+                }
+            )
+            requests += [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "request_index": i,
+                    "is_warmup": False,
+                    "status": "ok",
+                    "ttft_ms": t,
+                    "tpot_ms": s["tpot_ms"],
+                    "e2el_ms": t + 63 * s["tpot_ms"],
+                    "output_tokens": 64,
+                    "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)],
+                    **({"reasoning_tokens": 10, "ttft_answer_ms": s["reasoning"][i]} if i in s["reasoning"] else {}),
+                    **request_times(s, i, n_all),
+                }
+                for i, t in enumerate(s["ttft_ms"])
+            ]
+            requests += [
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": s["concurrency"],
+                    "request_index": n_ok + i,
+                    "is_warmup": False,
+                    "status": "error",
+                    "error": "HTTP 503",
+                    **request_times(s, n_ok + i, n_all),
+                }
+                for i in range(s["errors"])
+            ]
+            # a warm-up request far over any limit: excluded from every check
+            requests.append(
+                {
+                    "run_id": run_id,
+                    "variant": name,
+                    "scenario": s["scenario"],
+                    "concurrency": 1,
+                    "request_index": 10_000,
+                    "is_warmup": True,
+                    "status": "ok",
+                    "ttft_ms": 1e6,
+                    "tpot_ms": 1e4,
+                    "e2el_ms": 2e6,
+                    "output_tokens": 64,
+                }
+            )
+        write_table(res, "perf_summary", name, summary)
+        write_table(res, "perf_requests", name, requests)
+        if "accuracy" in v:
+            write_table(
+                res,
+                "quality_scores",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "suite": "arithmetic",
+                        "suite_version": "1",
+                        "metric": "accuracy",
+                        "value": v["accuracy"],
+                        "n": 80,
+                        "unit": "fraction",
+                        "higher_is_better": True,
+                        "is_primary": True,
+                        "sample_stat": "mean(score)",
+                    }
+                ],
+            )
+        if "delta" in v:
+            write_table(
+                res,
+                "quality_deltas",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "reference_variant": ref,
+                        "suite": "arithmetic",
+                        "metric": "accuracy",
+                        "unit": "fraction",
+                        "higher_is_better": True,
+                        "confidence": 0.95,
+                        "verdict": "inconclusive",
+                        **v["delta"],
+                    }
+                ],
+            )
+        if "samples" in v:
+            write_table(
+                res,
+                "quality_samples",
+                name,
+                [
+                    {
+                        "run_id": run_id,
+                        "variant": name,
+                        "suite": "arithmetic",
+                        "sample_id": str(i),
+                        "score": float(score),
+                        "valid": True,
+                        "details": json.dumps({"prompt_tokens": 40, "output_tokens": 4}),
+                    }
+                    for i, score in enumerate(v["samples"])
+                ],
+            )
+    return root / run_id
+
+
+def ttfts(n: int, ms: float) -> list[float]:
+    """N TTFTs from MS up, 1 ms apart."""
+    return [ms + i for i in range(n)]
+
+
+def by_variant(con, run_id: str = "d1") -> dict[str, dict]:
+    """v_recommendation's rows of run RUN_ID by variant."""
+    return {r["variant"]: r for r in rows(con, f"select * from v_recommendation where run_id = '{run_id}'")}
