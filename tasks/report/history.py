@@ -20,7 +20,7 @@ HEADLINE_METRICS = (
     "ttft_ms_p50",
     "ttft_ms_p99",
     "tpot_ms_mean",
-    "jitter_pct",
+    "ttft_cv_pct",
     "energy_j_per_token",
 )
 

@@ -539,7 +539,7 @@ TRADEOFF_COLUMNS = [
     ("speedup_vs_reference", "speed-up", 2),
     ("ttft_ms_mean", "TTFT ms mean", 1),
     ("ttft_ms_p99", "TTFT ms p99", 1),
-    ("jitter_pct", "jitter %", 1),
+    ("ttft_cv_pct", "TTFT CV %", 1),
     ("energy_j_per_token", "J/token", 3),
 ]
 
@@ -636,7 +636,7 @@ _BASE_COLS = {
     "best_output_tok_s",
     "ttft_ms_mean",
     "ttft_ms_p99",
-    "jitter_pct",
+    "ttft_cv_pct",
     "itl_ms_mean",
     "tpot_ms_mean",
     "energy_j_per_token",
@@ -645,7 +645,7 @@ _BASE_COLS = {
     "quality_metric",
     "speedup_vs_reference",
     "ttft_change_pct_vs_reference",
-    "jitter_ratio_vs_reference",
+    "ttft_cv_ratio_vs_reference",
     "quality_delta_vs_reference",
 }
 

@@ -95,7 +95,7 @@ def _energy_clause(j_per_token: float | None, reference_j_per_token: float | Non
 def _itl_jitter_clause(row: pd.Series) -> str | None:
     """Speculative variants only: their ITL jitter against the reference's, the figure speculation moves
     (accepted drafts arrive in bursts, rejected ones stall), with its interval over repeats where there is one."""
-    ratio, cv = _value(row.get("itl_jitter_ratio_vs_reference")), _value(row.get("itl_cv_pct"))
+    ratio, cv = _value(row.get("itl_cv_ratio_vs_reference")), _value(row.get("itl_cv_pct"))
     if not _value(row.get("speculative")) or cv is None:
         return None
     lo, hi = _value(row.get("itl_cv_pct_ci_low")), _value(row.get("itl_cv_pct_ci_high"))
@@ -127,12 +127,12 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
         if row_is_ref:
             continue
         speedup, ttft, jitter, dq = (
-            _value(row[f"{c}_vs_reference"]) for c in ("speedup", "ttft_change_pct", "jitter_ratio", "quality_delta")
+            _value(row[f"{c}_vs_reference"]) for c in ("speedup", "ttft_change_pct", "ttft_cv_ratio", "quality_delta")
         )
         clauses = [
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
             f"TTFT {ttft:+.0f} %" if ttft is not None else None,
-            f"jitter {jitter:.1f}x" if jitter is not None else None,
+            f"TTFT jitter {jitter:.1f}x" if jitter is not None else None,
             _itl_jitter_clause(row),
             _quality_clause(
                 identifier(row["quality_metric"]),
@@ -166,7 +166,7 @@ def _table(df: pd.DataFrame, quality_header: str) -> str:
         "best tok/s",
         "TTFT ms mean",
         "TTFT ms p99",
-        "jitter %",
+        "TTFT CV %",
         quality_header,
         "energy J/token",
     ]
@@ -182,7 +182,7 @@ def _table(df: pd.DataFrame, quality_header: str) -> str:
             _fmt(r["best_output_tok_s"], ".1f"),
             _fmt(r["ttft_ms_mean"], ".1f"),
             _fmt(r["ttft_ms_p99"], ".1f"),
-            _fmt(r["jitter_pct"], ".1f"),
+            _fmt(r["ttft_cv_pct"], ".1f"),
             _fmt(r["quality"], ".3f"),
             _fmt(r["energy_j_per_token"], ".4g"),
         )

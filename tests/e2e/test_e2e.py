@@ -63,7 +63,7 @@ def test_tradeoff_view_has_measured_values_for_every_ok_variant(nightly_run):
     rows = q(
         tmp / "wh.duckdb",
         """
-        select variant, peak_output_tok_s, best_output_tok_s, ttft_ms_mean, ttft_ms_p99, jitter_pct, quality,
+        select variant, peak_output_tok_s, best_output_tok_s, ttft_ms_mean, ttft_ms_p99, ttft_cv_pct, quality,
                energy_j_per_token, energy_note, speedup_vs_reference, arithmetic_accuracy,
                fidelity_top1_agreement, fidelity_kl_mean
         from v_tradeoff where status = 'ok' order by variant""",

@@ -114,7 +114,7 @@ def test_the_jitter_scenario_is_fixed_length_while_the_workload_spreads(stub):
 
 
 def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_path):
-    """A `jitter` row with the per-repeat medians: ttft_cv_pct/itl_cv_pct/jitter_pct come from it, speed and
+    """A `jitter` row with the per-repeat medians: ttft_cv_pct/itl_cv_pct come from it, speed and
     latency still from the configured steps; the reference's ITL CV gives the speculative ratio."""
     run_dir = write_sample_run(tmp_path)
     res = run_dir / "results"
@@ -167,17 +167,17 @@ def test_v_tradeoff_takes_jitter_from_the_jitter_scenario_and_nothing_else(tmp_p
         df = tradeoff_frame(con, "r1")
     got = {r["variant"]: r for r in df.to_dict("records")}
     q2 = got["q2_k"]
-    assert (q2["ttft_cv_pct"], q2["jitter_pct"], q2["itl_cv_pct"]) == (3.0, 3.0, 25.0)  # not the pooled 40 %
+    assert (q2["ttft_cv_pct"], q2["itl_cv_pct"]) == (3.0, 25.0)  # not the pooled 40 %
     assert (q2["ttft_cv_pct_ci_low"], q2["itl_cv_pct_ci_high"], q2["jitter_scenario"]) == (2.0, 30.0, "jitter")
     assert (q2["best_output_tok_s"], q2["peak_output_tok_s"], q2["ttft_ms_mean"]) == (
         156.0,
         170.0,
         90.0,
     )  # never from `jitter`
-    assert q2["itl_jitter_ratio_vs_reference"] == pytest.approx(2.5)
+    assert q2["itl_cv_ratio_vs_reference"] == pytest.approx(2.5)
     assert got["q8_0"]["ttft_cv_pct"] is None or np.isnan(got["q8_0"]["ttft_cv_pct"])
     assert takeaways(df, "fraction")[0] == (
-        "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 0.8x, "
+        "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, TTFT jitter 0.8x, "
         "ITL jitter 2.5x (25 % CV, CI 20..30), arithmetic_accuracy -12.0 points, "
         "energy n/a"
     )
@@ -190,15 +190,14 @@ def test_without_a_jitter_scenario_the_headline_gives_the_figure(tmp_path):
     load_run(write_sample_run(tmp_path), db)
     with open_warehouse(db, read_only=True) as con:
         got = con.execute(
-            "select variant, ttft_cv_pct, jitter_pct, jitter_scenario from v_tradeoff "
-            "where status = 'ok' order by variant"
+            "select variant, ttft_cv_pct, jitter_scenario from v_tradeoff where status = 'ok' order by variant"
         ).fetchall()
-    assert got == [("q2_k", 20.0, 20.0, "single"), ("q4_1", 10.0, 10.0, "single")]
+    assert got == [("q2_k", 20.0, "single"), ("q4_1", 10.0, "single")]
     with duckdb.connect(str(db)) as con:
         con.execute("update perf_summary set ttft_cv_pct_pooled = ttft_cv_pct_median, ttft_cv_pct_median = null")
     with open_warehouse(db, read_only=True) as con:
-        got = con.execute("select ttft_cv_pct, jitter_pct from v_tradeoff where status = 'ok'").fetchall()
-    assert got == [(None, None), (None, None)]
+        got = con.execute("select ttft_cv_pct from v_tradeoff where status = 'ok'").fetchall()
+    assert got == [(None,), (None,)]
 
 
 def answer_before_first_output(t):

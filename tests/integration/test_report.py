@@ -12,7 +12,7 @@ from tasks.report.text import format_report, latest_run_id, takeaways, tradeoff_
 from tests.helpers.sample_run import write_sample_run
 from warehouse.db import WarehouseError, load_run, open_warehouse
 
-Q2_K = "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"
+Q2_K = "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, TTFT jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a"
 Q8_0 = "q8_0: failed (server exited with code 1)"
 
 
@@ -54,19 +54,19 @@ def test_takeaways(frame: pd.DataFrame) -> None:
         (
             "ttft_change_pct_vs_reference",
             None,
-            "q2_k vs q4_1: 1.30x tokens/s, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
+            "q2_k vs q4_1: 1.30x tokens/s, TTFT jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
         ),
         (
             "speedup_vs_reference",
             None,
-            "q2_k vs q4_1: TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
+            "q2_k vs q4_1: TTFT -10 %, TTFT jitter 2.0x, arithmetic_accuracy -12.0 points, energy n/a",
         ),
-        ("quality_delta_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, energy n/a"),
+        ("quality_delta_vs_reference", None, "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, TTFT jitter 2.0x, energy n/a"),
         (
             "energy_j_per_token",
             0.24,
-            "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, arithmetic_accuracy -12.0 points, energy 0.80x "
-            "J/token",
+            "q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, TTFT jitter 2.0x, arithmetic_accuracy -12.0 points, "
+            "energy 0.80x J/token",
         ),
     ],
 )
@@ -104,7 +104,8 @@ def test_report_nats_metric(tmp_path: Path) -> None:
     with open_warehouse(path, read_only=True) as con:
         text = format_report(con)
     assert "fidelity.kl-mean" in text
-    assert "- q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, jitter 2.0x, fidelity_kl_mean +0.031 nats, energy n/a" in text
+    want = "- q2_k vs q4_1: 1.30x tokens/s, TTFT -10 %, TTFT jitter 2.0x, fidelity_kl_mean +0.031 nats, energy n/a"
+    assert want in text
 
 
 def test_format_report(db: Path) -> None:
@@ -122,7 +123,7 @@ def test_format_report(db: Path) -> None:
         "best tok/s",
         "TTFT ms mean",
         "TTFT ms p99",
-        "jitter %",
+        "TTFT CV %",
         "arithmetic.accuracy",
         "energy J/token",
     ]

@@ -66,6 +66,20 @@ def test_newer_schema_refused(db: Path, read_only: bool) -> None:
     )
 
 
+def test_change_points_of_the_old_jitter_name_keep_their_history(db: Path) -> None:
+    """A warehouse from before 014 holds Otava's change points under v_history's old name `jitter_pct`;
+    after the migration they belong to the series `ttft_cv_pct` that v_history now names."""
+    open_warehouse(db).close()
+    with duckdb.connect(str(db)) as con:
+        con.execute("delete from schema_version where version = 14")
+        con.execute("insert into change_points (series_key, metric, run_id) values ('s', 'jitter_pct', 'r2')")
+        con.execute("insert into change_points (series_key, metric, run_id) values ('s', 'tpot_ms_mean', 'r2')")
+    open_warehouse(db).close()
+    with duckdb.connect(str(db)) as con:
+        got = con.execute("select metric from change_points order by metric").fetchall()
+    assert got == [("tpot_ms_mean",), ("ttft_cv_pct",)]
+
+
 def test_read_only_does_not_migrate(db: Path) -> None:
     db.parent.mkdir(parents=True)
     duckdb.connect(str(db)).close()
@@ -220,7 +234,7 @@ def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
         "best_output_tok_s": 156.0,
         "ttft_ms_mean": 90.0,
         "ttft_ms_p99": 120.0,
-        "jitter_pct": 20.0,
+        "ttft_cv_pct": 20.0,
         "itl_ms_mean": 15.0,
         "tpot_ms_mean": 14.0,
         "energy_j_per_token": None,
@@ -229,7 +243,7 @@ def test_v_tradeoff_values(tmp_path: Path, db: Path) -> None:
         "quality_metric": "arithmetic.accuracy",
         "speedup_vs_reference": 156 / 120,
         "ttft_change_pct_vs_reference": -10.0,
-        "jitter_ratio_vs_reference": 2.0,
+        "ttft_cv_ratio_vs_reference": 2.0,
         "quality_delta_vs_reference": 0.68 - 0.80,
         "arithmetic_accuracy": 0.68,
         "fidelity_kl_mean": 0.031,
@@ -267,7 +281,6 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
         "best_output_tok_s",
         "ttft_ms_mean",
         "ttft_ms_p99",
-        "jitter_pct",
         "itl_ms_mean",
         "tpot_ms_mean",
         "energy_j_per_token",
@@ -289,8 +302,8 @@ def test_v_tradeoff_columns(tmp_path: Path, db: Path) -> None:
         "jitter_note",
         "speedup_vs_reference",
         "ttft_change_pct_vs_reference",
-        "jitter_ratio_vs_reference",
-        "itl_jitter_ratio_vs_reference",
+        "ttft_cv_ratio_vs_reference",
+        "itl_cv_ratio_vs_reference",
         "quality_delta_vs_reference",
         "quality_delta_ci_low",
         "quality_delta_ci_high",

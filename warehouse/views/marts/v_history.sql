@@ -5,7 +5,7 @@
 --   config_name, variant, engine, quantization   as the run named them
 --   metric                        best_output_tok_s, peak_output_tok_s (output tokens/s), ttft_ms_mean, ttft_ms_p50,
 --                                 ttft_ms_p99 (ms, headline scenario), tpot_ms_mean (ms per output token, headline
---                                 scenario), jitter_pct (%), energy_j_per_token (J/token), or a quality metric
+--                                 scenario), ttft_cv_pct (%), energy_j_per_token (J/token), or a quality metric
 --                                 'suite.metric' (own unit: gating metrics, fidelity KL, ...)
 --   higher_is_better              direction of the metric
 --   run_id, started_at (UTC)
@@ -33,12 +33,12 @@ headline as (
 perf as (
     unpivot (
         select t.run_id, t.variant, t.best_output_tok_s, t.peak_output_tok_s, t.ttft_ms_mean, h.ttft_ms_p50,
-            t.ttft_ms_p99, t.tpot_ms_mean, t.jitter_pct, t.energy_j_per_token
+            t.ttft_ms_p99, t.tpot_ms_mean, t.ttft_cv_pct, t.energy_j_per_token
         from v_tradeoff as t
         left join headline as h on t.run_id = h.run_id and t.variant = h.variant
         where t.status = 'ok'
     )
-    on best_output_tok_s, peak_output_tok_s, ttft_ms_mean, ttft_ms_p50, ttft_ms_p99, tpot_ms_mean, jitter_pct,
+    on best_output_tok_s, peak_output_tok_s, ttft_ms_mean, ttft_ms_p50, ttft_ms_p99, tpot_ms_mean, ttft_cv_pct,
         energy_j_per_token
     into name metric value value
 ),

@@ -8,7 +8,6 @@
 --   peak_output_tok_s                       output tokens/s, best window, max over the variant's scenarios
 --   best_output_tok_s                       output tokens/s, best sustained: max over its scenarios
 --   ttft_ms_mean, ttft_ms_p99      ms, time to first token, headline scenario
---   jitter_pct                     %, the same as ttft_cv_pct (kept for its readers)
 --   itl_ms_mean                    ms, inter-token latency, headline scenario
 --   tpot_ms_mean                   ms per output token, headline scenario
 --   energy_j_per_token             joules per output token, in the scenario that gave best_output_tok_s
@@ -31,8 +30,8 @@
 --   jitter_note                    why a jitter figure or its interval is NULL
 --   speedup_vs_reference           ratio, best_output_tok_s / reference best_output_tok_s
 --   ttft_change_pct_vs_reference   %, (ttft_ms_mean / reference ttft_ms_mean - 1) * 100
---   jitter_ratio_vs_reference      ratio, jitter_pct / reference jitter_pct
---   itl_jitter_ratio_vs_reference  ratio, itl_cv_pct / reference itl_cv_pct (speculative decoding moves it)
+--   ttft_cv_ratio_vs_reference     ratio, ttft_cv_pct / reference ttft_cv_pct
+--   itl_cv_ratio_vs_reference      ratio, itl_cv_pct / reference itl_cv_pct (speculative decoding moves it)
 --   quality_delta_vs_reference     quality - reference quality, in the metric's own unit
 --   quality_delta_ci_low, _ci_high paired interval of the primary metric's delta over the samples
 --                                  both variants have (quality_deltas: Tango or BCa; own unit)
@@ -93,7 +92,6 @@ measured as (
         b.output_throughput as best_output_tok_s,
         h.ttft_ms_mean,
         h.ttft_ms_p99,
-        j.ttft_cv_pct_median as jitter_pct,
         h.itl_ms_mean,
         h.tpot_ms_mean,
         b.energy_j_per_token,
@@ -126,7 +124,7 @@ primary_delta as (
 ),
 
 reference as (
-    select run_id, best_output_tok_s, ttft_ms_mean, jitter_pct, itl_cv_pct, quality
+    select run_id, best_output_tok_s, ttft_ms_mean, ttft_cv_pct, itl_cv_pct, quality
     from measured
     where is_reference
     -- two references would duplicate every row; compare with none instead
@@ -138,8 +136,8 @@ final as (
         m.*,
         m.best_output_tok_s / nullif(ref.best_output_tok_s, 0) as speedup_vs_reference,
         (m.ttft_ms_mean / nullif(ref.ttft_ms_mean, 0) - 1) * 100 as ttft_change_pct_vs_reference,
-        m.jitter_pct / nullif(ref.jitter_pct, 0) as jitter_ratio_vs_reference,
-        m.itl_cv_pct / nullif(ref.itl_cv_pct, 0) as itl_jitter_ratio_vs_reference,
+        m.ttft_cv_pct / nullif(ref.ttft_cv_pct, 0) as ttft_cv_ratio_vs_reference,
+        m.itl_cv_pct / nullif(ref.itl_cv_pct, 0) as itl_cv_ratio_vs_reference,
         m.quality - ref.quality as quality_delta_vs_reference,
         pd.ci_low as quality_delta_ci_low,
         pd.ci_high as quality_delta_ci_high,
