@@ -8,7 +8,7 @@ instead of expanding to gigabytes in pydantic, `config_json` and the run folder.
 budget applies to a config mapping that arrives as a flow parameter.
 
 Every count, size, duration and rate in the config models carries an upper bound in its
-pydantic Field (`le=`, `lt=`, `max_length=`); `tasks.config_limits` lists them from the models
+pydantic Field (`le=`, `lt=`, `max_length=`); `tasks.config_limits_doc` lists them from the models
 (docs/config-limits.md is its output, and a test keeps the two equal).
 """
 

@@ -528,13 +528,13 @@ def test_fault_config_file_over_a_mebibyte_is_refused_before_it_is_read(tmp_path
 
 
 def test_every_count_and_size_in_the_config_models_has_an_upper_bound():
-    from tasks.config_limits import all_limit_rows
+    from tasks.config_limits_doc import all_limit_rows
 
     rows = all_limit_rows()
     assert len(rows) > 90 and [path for path, _, _, bounded in rows if not bounded] == []
 
 
 def test_config_limits_doc_is_the_table_the_models_give():
-    from tasks.config_limits import limits_markdown
+    from tasks.config_limits_doc import limits_markdown
 
     assert limits_markdown() in (ROOT / "docs" / "config-limits.md").read_text()

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tasks.engines",),  # servers: build, launch, scrape
     ("tasks.perf", "tasks.quality"),  # measurement: load sweeps; quality framework and suites
     ("tasks.loader", "tasks.report"),  # built-ins registered, configs parsed; reports read the warehouse
-    ("tasks.orchestration", "tasks.doctor", "tasks.config_limits"),  # the nightly's steps; checks and docs
+    ("tasks.orchestration", "tasks.doctor", "tasks.config_limits_doc"),  # the nightly's steps; checks and docs
     ("flows",),  # Prefect flows and the CLI compose everything
     ("instruments",),  # what tests and benchmarks measure the product with: servers, histories, jobs
 )

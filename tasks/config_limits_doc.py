@@ -1,6 +1,6 @@
 """The upper bound of every count and size in a config, read from the models (docs/config-limits.md).
 
-`python -m tasks.config_limits` prints the table that docs/config-limits.md holds; a test keeps
+`python -m tasks.config_limits_doc` prints the table that docs/config-limits.md holds; a test keeps
 the two equal and checks that no number or list in any config model is left without a bound
 (seeds and prices excepted: they are neither counts nor sizes).
 """
