@@ -62,7 +62,7 @@ def start_paced_stub(service_ms: float) -> tuple[ThreadingHTTPServer, str]:
         def log_message(self, *args):  # quiet
             pass
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = json.dumps({"data": [{"id": "paced"}]}).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -70,7 +70,7 @@ def start_paced_stub(service_ms: float) -> tuple[ThreadingHTTPServer, str]:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             req = json.loads(self.rfile.read(int(self.headers["content-length"])))
             n = int(req.get("max_tokens") or 4)
             self.send_response(200)

@@ -65,7 +65,7 @@ def _table_columns(results_dir: Path, name: str, files: list[Path]) -> tuple[lis
     for part in files:
         try:
             got = pq.read_schema(part)
-        except Exception as e:  # noqa: BLE001 - any reader error: name the part
+        except Exception as e:  # any reader error: name the part
             raise WarehouseError(
                 f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); nothing loaded"
             ) from e
@@ -89,7 +89,7 @@ def _table_columns(results_dir: Path, name: str, files: list[Path]) -> tuple[lis
 def _run_ids(results_dir: Path, name: str, part: Path) -> pa.Array:
     try:
         return pc.unique(pq.read_table(part, columns=["run_id"]).column("run_id"))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # any reader error: name the part
         raise WarehouseError(
             f"table {name} of {results_dir} is unreadable: {part} ({_first_line(e)}); nothing loaded"
         ) from e

@@ -233,7 +233,7 @@ class _PopenDyingWithParent:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
 
-    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - the module's name
+    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:  # subprocess's name
         kwargs.setdefault("preexec_fn", die_with_parent())
         kwargs.setdefault("start_new_session", True)
         return self._module.Popen(*args, **kwargs)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from pydantic import ValidationError
 
 from tasks.client import api_root
 from tasks.core.bounds import MAX_CONFIG_BYTES, load_yaml
@@ -71,7 +72,7 @@ def load_suite_spec(
         data["seed"] = seed
     try:
         spec = SuiteSpec.model_validate(data)
-    except Exception as err:  # pydantic's message, first line
+    except ValidationError as err:  # pydantic's message, first line
         raise ConfigError(f"--suite: {str(err).splitlines()[0]}; fix the suite spec") from None
     if spec.name not in SUITES:
         raise ConfigError(f"--suite: {SUITES.unknown(spec.name)}")

@@ -116,7 +116,7 @@ def deliver(slug_name: str, subject: str, body: str, backoff_s: tuple[float, ...
         try:
             block.notify(body=body, subject=subject)
             return
-        except Exception:  # noqa: BLE001 - HTTP errors of any notification backend
+        except Exception:  # HTTP errors of any notification backend, tried again
             if wait_s is None:
                 raise
             time.sleep(wait_s)

@@ -74,7 +74,7 @@ class Receiver(BaseHTTPRequestHandler):
 
     received: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:  # http.server's name
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         Receiver.received.append(json.loads(body or b"{}"))
         self.send_response(200)

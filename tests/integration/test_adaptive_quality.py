@@ -90,7 +90,7 @@ def test_a_variant_extends_until_its_gate_decides(endpoints, tmp_path: Path, mon
     # 'times' question (50 points down) fails at 40 and stops there.
     cfg = config({"max_items": 160, "budget_s": 60}, {"margin_points": 10})
     reads: Counter = Counter()
-    counted = lambda d, name, _read=read_table: reads.update([name]) or _read(d, name)  # noqa: E731
+    counted = lambda d, name, _read=read_table: reads.update([name]) or _read(d, name)
     for module in [m for m in list(sys.modules.values()) if getattr(m, "read_table", None) is read_table]:
         monkeypatch.setattr(module, "read_table", counted)
     got = measure(cfg, {"ref": endpoints["oracle"], "same": endpoints["oracle"], "worse": endpoints["half"]}, tmp_path)

@@ -186,7 +186,7 @@ def test_run_message(status, failed, flagged, on_partial, subject) -> None:
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         _Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         self.send_response(200)
         self.end_headers()

@@ -679,7 +679,7 @@ class LmEval(Suite):
             if (c or {}).get("output_type") in ("loglikelihood", "multiple_choice", "loglikelihood_rolling")
         }
         if loglik_tasks:
-            decider.path  # noqa: B018 - decided already when lm-eval asked; a cached run decides here
+            decider.path  # decided already when lm-eval asked; a cached run decides here
         for s in res.scores:
             if s.metric.split(".", 1)[0] in loglik_tasks:
                 s.note = decider.note
