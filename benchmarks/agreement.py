@@ -39,7 +39,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import demo_server, hf_tokenizer_dir, paced_server, server_timings, tradeoff_perf, vllm_bench_sharegpt
+from common import (
+    demo_server,
+    hf_tokenizer_dir,
+    paced_server,
+    server_timings,
+    tradeoff_perf,
+    tradeoff_perf_sharegpt,
+    vllm_bench_sharegpt,
+)
 
 
 def write_prompts(gguf: Path, path: Path, n: int, input_len: int, seed: int) -> None:
@@ -93,7 +101,6 @@ def main() -> None:
         prompts = work / "prompts.sharegpt.json"
         write_prompts(gguf, prompts, args.num_prompts, args.input_len, seed=0)
         tok_dir = hf_tokenizer_dir(gguf, work / "hf-tokenizer")
-        n, out_len = str(args.num_prompts), str(args.output_len)
         # One request first, so neither tool's first run pays for a cold server.
         tradeoff_perf(
             [
@@ -128,34 +135,17 @@ def main() -> None:
                 time.sleep(args.cooldown_s)
                 t0 = time.perf_counter()
                 if tool == "tradeoff":
-                    (r,) = tradeoff_perf(
-                        [
-                            "--endpoint",
-                            url,
-                            "--model",
-                            model,
-                            "--dataset",
-                            str(prompts),
-                            "--seed",
-                            "0",
-                            "--output-len",
-                            out_len,
-                            "--num-prompts",
-                            n,
-                            "--concurrency",
-                            "1",
-                            "--warmup",
-                            "0",
-                            "--force-output-len",
-                            "min_tokens",
-                            "--tokenizer",
-                            str(gguf),
-                            "--jitter",
-                            "off",
-                            "--detailed",
-                        ],  # the same single scenario as vLLM's
+                    r = tradeoff_perf_sharegpt(
+                        url,
+                        model,
+                        gguf,
+                        prompts,
+                        args.output_len,
+                        args.num_prompts,
+                        1,
                         work / f"tradeoff-{run}.json",
-                    )
+                        "--detailed",
+                    )  # the same single scenario as vLLM's
                 else:
                     v = vllm_bench_sharegpt(
                         url, model, tok_dir, prompts, args.output_len, args.num_prompts, 1, work / f"vllm-{run}.json"

@@ -34,7 +34,14 @@ import time
 from pathlib import Path
 
 from agreement import write_prompts
-from common import VLLM_PY, hf_tokenizer_dir, server_timings, tradeoff_perf, variant_server, vllm_bench_sharegpt
+from common import (
+    VLLM_PY,
+    hf_tokenizer_dir,
+    server_timings,
+    tradeoff_perf_sharegpt,
+    variant_server,
+    vllm_bench_sharegpt,
+)
 
 CLIENTS = ("tradeoff perf", "vllm bench serve", "curl")
 
@@ -79,33 +86,7 @@ def run_client(
     run: int,
 ) -> dict:
     if client == "tradeoff perf":
-        (r,) = tradeoff_perf(
-            [
-                "--endpoint",
-                url,
-                "--model",
-                model,
-                "--dataset",
-                str(prompts),
-                "--seed",
-                "0",
-                "--output-len",
-                str(output_len),
-                "--num-prompts",
-                str(n),
-                "--concurrency",
-                "1",
-                "--warmup",
-                "0",
-                "--force-output-len",
-                "min_tokens",
-                "--tokenizer",
-                str(gguf),
-                "--jitter",
-                "off",
-            ],
-            work / f"tradeoff-{run}.json",
-        )
+        r = tradeoff_perf_sharegpt(url, model, gguf, prompts, output_len, n, 1, work / f"tradeoff-{run}.json")
         return r
     if client == "vllm bench serve":
         return vllm_bench_sharegpt(

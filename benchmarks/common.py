@@ -184,6 +184,50 @@ def tradeoff_perf(args: list[str], result: Path, timeout_s: float = 900) -> list
     return [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
 
 
+def tradeoff_perf_sharegpt(
+    url: str,
+    model: str,
+    gguf: Path,
+    prompts: Path,
+    output_len: int,
+    num_prompts: int,
+    concurrency: int,
+    result: Path,
+    *extra: str,
+) -> dict:
+    """`tradeoff perf` on a ShareGPT-format prompts file, seed 0, no warm-up, no jitter scenario, at least
+    `output_len` tokens an answer (min_tokens), one scenario: vllm_bench_sharegpt's counterpart."""
+    (r,) = tradeoff_perf(
+        [
+            "--endpoint",
+            url,
+            "--model",
+            model,
+            "--dataset",
+            str(prompts),
+            "--seed",
+            "0",
+            "--output-len",
+            str(output_len),
+            "--num-prompts",
+            str(num_prompts),
+            "--concurrency",
+            str(concurrency),
+            "--warmup",
+            "0",
+            "--force-output-len",
+            "min_tokens",
+            "--tokenizer",
+            str(gguf),
+            "--jitter",
+            "off",
+            *extra,
+        ],
+        result,
+    )
+    return r
+
+
 def hf_tokenizer_dir(gguf: Path, out_dir: Path) -> Path:
     """The GGUF's tokenizer saved as a Hugging Face tokenizer folder, which `vllm bench serve --tokenizer` loads
     (this vLLM's tokenizer loader does not read GGUF files; transformers does, with the gguf package)."""

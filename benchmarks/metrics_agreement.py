@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from agreement import write_prompts
-from common import hf_tokenizer_dir, tradeoff_perf, variant_server, vllm_bench_sharegpt
+from common import hf_tokenizer_dir, tradeoff_perf, tradeoff_perf_sharegpt, variant_server, vllm_bench_sharegpt
 
 HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "e2el": "vllm:e2e_request_latency_seconds"}
 
@@ -67,7 +67,6 @@ def main() -> None:
     ap.add_argument("--cooldown-s", type=float, default=10.0)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradeoff-bench-metrics-"))
-    n, c, out_len = str(args.num_prompts), str(args.concurrency), str(args.output_len)
     rows: dict[str, list[dict]] = {"tradeoff perf": [], "vllm bench serve": []}
     serve = variant_server(work / "vllm.server.log", "vllm-cpu.yaml", "vllm-q4_1", timeout_s=600)
     with serve as (url, model, art):
@@ -99,31 +98,14 @@ def main() -> None:
                 before = histogram_totals(url)
                 t0 = time.perf_counter()
                 if tool == "tradeoff":
-                    (r,) = tradeoff_perf(
-                        [
-                            "--endpoint",
-                            url,
-                            "--model",
-                            model,
-                            "--dataset",
-                            str(prompts),
-                            "--seed",
-                            "0",
-                            "--output-len",
-                            out_len,
-                            "--num-prompts",
-                            n,
-                            "--concurrency",
-                            c,
-                            "--warmup",
-                            "0",
-                            "--force-output-len",
-                            "min_tokens",
-                            "--tokenizer",
-                            str(gguf),
-                            "--jitter",
-                            "off",
-                        ],
+                    r = tradeoff_perf_sharegpt(
+                        url,
+                        model,
+                        gguf,
+                        prompts,
+                        args.output_len,
+                        args.num_prompts,
+                        args.concurrency,
                         work / f"tradeoff-{run}.json",
                     )
                     name = "tradeoff perf"
