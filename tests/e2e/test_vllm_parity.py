@@ -20,6 +20,7 @@ from tasks.engines.vllm import vllm_python
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
 from tests.helpers import smollm2
+from tests.helpers.suites import suite_context
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -53,16 +54,15 @@ def context(cfg, name: str, art, ref_art, url: str, work: Path, limit: int | Non
     v = cfg.variant(name)
     engine = engine_for(v.engine)
     in_process = engine.has_in_process_logits
-    return SuiteContext(
+    return suite_context(
+        work,
         variant=name,
         base_url=url,
         served_model=engine.served_model_name(v),
         artifact_path=art.path if in_process else None,
         reference_artifact_path=ref_art.path if in_process else None,
         limit=limit,
-        seed=0,
         params=params,
-        work_dir=work,
         n_ctx=cfg.models[v.model].max_context,
         engine=v.engine,
         artifact=art,

@@ -26,6 +26,7 @@ from tasks.quality.logits import gguf_text_logprobs, log_softmax
 from tasks.quality.suites.fidelity import fidelity_rows, pooled_kl, truncate
 from tasks.quality.texts import FIDELITY_TEXT
 from tests.helpers.engines import demo_gguf
+from tests.helpers.suites import suite_context
 
 N = 48
 TEMPERATURE = 1.5
@@ -79,16 +80,12 @@ def vllm_like(variant: np.ndarray, ids: list[int], seen: list[dict]):
 
 def context(url: str, tmp_path: Path, engine: str = "vllm", **params) -> SuiteContext:
     gguf = demo_gguf()
-    return SuiteContext(
-        variant="v",
+    return suite_context(
+        tmp_path,
         base_url=url,
         served_model="v",
-        artifact_path=None,
-        reference_artifact_path=None,
         limit=N,
-        seed=0,
         params=params,
-        work_dir=tmp_path,
         n_ctx=512,
         engine=engine,
         reference_artifact=Artifact("ref", gguf, "sha", 1, True, 0.0, {}),

@@ -18,6 +18,7 @@ from tasks.engines.tokenizer import TokenizerRef, open_tokenizer
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
 from tests.helpers.engines import GGUF, demo_gguf, hf_tokenizer_dir
+from tests.helpers.suites import suite_context
 from tests.stubs.quality_stub import start
 
 
@@ -129,20 +130,7 @@ def stub():
 
 
 def context(url: str, tmp_path: Path, ref: TokenizerRef | None, **params) -> SuiteContext:
-    return SuiteContext(
-        variant="v",
-        base_url=url,
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=2,
-        seed=0,
-        params=params,
-        work_dir=tmp_path,
-        n_ctx=2048,
-        request_timeout_s=10,
-        tokenizer_ref=ref,
-    )
+    return suite_context(tmp_path, base_url=url, params=params, n_ctx=2048, request_timeout_s=10, tokenizer_ref=ref)
 
 
 def test_coherence_counts_in_the_engines_tokens(stub: str, hf_dir: Path, tmp_path: Path) -> None:

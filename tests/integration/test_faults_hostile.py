@@ -24,12 +24,12 @@ from tasks.core.config import SuiteSpec
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
 from tasks.quality import sandbox
-from tasks.quality.base import SuiteContext
 from tasks.quality.sandbox import Limits, run_untrusted
 from tasks.quality.suite_loop import run_suite
 from tasks.quality.suites.code import run_tests
 from tests.helpers import ROOT, processes_with
 from tests.helpers.configs import demo, hosted, load_error
+from tests.helpers.suites import suite_context
 from tests.stubs.quality_stub import start
 
 
@@ -157,18 +157,7 @@ def test_fault_answers_of_the_wrong_shape_err_their_samples_not_the_suite(suite,
 
     srv, url = start(answer, chat)
     n = 6
-    ctx = SuiteContext(
-        variant="v",
-        base_url=url,
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=n,
-        seed=0,
-        params=params,
-        work_dir=tmp_path,
-        engine="llama.cpp",
-    )
+    ctx = suite_context(tmp_path, base_url=url, limit=n, params=params, engine="llama.cpp")
     try:
         samples, scores = run_suite(
             SuiteSpec(name=suite), ctx, {"run_id": "r", "variant": "v", "suite": suite}, max_error_rate=0.9

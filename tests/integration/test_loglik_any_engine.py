@@ -25,6 +25,7 @@ from tasks.quality.logits import TransformersLogits
 from tasks.quality.loglik_records import find_record
 from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
 from tests.helpers.engines import hf_tokenizer_dir
+from tests.helpers.suites import suite_context
 
 
 @pytest.fixture(scope="module")
@@ -97,16 +98,11 @@ def vllm_context(url: str, folder: Path, tmp_path: Path, **params) -> SuiteConte
         }
     )
     art = Artifact("v", folder, "sha-of-v", 1, True, 0.0, {"engine_version": "vllm 0.0.0-test"})
-    return SuiteContext(
-        variant="v",
+    return suite_context(
+        tmp_path,
         base_url=url,
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
         limit=6,
-        seed=0,
         params=params,
-        work_dir=tmp_path,
         n_ctx=256,
         engine="vllm",
         artifact=art,
@@ -161,18 +157,7 @@ def test_quantized_at_load_variants_follow_the_engines_record(checkpoint: Path, 
 
 def test_unchecked_endpoint_says_so(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRADEOFF_CACHE_DIR", str(tmp_path / "cache"))
-    ctx = SuiteContext(
-        variant="h",
-        base_url="http://127.0.0.1:9",
-        served_model="m",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=2,
-        seed=0,
-        params={},
-        work_dir=tmp_path,
-        engine="openai-compatible",
-    )
+    ctx = suite_context(tmp_path, variant="h", engine="openai-compatible")
     decider = LoglikDecider(LmEvalParams(tasks=["gsm8k"]), ctx)
     assert decider.path == "endpoint"
     assert decider.note == "log-likelihood scored endpoint (not checked: no in-process model of these weights)"

@@ -18,10 +18,11 @@ import yaml
 from tasks.client import request
 from tasks.core.errors import ConfigError
 from tasks.loader import parse_config
-from tasks.quality.base import SuiteContext, suite_for
+from tasks.quality.base import suite_for
 from tasks.quality.logits import LlamaCppScorer, llama_cpp_worker
 from tasks.quality.suites.lm_eval import LocalData, write_local_overrides
 from tests.helpers import ROOT
+from tests.helpers.suites import suite_context
 from tests.stubs.quality_stub import start
 
 SHARED = ROOT.parent / "shared" / "datasets"
@@ -113,15 +114,11 @@ def oracle(answers):
 
 @needs_shared
 def test_lm_eval_suite_per_sample_rows_scores_and_files(oracle, tmp_path):
-    ctx = SuiteContext(
-        variant="v",
+    ctx = suite_context(
+        tmp_path,
         base_url=oracle,
         served_model="oracle",
-        artifact_path=None,
-        reference_artifact_path=None,
         limit=3,
-        seed=0,
-        work_dir=tmp_path,
         n_ctx=2048,
         params={"tasks": ["gsm8k", "bbh_cot_fewshot_boolean_expressions"], "datasets": LOCAL},
     )
@@ -156,15 +153,10 @@ def test_lm_evals_requests_go_through_the_one_client(oracle, tmp_path, monkeypat
         return request(method, base_url, path, timeout_s, json_body, headers=headers)
 
     monkeypatch.setattr(mod, "request", counted)
-    ctx = SuiteContext(
-        variant="v",
+    ctx = suite_context(
+        tmp_path,
         base_url=oracle,
         served_model="oracle",
-        artifact_path=None,
-        reference_artifact_path=None,
-        limit=2,
-        seed=0,
-        work_dir=tmp_path,
         n_ctx=2048,
         params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}},
     )
@@ -177,17 +169,8 @@ def test_lm_evals_requests_go_through_the_one_client(oracle, tmp_path, monkeypat
 def test_unparseable_answers_are_counted(tmp_path):
     srv, url = start(lambda prompt: " I am not sure.")
     try:
-        ctx = SuiteContext(
-            variant="v",
-            base_url=url,
-            served_model="m",
-            artifact_path=None,
-            reference_artifact_path=None,
-            limit=2,
-            seed=0,
-            work_dir=tmp_path,
-            n_ctx=2048,
-            params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}},
+        ctx = suite_context(
+            tmp_path, base_url=url, n_ctx=2048, params={"tasks": ["gsm8k"], "datasets": {"gsm8k": LOCAL["gsm8k"]}}
         )
         res = suite_for("lm_eval").run(ctx)
     finally:
@@ -243,15 +226,11 @@ def test_multiple_choice_through_lm_eval_in_process(tmp_path):
         )
     )
     # No server: log-likelihood never reaches the endpoint on the in-process path.
-    ctx = SuiteContext(
-        variant="v",
-        base_url="http://127.0.0.1:9",
+    ctx = suite_context(
+        tmp_path / "out",
         served_model="q4_1",
         artifact_path=demo_gguf(),
-        reference_artifact_path=None,
         limit=None,
-        seed=0,
-        work_dir=tmp_path / "out",
         n_ctx=512,
         engine="llama.cpp",
         params={"tasks": [str(task)]},

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.quality.base import SuiteContext, suite_for
+from tasks.quality.base import suite_for
 from tasks.quality.suites.code import code_problems, run_tests
 from tests.helpers.oracle import CODE_BODIES, oracle_chat, oracle_completion
+from tests.helpers.suites import suite_context
 from tests.stubs.quality_stub import start
 
 
@@ -26,16 +27,13 @@ def stub():
 
 
 def run_suite(url: str, name: str, model: str, tmp_path: Path, limit: int | None = None, **params):
-    ctx = SuiteContext(
+    ctx = suite_context(
+        tmp_path / name,
         variant=model,
         base_url=url,
         served_model=model,
-        artifact_path=None,
-        reference_artifact_path=None,
         limit=limit,
-        seed=0,
         params=params,
-        work_dir=tmp_path / name,
         n_ctx=2048,
         request_timeout_s=10,
     )
