@@ -16,7 +16,6 @@ import base64
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,26 +24,12 @@ from pathlib import Path
 
 import httpx
 
+from instruments.chromium import HEADLESS_FLAGS, chromium
 from tasks.engines.launcher import stop_group
 
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-breakpad",
-    "--disable-crash-reporter",
-]
+FLAGS = [*HEADLESS_FLAGS, "--disable-breakpad", "--disable-crash-reporter"]
 CLICK_TAB = """(() => { const el = [...document.querySelectorAll('button, [role=tab], a, li')]
   .find(e => e.textContent.trim() === %s); if (el) { el.click(); return true } return false })()"""
-
-
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def flow_run_url(ui: str, flow_run_id: str) -> str:

@@ -9,13 +9,14 @@ for scripted quality endpoints), unit_guard (what a unit test may not do)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import duckdb
 import pytest
 import yaml
+
+from instruments.chromium import HEADLESS_FLAGS, chromium
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
@@ -55,7 +56,7 @@ def q(db: Path, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = chromium()
 
 
 def render_in_chromium(page: Path, tmp: Path) -> Path:
@@ -66,14 +67,7 @@ def render_in_chromium(page: Path, tmp: Path) -> Path:
     proc = subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *HEADLESS_FLAGS,
             f"--user-data-dir={tmp / 'chromium'}",
             "--enable-logging=stderr",
             "--v=0",
