@@ -85,8 +85,7 @@ def variant_flow(
     """Build, serve and measure one VARIANT of CONFIG (a path on this host, the config mapping, or - from the
     nightly in-process - the config it validated) into RUN_ID."""
     t0 = time.monotonic()
-    if not isinstance(config, RunConfig):  # a flow run's parameters: checked before anything is read or written
-        valid_run_id(run_id)  # (from the nightly in-process, with the config it validated: checked there)
+    valid_run_id(run_id)  # flow parameters: checked before anything is read or written
     location = ResultsLocation.resolve(results_url) if results_url else None
     cfg = config_from(config)
     if variant not in {v.name for v in cfg.variants}:

@@ -76,9 +76,10 @@ def valid_run_id(run_id: str | None, what: str = "run_id") -> str | None:
 
 
 def make_run_paths(run_id: str) -> RunPaths:
-    """The run's folder, created; ConfigError (one line) for a folder that resolves outside the runs folder (a
-    symlink). `run_id` was checked where it entered (valid_run_id: the CLI, a flow's parameters) or made from a
-    stamp and a config name that the config's validation checked (new_run_id); it is not checked again."""
+    """The run's folder, created; ConfigError (one line) for a run id that is no safe name or a folder that
+    resolves outside the runs folder (a symlink). Here a run id becomes a path, so here it is always checked,
+    whoever calls (an entry point checks it too, to refuse it before any other work)."""
+    valid_run_id(run_id)
     try:
         contained(runs_dir(), runs_dir() / run_id, "run folder")
     except ValueError as err:

@@ -52,8 +52,8 @@ class ResultsLocation:
     def _run_root(self, run_id: str) -> tuple[fsspec.AbstractFileSystem, str]:
         """The run's folder at the location; a local one must resolve under the location's folder.
 
-        `run_id` is a RunPaths' run id, checked where it entered (valid_run_id: the CLI, a flow's parameters; a
-        rebuild's listing: its own pattern) or made from a checked config name; not checked again."""
+        `run_id` is a RunPaths' run id: checked where it became a path (make_run_paths), or a rebuild's listing's
+        name matched against the run id pattern."""
         fs, root = self._fs()
         if isinstance(fs, LocalFileSystem):
             try:

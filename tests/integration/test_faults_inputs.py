@@ -224,6 +224,17 @@ def test_fault_run_id_flow_parameter_with_dotdot_is_refused_by_the_nightly_and_t
             flow_fn()
 
 
+def test_fault_run_folder_of_an_unsafe_run_id_is_refused_whoever_asks(tmp_path, monkeypatch):
+    """make_run_paths, where a run id becomes a folder, checks it for any caller (not only the entry points)."""
+    from tasks.core.runinfo import make_run_paths
+
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
+    for bad in ("../x", "a/b", str(tmp_path / "abs")):
+        with pytest.raises(ConfigError, match=r"^run_id: .* is not a run id;"):
+            make_run_paths(bad)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "abs").exists()
+
+
 def test_fault_run_folder_that_is_a_symlink_out_of_the_runs_folder_is_refused(tmp_path, monkeypatch):
     from tasks.core.runinfo import make_run_paths
 

@@ -158,10 +158,13 @@ def test_tradeoff_run_reads_and_validates_its_config_once(
     assert counts["preflight"] == 1 and counts["with_work_pool"] == 1
     where = "flows.cli.cmd_run" if entry == "cli" else "tasks.orchestration.run_bookkeeping.check_run"
     assert counts[f"load_config_file@{where}"] == 1  # where the config entered
-    # The run id, checked once where it entered (the CLI, or the nightly's parameters) and trusted below: not again
-    # by the nightly, its in-process variants, the run folder (make_run_paths) or the results location. The
-    # helpers that build a path from it still check that the path resolves under its root.
-    assert counts["valid_run_id"] == 1 and counts[f"valid_run_id@{where}"] == 1
+    # The run id, checked where it enters (the CLI or the nightly's parameters, each variant flow's parameters) and
+    # where it becomes a path (make_run_paths: the nightly's folder and each variant's), not by every helper that
+    # uses the folder or the results location.
+    assert counts[f"valid_run_id@{where}"] == 1
+    assert counts["valid_run_id@flows.variant.variant_flow"] == 2
+    assert counts["valid_run_id@tasks.core.runinfo.make_run_paths"] == 3  # the nightly and its two variants
+    assert counts["valid_run_id"] == 6
     assert_one_read_per_table_per_step(counts)
     if entry == "cli":  # `tradeoff load` of the same run folder: its gate reads each table once too
         run_dir = tmp_path / "runs" / "walk1"
