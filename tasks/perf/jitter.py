@@ -6,8 +6,8 @@ to 11.5 % TTFT CV). So the jitter figure is taken on a fixed-length workload, at
 (the dedicated `jitter` scenario, see `needs_jitter_step`), and each repeat gives its own CV
 (sample std / mean over that repeat's ok requests, or over its pooled chunk gaps for ITL); the
 figure is the median of the repeats' CVs, with an interval over the repeats from the same
-helper as the other per-repeat intervals (`tasks.perf.metrics.bootstrap_ci` today, see
-`_repeat_interval`), NULL with the reason below 2 repeats. Plain Python.
+helper as the other per-repeat intervals (the log-scale t interval, see `_repeat_interval`),
+NULL with the reason below 2 repeats. Plain Python.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.core.config import PerfSpec
-from tasks.core.stat_tests import t_interval
+from tasks.core.stat_tests import log_t_interval
 from tasks.perf.metrics import RequestRecord, cv_pct
 
 JITTER_LABEL = "jitter"
@@ -43,10 +43,10 @@ def repeat_cvs(runs: list[list[RequestRecord]]) -> tuple[list[float | None], lis
 
 
 def _repeat_interval(values: list[float], level: float, resamples: int, seed: int) -> tuple[float | None, float | None]:
-    """Interval of the repeats' jitter: the t-interval over the per-repeat CVs that every per-repeat figure
-    uses (tasks.core.stat_tests.t_interval; run-to-run variation only, NULL under 2 repeats). The bootstrap
-    it replaced under-covered with 2-3 repeats (docs/statistics.md)."""
-    lo, hi, _ = t_interval(values, level)
+    """Interval of the repeats' jitter: the log-scale t interval over the per-repeat CVs that every per-repeat
+    figure uses (tasks.core.stat_tests.log_t_interval; run-to-run variation only, NULL under 2 repeats, never
+    below 0). The bootstrap it replaced under-covered with 2-3 repeats (docs/statistics.md)."""
+    lo, hi, _ = log_t_interval(values, level)
     return lo, hi
 
 

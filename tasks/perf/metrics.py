@@ -21,13 +21,15 @@ Definitions (times in ms, measured at the client):
 - goodput (`request_goodput`): requests/s that met every SLO limit at once (TTFT, TPOT,
   E2EL, whichever are set), over the same duration as `request_throughput`; a request
   with one output token has TPOT 0 for this test, as in vLLM.
-- confidence intervals of TTFT mean, request and output throughput: Student's t interval
-  over the repeats' own figures (each repeat's mean, throughput), so they hold run-to-run
-  variation only (~15 % on TTFT here; the requests' spread enters through each repeat's
-  figure); NULL with "n too small" in `ci_method` under two repeats. They bound the
-  long-run average of the per-repeat figure (docs/statistics.md gives their measured
-  coverage). TTFT p99: a distribution-free order-statistic interval over the pooled
-  requests (tasks.core.percentiles.interval: it covers the p99 itself at the level or more);
+- confidence intervals of TTFT mean, request and output throughput: a log-scale t interval
+  (the modified Cox interval, tasks.core.stat_tests.log_t_interval) over the repeats' own figures
+  (each repeat's mean, throughput), so they hold run-to-run variation only (~15 % on TTFT here; the
+  requests' spread enters through each repeat's figure) and never reach 0 or below (a plain t
+  interval over 3 repeats, one of them stalled, gave a TTFT mean's lower bound of -1,784 ms);
+  NULL with "n too small" in `ci_method` under two repeats. They bound the long-run average of the
+  per-repeat figure (docs/statistics.md gives their measured coverage). TTFT p99: a
+  distribution-free order-statistic interval over the pooled requests
+  (tasks.core.percentiles.interval: it covers the p99 itself at the level or more);
   NULL below the 368 requests a 95 % interval of a p99 needs.
 Only requests with status 'ok' enter any statistic; errors and incomplete ones are counted apart.
 """
@@ -41,7 +43,7 @@ import numpy as np
 
 from tasks.client import RequestRecord  # made by the client, read here
 from tasks.core.percentiles import interval as percentile_interval
-from tasks.core.stat_tests import t_interval
+from tasks.core.stat_tests import log_t_interval
 from warehouse.contract import PERCENTILES
 
 
@@ -248,7 +250,7 @@ def summarize_repeats(
     pooled["peak_output_throughput"] = max(peaks) if peaks else None
     small = None
     for name in ("ttft_ms_mean", "request_throughput", "output_throughput"):
-        pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"], why = t_interval([p[name] for p in per], level)
+        pooled[f"{name}_ci_low"], pooled[f"{name}_ci_high"], why = log_t_interval([p[name] for p in per], level)
         small = small or why
     ttft = [r.ttft_ms for run in runs for r in run if r.status == "ok" and not r.is_warmup]
     pooled["ttft_ms_p99_ci_low"], pooled["ttft_ms_p99_ci_high"] = percentile_interval(ttft, 99.0, level)
@@ -271,8 +273,8 @@ def repeat_ci_method(repeats: int, small: str | None, n: int, level: float) -> s
     if small:
         return f"TTFT mean, request and output throughput: NULL ({small}); {p99}"
     return (
-        f"TTFT mean, request and output throughput: t-interval over the repeats' own figures ({repeats} repeats; "
-        f"run-to-run variation only); {p99}"
+        f"TTFT mean, request and output throughput: log-scale t interval (modified Cox) over the repeats' own "
+        f"figures ({repeats} repeats; run-to-run variation only; bounds > 0); {p99}"
     )
 
 

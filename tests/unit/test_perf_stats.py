@@ -9,7 +9,7 @@ import pytest
 
 from tasks.core.config import SLO_PRESETS, PerfSpec, SloSpec
 from tasks.core.errors import ConfigError
-from tasks.core.stat_tests import t_interval
+from tasks.core.stat_tests import log_t_interval, t_interval
 from tasks.loader import parse_config
 from tasks.perf.metrics import RequestRecord, bootstrap_ci, describe, meets_slo, summarize, summarize_repeats
 
@@ -157,7 +157,29 @@ def test_t_interval_by_hand():
     assert t_interval([100.0, None], 0.95) == (None, None, "n too small: 1 value(s), a t-interval needs >= 2")
 
 
-def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
+def test_log_t_interval_by_hand():
+    """The modified Cox interval (Olsson 2005, eq. 5): exp(ybar + s2/2 +- t sqrt(s2/k + s2^2/(2(k-1)))) over logs."""
+    lo, hi, why = log_t_interval([100.0, 130.0], 0.95)
+    y = np.log([100.0, 130.0])
+    s2 = y.var(ddof=1)
+    half = T975[1] * math.sqrt(s2 / 2 + s2 * s2 / 2)
+    assert why is None and (lo, hi) == pytest.approx(
+        (math.exp(y.mean() + s2 / 2 - half), math.exp(y.mean() + s2 / 2 + half))
+    )
+    assert log_t_interval([100.0, None], 0.95) == (None, None, "n too small: 1 value(s), an interval needs >= 2")
+    assert log_t_interval([100.0, 0.0], 0.95)[:2] == (None, None)
+
+
+def test_a_stalled_repeat_widens_the_interval_upwards_never_below_zero():
+    """The issue's case: 3 repeats of TTFT means, one hit by a stall (7 s against ~0.5 s). The plain t interval
+    reaches below 0 (an impossible latency); the log-scale one stays above 0 and still covers the three."""
+    means = [470.0, 730.0, 7149.0]
+    t_lo, _, _ = t_interval(means, 0.95)
+    lo, hi, _ = log_t_interval(means, 0.95)
+    assert t_lo < 0 < lo < min(means) and hi > max(means)
+
+
+def test_repeat_intervals_are_log_t_intervals_over_each_repeats_figure():
     """Three repeats whose TTFTs sit at 100, 120 and 140 ms: the interval is over those three figures only."""
     runs = [
         [rec(i, base + i, base + 500.0 + i, start=600.0 * i, repeat=r) for i in range(5)]
@@ -166,12 +188,12 @@ def test_repeat_intervals_are_t_intervals_over_each_repeats_figure():
     s = summarize_repeats(runs)
     per = [summarize(run) for run in runs]
     for name in ("ttft_ms_mean", "request_throughput", "output_throughput"):
-        x = np.array([p[name] for p in per])
-        half = T975[2] * x.std(ddof=1) / math.sqrt(3)
-        assert (s[f"{name}_ci_low"], s[f"{name}_ci_high"]) == pytest.approx((x.mean() - half, x.mean() + half)), name
-    # a percentile bootstrap never leaves the pooled TTFTs (100-144 ms); t over 3 repeats gives 72-172 ms
+        lo, hi, _ = log_t_interval([p[name] for p in per], 0.95)
+        assert (s[f"{name}_ci_low"], s[f"{name}_ci_high"]) == pytest.approx((lo, hi)), name
+        assert s[f"{name}_ci_low"] > 0
+    # a percentile bootstrap never leaves the pooled TTFTs (100-144 ms); over 3 repeats the interval is wider
     assert s["ttft_ms_mean_ci_low"] < 100 and s["ttft_ms_mean_ci_high"] > 140
-    assert "t-interval" in s["ci_method"] and "run-to-run" in s["ci_method"]
+    assert "log-scale t interval" in s["ci_method"] and "run-to-run" in s["ci_method"]
 
 
 def test_one_repeat_gives_null_intervals_with_the_reason():

@@ -15,7 +15,7 @@
 --   sustainable_req_s              requests/s: the step's load (a rate step's offered rate; closed-loop steps:
 --                                  completed requests/s)
 --   sustainable_req_s_ci_low/_high the load's interval: a rate step's bracket [its rate, the next failing rate)
---                                  (upper NULL: none failed), a closed-loop step's t-interval over repeats
+--                                  (upper NULL: none failed), a closed-loop step's log-scale t interval over repeats
 --   sustainable_goodput_req_s      requests/s that met every limit in that step
 --   sustainable_output_tok_s       output tokens/s in that step; _ci_low/_ci_high its interval (>= 2 repeats)
 --   sustainable_ttft_ms_pctl, sustainable_tpot_ms_pctl   ms, TTFT and TPOT at the SLO percentile there (point)
@@ -327,7 +327,7 @@ objectives as (
             when 'energy' then j_per_1m_output_tok
             when 'cost_per_correct' then usd_per_correct
         end as objective,
-        -- the objective's interval: rate from the load's (a closed-loop step's own t-interval of its req/s), tokens/s
+        -- the objective's interval: rate from the load's (a closed-loop step's own log-scale t interval of its req/s), tokens/s
         -- and own-hardware cost scaled by the same factors; none for energy, per-token prices and per-correct cost
         case optimise
             when 'rate' then case when load_basis = 'rate' then sustainable_req_s else sustainable_req_s_ci_low end
