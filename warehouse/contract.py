@@ -412,9 +412,9 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("total_reasoning_tokens", I64, "tokens", "reasoning tokens of ok requests"),
             col("total_answer_tokens", I64, "tokens", "answer tokens of ok requests"),
             col("ttft_cv_pct_median", F64, "%", "median over repeats of each repeat's TTFT CV (tasks.perf.jitter)"),
-            *_ci("ttft_cv_pct_median", "%", "median TTFT CV (t-interval over repeats)"),
+            *_ci("ttft_cv_pct_median", "%", "median TTFT CV (log-scale t interval over repeats, > 0)"),
             col("itl_cv_pct_median", F64, "%", "median over repeats of each repeat's ITL CV"),
-            *_ci("itl_cv_pct_median", "%", "median ITL CV (t-interval over repeats)"),
+            *_ci("itl_cv_pct_median", "%", "median ITL CV (log-scale t interval over repeats, > 0)"),
             col("jitter_note", S, None, "why a jitter figure or its interval is NULL"),
             # 008_engine_energy: the engine's own devices, an idle baseline, J/token above idle, MBU's bytes
             col("energy_devices", S, None, "what was metered: nvml gpu1,gpu3 (... UUIDs) | rapl package-0 | NULL"),
@@ -459,6 +459,21 @@ TABLES_DECLARED: tuple[Table, ...] = (
             ),
             # 010_slo_claims: the completed request rate's interval (ties of closed-loop steps are judged on it)
             *_ci("request_throughput", "req/s", "request throughput"),
+            # 016_host_noise: what else used the host during the step's windows (tasks/perf/host_noise.py)
+            col(
+                "host_other_cpu_pct",
+                F64,
+                "%",
+                "CPU of processes other than the engine and the load generator, % of one core: max over kept windows",
+                between(0, MAX_FINITE),
+            ),
+            col("host_steal_pct", F64, "%", "CPU stolen by the hypervisor, % of one core: max over kept windows"),
+            col("host_load1", F64, None, "1-minute load average at the kept windows' ends: max"),
+            col("host_noise_max_pct", F64, "%", "threshold: a window whose others or steal exceed it is disturbed"),
+            col("windows_kept", I64, None, "windows (repeats) the step's figures rest on"),
+            col("windows_remeasured", I64, None, "disturbed windows dropped and measured again"),
+            col("windows_disturbed", I64, None, "kept windows still over the threshold (no retry or time left)"),
+            col("host_noise_note", S, None, "what was re-measured and why, or why the host's use is NULL"),
         ),
         checks=(
             Check(

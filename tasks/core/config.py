@@ -319,6 +319,26 @@ class PerfSpec(_Strict):
         le=3_600,
         description="idle power measured this long before the sweep, server up and idle (s); 0: off",
     )
+    host_noise_max_pct: float = Field(
+        default=25.0,
+        gt=0,
+        le=100_000,
+        description="a perf window in which processes other than the engine and the load generator (or the "
+        "hypervisor's steal) used more than this % of one core is disturbed, and measured again "
+        "(tasks/perf/host_noise.py)",
+    )
+    host_noise_retries: int = Field(
+        default=2, ge=0, le=10, description="disturbed windows measured again per (step, repeat); 0: only recorded"
+    )
+    host_quiet_wait_s: float = Field(
+        default=30.0, ge=0, le=3_600, description="longest wait for a quiet host before measuring a window again (s)"
+    )
+    host_noise_budget_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="most time a variant's perf run spends waiting for a quiet host and measuring windows again (s)",
+    )
 
     @field_validator("concurrency")
     @classmethod

@@ -25,6 +25,7 @@ import time
 from typing import Callable
 
 from tasks.core.config import LoadSearchSpec, RunConfig
+from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
 from tasks.perf.slo import SloCheck, check_step
 from tasks.perf.sweep import Scenario, Step, is_rate_step, run_step, step_prompts
@@ -132,6 +133,8 @@ def search_load(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
+    guard: HostGuard | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Scenario]:
     """The search's extra rate steps (each run `perf.repeats` times, as the sweep's, metered as the sweep's: the
     engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or there is nothing
@@ -166,6 +169,8 @@ def search_load(
                     seed,
                     energy_off_reason=energy_off_reason,
                     meter_opener=meter_opener,
+                    guard=guard,
+                    warn=warn,
                 )
             )
         added.append(sc)

@@ -21,6 +21,7 @@ from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
 from tasks.perf.energy import per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
+from tasks.perf.host_noise import HostGuard, NoiseRule, engine_process_ids
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
@@ -101,6 +102,7 @@ def summarize_scenario(
         }
     if scope is not None:
         energy_cols.update(idle_columns(energy_cols, [e.window_s for e in readings], scope, idle, tokens))
+    s.update(host_noise_columns(spec, sc))
     mbu = (
         mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None)
         if step.concurrency == 1
@@ -128,6 +130,42 @@ def summarize_scenario(
         }
     )
     return s
+
+
+def host_noise_columns(spec: PerfSpec, sc: Scenario) -> dict:
+    """What else used the host during the scenario's kept windows, and which windows they are (migration 016)."""
+
+    def worst(name: str) -> float | None:
+        vals = [getattr(run.noise, name) for run in sc.runs if run.noise and getattr(run.noise, name) is not None]
+        return max(vals) if vals else None
+
+    events = [
+        f"repeat {run.repeat}: measured again {len(run.remeasured)}x ({'; '.join(run.remeasured)})"
+        for run in sc.runs
+        if run.remeasured
+    ] + [f"repeat {run.repeat}: kept disturbed ({run.disturbed})" for run in sc.runs if run.disturbed]
+    unknown = next((run.noise.note for run in sc.runs if run.noise and run.noise.other_cpu_pct is None), None)
+    if not any(run.noise for run in sc.runs):
+        unknown = "host use not recorded"
+    return {
+        "host_other_cpu_pct": worst("other_cpu_pct"),
+        "host_steal_pct": worst("steal_pct"),
+        "host_load1": worst("load1"),
+        "host_noise_max_pct": spec.host_noise_max_pct,
+        "windows_kept": len(sc.runs),
+        "windows_remeasured": sum(len(run.remeasured) for run in sc.runs),
+        "windows_disturbed": sum(run.disturbed is not None for run in sc.runs),
+        "host_noise_note": "; ".join(events + ([unknown] if unknown else [])) or None,
+    }
+
+
+def host_guard(spec: PerfSpec, target: "Target") -> HostGuard:
+    """The host-noise rule of one variant's perf run: its threshold, retries and budget, and the engine's process
+    (the endpoint's listener on this host; nothing is read for an endpoint elsewhere)."""
+    rule = NoiseRule(spec.host_noise_max_pct, spec.host_noise_retries, spec.host_quiet_wait_s)
+    if not target.on_host:
+        return HostGuard(rule, set(), "endpoint is not on this host: host use not measured", spec.host_noise_budget_s)
+    return HostGuard(rule, engine_process_ids(urlparse(target.base_url).port), None, spec.host_noise_budget_s)
 
 
 def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
@@ -274,6 +312,7 @@ def measure(
         off_reason=None if target.on_host else "endpoint is not on this host; energy not measured"
     )
     idle = idle_baseline(scope, spec.idle_baseline_s)  # the server up and idle, before the first request
+    guard = host_guard(spec, target)
     summarized: dict[str, int] = {}  # scenario -> repeats its summary covers
 
     def summarize_new(scenarios: list[Scenario]) -> None:
@@ -297,6 +336,8 @@ def measure(
         on_scenario=summarize_new,
         energy_off_reason=scope.off_reason,
         meter_opener=scope.open_meter,
+        guard=guard,
+        warn=warn,
     )
     if search is not None:
         scenarios += search(
@@ -309,6 +350,8 @@ def measure(
             summarize_new,
             energy_off_reason=scope.off_reason,
             meter_opener=scope.open_meter,
+            guard=guard,
+            warn=warn,
         )
     summarize_new(scenarios)
     return scenarios

@@ -36,6 +36,7 @@ from tasks.client import endpoint_url, request_body, stream_request, stream_sess
 from tasks.core.config import PerfSpec
 from tasks.core.lifecycle import run_async
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
+from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
 from tasks.perf.workload import Prompt, Workload
@@ -59,6 +60,9 @@ class StepRun:
     measured: list[RequestRecord]
     energy: EnergyReading
     power: list[PowerSample] = field(default_factory=list)
+    noise: HostNoise | None = None  # what else used the host during the measured window (tasks.perf.host_noise)
+    disturbed: str | None = None  # why the kept window counts as disturbed (no retry or budget left); None: quiet
+    remeasured: list[str] = field(default_factory=list)  # windows measured again before this one, and why
 
 
 @dataclass
@@ -178,8 +182,59 @@ def run_step(
     on_record: Callable[[RequestRecord], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
+    guard: HostGuard | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> StepRun:
-    """Warm-up one by one, then the measured requests of one step inside an energy window."""
+    """One (step, repeat): its window measured, and measured again while `guard` finds it disturbed by other
+    processes on the host (waiting for a quiet host first; bounded by the guard's retries and budget). The same
+    prompts and request indices each time; the windows measured again are dropped, and the kept one says why
+    each was (`remeasured`) and whether it is still disturbed (`disturbed`)."""
+    dropped: list[str] = []
+    while True:
+        t0 = time.perf_counter()
+        run = _run_window(
+            spec, step, repeat, prompts, base_url, model, force, count_tokens, first_index, offsets_seed,
+            on_record, energy_off_reason, meter_opener, guard,
+        )  # fmt: skip
+        run.remeasured = dropped
+        if guard is None or run.noise is None:
+            return run
+        why = guard.retry_reason(run.noise, len(dropped))
+        if why is None:
+            run.disturbed = guard.rule.judge(run.noise)
+            if run.disturbed and warn:
+                warn(
+                    f"{step.label} repeat {repeat}: window disturbed ({run.disturbed}; {run.noise.describe()}); "
+                    f"kept as it is: no retry or re-measuring time left ({len(dropped)} measured again)"
+                )
+            return run
+        waited = guard.rule.wait_quiet(guard.engine_pids)
+        guard.spent_s += time.perf_counter() - t0
+        dropped = dropped + [f"{why} ({run.noise.describe()})"]
+        if warn:
+            warn(
+                f"{step.label} repeat {repeat}: window disturbed ({why}; {run.noise.describe()}); measuring it "
+                f"again after {waited:.0f} s (retry {len(dropped)} of {guard.rule.retries})"
+            )
+
+
+def _run_window(
+    spec: PerfSpec,
+    step: Step,
+    repeat: int,
+    prompts: list[Prompt],
+    base_url: str,
+    model: str,
+    force: str | None,
+    count_tokens: Callable[[str], int] | None,
+    first_index: int,
+    offsets_seed: int,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    energy_off_reason: str | None = None,
+    meter_opener: Callable | None = None,
+    guard: HostGuard | None = None,
+) -> StepRun:
+    """Warm-up one by one, then the measured requests of one step inside an energy window and a host window."""
     common = dict(
         kind=spec.endpoint,
         force=force,
@@ -205,7 +260,8 @@ def run_step(
         r.is_warmup = True
     todo = prompts[n_warm:]
     offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
-    with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
+    host = guard.window() if guard is not None else contextlib.nullcontext()
+    with host, EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = run_async(
             partial(
                 run_load,
@@ -224,7 +280,8 @@ def run_step(
     head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share
     for r in measured:
         r.is_warmup = r.start_ms < spec.warmup_s * 1000.0 or r.index < head
-    return StepRun(step, repeat, warm, measured, window.reading, window.samples)
+    noise = host.noise if guard is not None else None
+    return StepRun(step, repeat, warm, measured, window.reading, window.samples, noise)
 
 
 def run_perf(
@@ -238,8 +295,11 @@ def run_perf(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
+    guard: HostGuard | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
+    With `guard`, a window disturbed by other processes on the host is measured again (see run_step).
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
@@ -276,6 +336,8 @@ def run_perf(
                         tracker,
                         energy_off_reason,
                         meter_opener,
+                        guard,
+                        warn,
                     )
                 )
                 if sweep_pending and step.label == "max":
