@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _warehouse_path, md_escape
+from tasks.report.text import _warehouse_path, host_noise_lines, md_escape
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -634,7 +634,7 @@ def format_recommendation(
     lines = summary_lines(df)
     if stability and len(df):
         lines.insert(1, stability_text(pick_stability(con, run_id, stability), _v(df.iloc[0], "recommended_variant")))
-    return "\n".join([head, "", *lines, "", _table(df), *_notes(df)])
+    return "\n".join([head, "", *lines, *host_noise_lines(con, run_id), "", _table(df), *_notes(df)])
 
 
 def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
@@ -646,7 +646,9 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """The nightly's `tradeoff-recommendation` artifact: the sentences, then one row per variant."""
     df = recommendation_frame(con, run_id)
     said = [md_escape(s) for s in summary_lines(df)]  # a failed variant's sentence quotes its error
-    lines = [f"**{said[0]}**", ""] + [f"- {s}" for s in said[1:]]
+    lines = [f"**{said[0]}**", ""] + [
+        f"- {s}" for s in said[1:] + [md_escape(h) for h in host_noise_lines(con, run_id)]
+    ]
     lines += [
         "",
         "| variant | verdict | sustainable req/s | gate | retention (95 % CI) | reason |",

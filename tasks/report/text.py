@@ -223,6 +223,36 @@ def _threads_footnotes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]
     return out
 
 
+def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """What else used the host during the perf windows (perf_summary, migration 016; tasks/perf/host_noise.py): the
+    steps with a window measured again or kept disturbed, each with its note, then the worst of the kept windows
+    against the threshold; nothing for runs recorded before 016."""
+    rows = con.execute(
+        "select variant, scenario, windows_kept, windows_remeasured, windows_disturbed, host_noise_note, "
+        "host_other_cpu_pct, host_steal_pct, host_noise_max_pct from perf_summary where run_id = ? "
+        "and windows_kept is not null order by variant, scenario",
+        [run_id],
+    ).fetchall()
+    if not rows:
+        return []
+    out = [
+        f"host: {v} {sc}: {kept} windows kept, {again} measured again, {bad} kept disturbed ({note})"
+        for v, sc, kept, again, bad, note, *_ in rows
+        if again or bad
+    ]
+    others = [r[6] for r in rows if r[6] is not None]
+    steal = [r[7] for r in rows if r[7] is not None]
+    threshold = rows[0][8]
+    if others:
+        out.append(
+            f"host: in the kept windows, other processes used at most {max(others):.0f} % of a core and steal "
+            f"{max(steal, default=0.0):.0f} % (a window over {threshold:g} % is disturbed and measured again)"
+        )
+    else:
+        out.append(f"host: other processes' CPU not measured ({next((r[5] for r in rows if r[5]), 'unknown')})")
+    return out
+
+
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
     path = _warehouse_path(con)
@@ -247,6 +277,7 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
         _table(df, metric or "quality"),
         *_energy_footnotes(df),
         *_threads_footnotes(con, run_id),
+        *host_noise_lines(con, run_id),
         "",
     ]
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]

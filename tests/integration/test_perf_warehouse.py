@@ -77,3 +77,47 @@ def test_reload_replaces_power_samples(tmp_path):
     load_run(run_dir, db)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("select count(*) from perf_power").fetchall() == [(1,)]
+
+
+def test_what_else_used_the_host_reaches_the_warehouse_the_report_and_the_recommendation(tmp_path):
+    """Migration 016: the host-noise columns of a step load, and the report and the recommendation say which windows
+    were measured again, what was kept disturbed, and the threshold."""
+    from tasks.report.recommend import format_recommendation
+    from tasks.report.text import format_report
+
+    run_dir = write_sample_run(tmp_path)
+    res = run_dir / "results"
+    rows = pq.read_table(res / "perf_summary" / "q4_1.parquet").to_pylist()
+    for i, r in enumerate(rows):
+        r.update(
+            {
+                "host_other_cpu_pct": 12.0 + i,
+                "host_steal_pct": 2.0,
+                "host_load1": 1.2,
+                "host_noise_max_pct": 25.0,
+                "windows_kept": 3,
+                "windows_remeasured": 1 if i == 0 else 0,
+                "windows_disturbed": 0,
+                "host_noise_note": "repeat 0: measured again 1x (other processes used 187 % of a core (> 25 %))"
+                if i == 0
+                else None,
+            }
+        )
+    write_table(res, "perf_summary", "q4_1", rows)
+    db = tmp_path / "wh.duckdb"
+    load_run(run_dir, db)
+    with open_warehouse(db, read_only=True) as con:
+        got = con.execute(
+            "select sum(windows_remeasured), max(host_other_cpu_pct), max(host_noise_max_pct) from perf_summary "
+            "where variant = 'q4_1'"
+        ).fetchall()
+        assert got == [(1, 12.0 + len(rows) - 1, 25.0)]
+        report = format_report(con)
+        recommendation = format_recommendation(con)
+    said = (
+        f"host: q4_1 {rows[0]['scenario']}: 3 windows kept, 1 measured again, 0 kept disturbed "
+        "(repeat 0: measured again 1x (other processes used 187 % of a core (> 25 %)))"
+    )
+    worst = f"other processes used at most {12 + len(rows) - 1:.0f} % of a core and steal 2 % (a window over 25 %"
+    for text in (report, recommendation):
+        assert said in text and worst in text, text
