@@ -66,6 +66,8 @@ class RequestRecord:
     # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
     # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
     choice_offsets_ms: list[float] = field(default_factory=list)
+    # the prompt's length as built (the workload's tokenizer, or words); prompt_tokens becomes the server's count
+    prompt_tokens_asked: int | None = None
 
     @property
     def itl_ms(self) -> list[float]:
@@ -326,6 +328,69 @@ def chat(
     return _answer(request("POST", base_url, "/v1/chat/completions", timeout_s, body), "chat", None)
 
 
+# The tokenize and detokenize endpoints OpenAI-compatible servers add, by server: (tokenize path, its body, the key
+# of the ids in its answer, detokenize path, its body, the key of the text). Probed in this order (tokenizer_api).
+TOKENIZE_APIS: dict[str, tuple[str, Callable, str, str, Callable, str]] = {
+    "llama-cpp-python": (
+        "/extras/tokenize",
+        lambda model, text: {"model": model, "input": text},
+        "tokens",
+        "/extras/detokenize",
+        lambda model, ids: {"model": model, "tokens": ids},
+        "text",
+    ),
+    "vllm": (
+        "/tokenize",
+        lambda model, text: {"model": model, "prompt": text, "add_special_tokens": False},
+        "tokens",
+        "/detokenize",
+        lambda model, ids: {"model": model, "tokens": ids},
+        "prompt",
+    ),
+    "llama.cpp": (
+        "/tokenize",
+        lambda model, text: {"content": text},
+        "tokens",
+        "/detokenize",
+        lambda model, ids: {"tokens": ids},
+        "content",
+    ),
+}
+
+
+def tokenize(base_url: str, model: str, api: str, text: str, timeout_s: float = 30.0) -> list[int]:
+    """The server's own token ids of `text` (no special tokens added where the server lets one say so)."""
+    path, body, key, *_ = TOKENIZE_APIS[api]
+    answer = json_of(request("POST", base_url, path, timeout_s, body(model, text)))
+    ids = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise BadResponse(f"{path}: no list of token ids under {key!r}")
+    return ids
+
+
+def detokenize(base_url: str, model: str, api: str, ids: list[int], timeout_s: float = 30.0) -> str:
+    """The server's own text of token ids `ids`."""
+    *_, path, body, key = TOKENIZE_APIS[api]
+    answer = json_of(request("POST", base_url, path, timeout_s, body(model, ids)))
+    text = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(text, str):
+        raise BadResponse(f"{path}: no text under {key!r}")
+    return text
+
+
+def tokenizer_api(base_url: str, model: str, timeout_s: float = 10.0) -> str | None:
+    """Which of TOKENIZE_APIS the server at `base_url` answers (tokenize and detokenize, the text back); None: none."""
+    probe = "Request 0 nonce 1f2e3d4c: time year people"
+    for api in TOKENIZE_APIS:
+        try:
+            ids = tokenize(base_url, model, api, probe, timeout_s)
+            if ids and detokenize(base_url, model, api, ids, timeout_s).strip() == probe:
+                return api
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return None
+
+
 def request_body(kind: str, model: str, prompt: str, max_tokens: int, force: str | None) -> dict:
     """The JSON body of one streamed, greedy perf request (`force`: how the output length is forced)."""
     body: dict = {
@@ -478,6 +543,7 @@ async def stream_request(
         start_ms=(t_send - origin_ns) / 1e6,
         prompt_tokens=prompt_tokens,
         prompt_tokens_source=prompt_tokens_source if prompt_tokens is not None else None,
+        prompt_tokens_asked=prompt_tokens,
         max_tokens=body.get("max_tokens"),
         repeat=repeat,
         vllm_success=False,

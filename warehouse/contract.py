@@ -288,6 +288,12 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("answer_tokens", I32, "tokens", "output_tokens - reasoning_tokens"),
             col("reasoning_tokens_source", S, None, "usage | tokenizer | approx_chunks; NULL without reasoning"),
             col("end_s", F64, "s", "when the request returned, any status, from the scenario's start"),
+            col(
+                "prompt_tokens_asked",
+                I32,
+                "tokens",
+                "prompt length as built: the workload's tokenizer's count (prompt_tokens: the server's, when given)",
+            ),
         ),
     ),
     Table(
@@ -474,6 +480,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("windows_remeasured", I64, None, "disturbed windows dropped and measured again"),
             col("windows_disturbed", I64, None, "kept windows still over the threshold (no retry or time left)"),
             col("host_noise_note", S, None, "what was re-measured and why, or why the host's use is NULL"),
+            col("prompt_len_note", S, None, "when the server counted prompts more than 1 token off their built length"),
         ),
         checks=(
             Check(

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Protocol
 
+from tasks.client import detokenize, tokenize, tokenizer_api
 from tasks.core.config import HF_TOKENIZER_FILES
 
 
@@ -130,6 +131,31 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+
+class ServerTokenizer:
+    """The tokenizer of a running server, through its own tokenize/detokenize endpoints (tasks.client.TOKENIZE_APIS):
+    for an endpoint whose tokenizer is not on this host, so that a prompt of `input_len` tokens is `input_len` of the
+    tokens the server counts (as `vllm bench serve`'s random dataset builds its prompts with the served tokenizer)."""
+
+    def __init__(self, base_url: str, model: str, api: str):
+        self.base_url, self.model, self.api = base_url, model, api
+        self.label = f"server:{api}"
+
+    def encode(self, text: str) -> list[int]:
+        return tokenize(self.base_url, self.model, self.api, text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return detokenize(self.base_url, self.model, self.api, list(tokens))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def server_tokenizer(base_url: str, model: str) -> ServerTokenizer | None:
+    """The server's tokenizer when it exposes one (llama-cpp-python, vLLM, llama.cpp's server); None otherwise."""
+    api = tokenizer_api(base_url, model)
+    return ServerTokenizer(base_url, model, api) if api else None
 
 
 @lru_cache(maxsize=8)

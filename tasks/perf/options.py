@@ -37,6 +37,8 @@ FLAGS = {
     "confidence": "--confidence",
     "request_deadline_s": "--deadline-s",
     "jitter": "--jitter",
+    "host_noise_max_pct": "--host-noise-max-pct",
+    "host_noise_retries": "--host-noise-retries",
 }
 
 
@@ -100,8 +102,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", "always", "off"],
         help="the fixed-length concurrency-1 `jitter` scenario (default auto: when lengths spread)",
     )
+    p.add_argument(
+        "--host-noise-max-pct",
+        type=float,
+        help="a window in which other processes on this host used more than this %% of a core is measured again "
+        "(default 25)",
+    )
+    p.add_argument("--host-noise-retries", type=int, help="disturbed windows measured again (default 2; 0: only said)")
     p.add_argument("--connect-timeout-s", type=float, default=10.0, help="wait at most this long for the endpoint")
-    p.add_argument("--tokenizer", help="GGUF file whose vocabulary counts tokens (its size also gives MBU)")
+    p.add_argument(
+        "--tokenizer",
+        help="GGUF file whose vocabulary counts tokens (its size also gives MBU); default: the server's own "
+        "tokenizer through its tokenize endpoint where it has one (llama-cpp-python, vLLM, llama.cpp), else words",
+    )
     p.add_argument("--model-bytes", type=int, help="bytes of weights read per token, for MBU")
     p.add_argument("--detailed", action="store_true", help="add per-request lists (as --save-detailed)")
     p.add_argument(
@@ -147,6 +160,8 @@ def spec_from_args(args: argparse.Namespace) -> PerfSpec:
         "force_output_len": args.force_output_len,
         "request_deadline_s": args.deadline_s,
         "jitter": args.jitter,
+        "host_noise_max_pct": args.host_noise_max_pct,
+        "host_noise_retries": args.host_noise_retries,
     }
     data.update({k: v for k, v in given.items() if v is not None})
     if args.no_unique_prompts:

@@ -17,7 +17,7 @@ from tasks.core.config import ModelSpec, PerfSpec, Variant
 from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
-from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer
+from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, server_tokenizer
 from tasks.perf.energy import per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
@@ -37,6 +37,24 @@ from warehouse.contract import SCHEMAS, write_table
 Search = Callable[..., list[Scenario]]
 
 FORCE_LABEL = {"min_tokens": "min_tokens", "ignore_eos": "ignore_eos", "both": "min_tokens,ignore_eos"}
+
+
+def prompt_len_note(records: list[RequestRecord], built_by: str | None) -> str | None:
+    """Why the server's prompt lengths differ from the asked ones (more than 1 token on a request); None when they
+    agree or the server gave no count. `built_by`: what counted the built prompts (a tokenizer's label, or words)."""
+    pairs = [
+        (r.prompt_tokens_asked, r.prompt_tokens)
+        for r in records
+        if r.status == "ok" and not r.is_warmup and r.prompt_tokens_source == "usage" and r.prompt_tokens_asked
+    ]
+    diffs = [server - asked for asked, server in pairs]
+    if not diffs or max(abs(d) for d in diffs) <= 1:
+        return None
+    asked, server = [a for a, _ in pairs], [b for _, b in pairs]
+    return (
+        f"the server counted {min(server)}-{max(server)} prompt tokens for prompts built to {min(asked)}-{max(asked)} "
+        f"by {built_by or 'words (no tokenizer)'}: {min(diffs):+d} to {max(diffs):+d} on {len(pairs)} requests"
+    )
 
 
 def output_len_note(records: list[RequestRecord], force: str | None) -> str | None:
@@ -62,6 +80,7 @@ def summarize_scenario(
     model_bytes_method: str | None = None,
     scope: EnergyScope | None = None,
     idle: IdleBaseline | None = None,
+    built_by: str | None = None,
 ) -> dict:
     """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline; with the
     energy `scope`, also what was metered and the energy above its `idle` baseline (migration 008)."""
@@ -119,6 +138,7 @@ def summarize_scenario(
             "num_warmup": sum(len(run.warmup) + sum(r.is_warmup for r in run.measured) for run in sc.runs),
             "output_len_forced_by": FORCE_LABEL.get(force) if force else None,
             "output_len_note": output_len_note(measured, force),
+            "prompt_len_note": prompt_len_note(measured, built_by),
             "goodput_slo": spec.slo.label() if spec.slo else None,
             **{f"slo_{k}": (slo or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2el_ms")},
             **energy_cols,
@@ -195,6 +215,7 @@ def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: Requ
         "answer_tokens": r.answer_tokens,
         "reasoning_tokens_source": r.reasoning_tokens_source,
         "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None,
+        "prompt_tokens_asked": r.prompt_tokens_asked,
     }
 
 
@@ -268,10 +289,11 @@ def variant_target(variant: Variant, artifact: Artifact, base_url: str, model: M
     engine = engine_for(variant.engine)
     tok_ref = engine.tokenizer(artifact, model)
     model_bytes, bytes_method, bandwidth = roofline_inputs(engine, variant, artifact)
+    served = engine.served_model_name(variant)
     return Target(
         base_url,
-        engine.served_model_name(variant),
-        open_tokenizer(tok_ref) if tok_ref else None,
+        served,
+        open_tokenizer(tok_ref) if tok_ref else server_tokenizer(base_url, served),
         engine.forces_output_len,
         model_bytes,
         engine.runs_on_host,
@@ -304,6 +326,7 @@ def measure(
             warn(note)
     tok = target.tokenizer
     count = tok.count if tok else None
+    built_by = tok.label if tok else None
     force = output_force(spec, target.forces_output_len)
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
     # measured once per run, before the first request, and only where it describes the server's host
@@ -319,7 +342,7 @@ def measure(
         for sc in scenarios:
             if summarized.get(sc.step.label) != len(sc.runs):
                 sc.summary = summarize_scenario(
-                    spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle
+                    spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle, built_by
                 )
                 summarized[sc.step.label] = len(sc.runs)
         if on_scenario:
@@ -354,6 +377,8 @@ def measure(
             warn=warn,
         )
     summarize_new(scenarios)
+    for note in sorted({sc.summary.get("prompt_len_note") for sc in scenarios} - {None}):
+        warn(f"prompt lengths: {note}")
     return scenarios
 
 
@@ -413,7 +438,8 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     model = args.model or (models[0] if models else None)
     if not model:
         raise ConfigError(f"--model: {endpoint}/v1/models lists no model; pass --model NAME")
-    tok = load_tokenizer(str(Path(args.tokenizer).resolve())) if args.tokenizer else None
+    # no tokenizer given: the server's own, where it exposes one (prompts of input_len tokens as it counts them)
+    tok = load_tokenizer(str(Path(args.tokenizer).resolve())) if args.tokenizer else server_tokenizer(endpoint, model)
     model_bytes = args.model_bytes or (Path(args.tokenizer).stat().st_size if args.tokenizer else None)
     how = ("--model-bytes" if args.model_bytes else "the --tokenizer GGUF's size") if model_bytes else None
     # An unknown server: `auto` asks for both min_tokens and ignore_eos.

@@ -38,6 +38,25 @@ def _spread(rng: random.Random, length: int, spread: float, least: int) -> int:
     return max(least, rng.randint(int(length * (1 - spread)), int(math.ceil(length * (1 + spread)))))
 
 
+def exact_length(
+    ids: list[int], n: int, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], tries: int = 10
+) -> tuple[str, int]:
+    """A text whose own tokenization is `n` tokens, from the ids of a longer one: cut to n, decoded, and since a decoded
+    text may tokenize to other ids (merges across the cut, a split character), encoded again and cut or topped up
+    with the text's own following ids until it holds, as vLLM's random dataset does (gen_prompt_decode_to_target_len).
+    Returns the text and its length by `encode` (n, or the nearest after `tries`)."""
+    spare = ids[n:]
+    ids = ids[:n]
+    text = decode(ids)
+    for _ in range(tries):
+        again = encode(text)
+        if len(again) == n:
+            return text, n
+        ids = again[:n] if len(again) > n else again + spare[: n - len(again)]
+        text = decode(ids)
+    return text, len(encode(text))
+
+
 def synthetic_prompts(
     n: int,
     input_len: int,
@@ -67,8 +86,8 @@ def synthetic_prompts(
             rng.shuffle(body_words)
         text = head + " ".join(body_words)
         if encode and decode:
-            ids = encode(text)[:n_in]
-            out.append(Prompt(decode(ids), len(ids), n_out, "tokenizer"))
+            text, n_tok = exact_length(encode(text), n_in, encode, decode)
+            out.append(Prompt(text, n_tok, n_out, "tokenizer"))
         else:
             words = (head + " ".join(body_words)).split()[: max(1, n_in)]
             out.append(Prompt(" ".join(words), len(words), n_out, "approx_words"))

@@ -12,3 +12,9 @@ alter table perf_summary add column if not exists windows_kept bigint;        --
 alter table perf_summary add column if not exists windows_remeasured bigint;  -- disturbed windows dropped, measured again
 alter table perf_summary add column if not exists windows_disturbed bigint;   -- kept windows still over the threshold
 alter table perf_summary add column if not exists host_noise_note varchar;    -- what happened, or why NULL
+
+-- Prompts of the length asked (issue 36, item 6): each request's prompt length as the workload built it (the
+-- tokenizer's count, or words without one) beside the server's own count (prompt_tokens), and per step a note
+-- when the two differ by more than one token (a chat template's tokens, a server without a tokenizer here).
+alter table perf_requests add column if not exists prompt_tokens_asked integer; -- tokens (or words), as built
+alter table perf_summary add column if not exists prompt_len_note varchar;      -- when the server's count differs
