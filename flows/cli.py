@@ -26,10 +26,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
     suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
+    from tasks.perf.slo import evidence_lines
+
+    lines, cannot = evidence_lines(cfg)
     print(
         f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
+    print("\n".join(lines))
+    if cannot:
+        print(f"warning: {args.config}: the night would judge no variant on the SLO: {cannot}", file=sys.stderr)
     return 0
 
 
@@ -49,6 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     valid_run_id(args.run_id, "--run-id")
     text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
+    from tasks.perf.slo import evidence_lines
+
+    _, cannot = evidence_lines(cfg)  # said before any work, as `tradeoff check` says it
+    if cannot:
+        print(f"warning: {args.config}: the night will judge no variant on the SLO: {cannot}", file=sys.stderr)
 
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     # Results location, work pool, notify block: one line each. The nightly takes the checked run as it is.

@@ -161,3 +161,73 @@ def check_step(
         offered,
         achieved,
     )
+
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """What one configured step gives the decision's percentile claim, known before any work (`tradeoff check`)."""
+
+    step: str  # c1, r2, sync, max, sweep rates, search
+    loop: str  # closed | open
+    gives: int  # measured requests, repeats pooled (at most: perf.warmup_s may drop some at a step's start)
+    needs: int | None  # the fewest that show the percentile with none over a limit; None: p100, never
+
+    @property
+    def enough(self) -> bool:
+        return self.needs is not None and self.gives >= self.needs
+
+
+def step_evidence(cfg) -> list[StepEvidence]:
+    """Per configured step, the measured requests it gives (repeats pooled) against what the decision's percentile
+    needs at its confidence (tasks.core.percentiles.min_requests): closed-loop steps (c<N>, the sweep's sync and
+    max) give perf.num_prompts per repeat, rate steps (configured, the sweep's, the search's) what the decision
+    sized them to. Takes a RunConfig; [] without an SLO (the decision judges no step)."""
+    from tasks.core.percentiles import min_requests
+
+    perf, d = cfg.perf, cfg.decision
+    if not d.slo_limits(perf):
+        return []
+    needs = min_requests(d.percentile, d.confidence)
+    closed, rated = perf.repeats * perf.num_prompts, perf.repeats * perf.rate_measured()
+    out = [StepEvidence(f"c{c}", "closed", closed, needs) for c in perf.concurrency or []]
+    out += [StepEvidence(f"r{r:g}", "open", rated, needs) for r in perf.rates]
+    if perf.sweep is not None:
+        out += [StepEvidence("sync", "closed", closed, needs), StepEvidence("max", "closed", closed, needs)]
+        if perf.sweep:
+            out.append(StepEvidence(f"sweep1-{perf.sweep}", "open", rated, needs))
+    if d.search is not None:
+        out.append(StepEvidence("search", "open", rated, needs))
+    return out
+
+
+def evidence_lines(cfg) -> tuple[list[str], str | None]:
+    """`tradeoff check`'s lines about the decision's percentile claim, and why the config is refused (None: it is
+    not): refused when no step it runs can show the percentile even with every request within the limits, since
+    the night would then end judging no variant on the SLO."""
+    steps = step_evidence(cfg)
+    if not steps:
+        return ["decision: no SLO, no percentile claim to size"], None
+    d = cfg.decision
+    need = steps[0].needs
+    one_over = requests_needed(1, d.percentile, d.confidence)
+    head = (
+        f"decision: p{d.percentile:g} at {d.confidence * 100:g} % needs >= {need} measured requests per step with "
+        f"none over a limit ({one_over} with one over)"
+    )
+    lines = [head] + [
+        f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{need - s.gives} short'})"
+        for s in steps
+    ]
+    if any(s.enough for s in steps):
+        return lines, None
+    perf = cfg.perf
+    per_repeat = math.ceil(need / perf.repeats)
+    why = (
+        f"no step can show p{d.percentile:g} at {d.confidence * 100:g} %: each gives at most "
+        f"{max(s.gives for s in steps)} measured requests and {need} are needed; raise perf.num_prompts to "
+        f"{per_repeat} ({perf.repeats} repeat{'s' if perf.repeats > 1 else ''}), add perf.rates or decision.search "
+        f"(rate steps are sized to it), or "
+        f"ask a lower decision.percentile (p75 needs {requests_needed(0, 75.0, d.confidence)}, p90 "
+        f"{requests_needed(0, 90.0, d.confidence)})"
+    )
+    return lines, why

@@ -91,3 +91,44 @@ def test_load_config_rejects_non_mapping(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
         load_config(p)
+
+
+def _decision_config(perf: dict, decision: dict | None = None) -> dict:
+    cfg = yaml.safe_load(DEMO.read_text())
+    cfg["perf"] = {**cfg["perf"], **perf}
+    cfg["decision"] = decision or {}
+    return cfg
+
+
+def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_work():
+    """Issue 36, item 3: p99 at 95 % needs 299 requests a step; the shipped vllm-cpu config's closed-loop steps
+    gave 12 each, so every variant ended 'not enough requests' after 30 minutes. Now each step is stated, and a
+    config whose steps cannot show the percentile is said to judge no variant on the SLO, with the fixes."""
+    from tasks.perf.slo import evidence_lines
+
+    cfg = parse_config(_decision_config({"concurrency": [1, 2], "repeats": 3, "num_prompts": 4}))
+    lines, cannot = evidence_lines(cfg)
+    assert lines == [
+        "decision: p99 at 95 % needs >= 299 measured requests per step with none over a limit (473 with one over)",
+        "  c1 (closed loop): gives 12 (287 short)",
+        "  c2 (closed loop): gives 12 (287 short)",
+    ]
+    assert cannot.startswith("no step can show p99 at 95 %: each gives at most 12 measured requests and 299")
+    assert "raise perf.num_prompts to 100 (3 repeats)" in cannot and "p75 needs 11, p90 29" in cannot
+    # rate steps are sized to the percentile by the config itself: enough, and nothing to warn about
+    cfg = parse_config(_decision_config({"concurrency": [1], "rates": [1.0], "repeats": 3, "num_prompts": 4}))
+    lines, cannot = evidence_lines(cfg)
+    assert lines[1:] == ["  c1 (closed loop): gives 12 (287 short)", "  r1 (open loop): gives 300 (enough)"]
+    assert cannot is None
+
+
+def test_check_warns_on_a_config_that_would_judge_no_variant(tmp_path, capsys):
+    bad = tmp_path / "p99.yaml"
+    bad.write_text(yaml.safe_dump(_decision_config({"concurrency": [1], "repeats": 2, "num_prompts": 4})))
+    assert main(["check", str(bad)]) == 0
+    out, err = capsys.readouterr()
+    assert "  c1 (closed loop): gives 8 (291 short)" in out
+    assert "the night would judge no variant on the SLO: no step can show p99" in err
+    assert main(["check", str(ROOT / "configs" / "vllm-cpu.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "  c1 (closed loop): gives 12 (enough)" in out and "warning" not in err
