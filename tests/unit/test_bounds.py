@@ -45,3 +45,26 @@ def test_a_shared_list_is_counted_once_per_reference():
     loop: list = []
     loop.append(loop)  # a cycle stops at the depth limit
     assert data_problem({"a": loop}) == "config: nested deeper than 32 levels; flatten it"
+
+
+def test_effective_requests_keeps_independent_requests_and_shrinks_a_drifting_step():
+    """Issue 36, item 4: the lag-1 rank autocorrelation of a step's latencies (per repeat, in send order) shrinks the
+    requests a percentile claim counts, n (1 - r) / (1 + r), only when r is significant."""
+    import numpy as np
+
+    from tasks.core.percentiles import effective_requests, shown_within
+
+    rng = np.random.default_rng(3)
+    independent = [list(rng.lognormal(0, 0.3, 100)) for _ in range(3)]
+    n_eff, r = effective_requests(independent)
+    assert n_eff == 300 and abs(r) < 0.1
+    z = np.zeros(300)
+    for t in range(1, 300):
+        z[t] = 0.9 * z[t - 1] + np.sqrt(1 - 0.81) * rng.standard_normal()
+    n_eff, r = effective_requests([list(np.exp(0.3 * z))])
+    assert 0.7 < r < 0.97 and n_eff == int(300 * (1 - r) / (1 + r)) and n_eff < 60
+    # 0 of 299 over shows a p99 for independent requests, not for 299 drifting ones counted as n_eff
+    assert shown_within(0, 299, 299, 99.0, 0.95) and not shown_within(0, 299, n_eff, 99.0, 0.95)
+    # the over count is scaled with n: 1 of 473 shows it independent; counted as 300 it would be 1 of 300: no
+    assert shown_within(1, 473, 473, 99.0, 0.95) and not shown_within(1, 473, 300, 99.0, 0.95)
+    assert effective_requests([[1.0, 2.0]]) == (2, None)  # too few pairs to say
