@@ -39,7 +39,8 @@ def ar1(rng: np.random.Generator, sims: int, k: int, rho: float) -> np.ndarray:
 
 def rates(rng, sims: int, n: int, repeats: int, rho: float, pct: float, sigma: float, factor: float) -> tuple:
     """(claims as today, claims with n_eff) over `sims` steps; the limit is the true percentile / `factor`."""
-    per = n // repeats
+    per = math.ceil(n / repeats)  # each repeat sends its share, so the step has at least n
+    n = per * repeats
     z = np.concatenate([ar1(rng, sims, per, rho) for _ in range(repeats)], axis=1)  # repeats side by side
     lat = np.exp(sigma * z)
     limit = math.exp(sigma * stats.norm.ppf(pct / 100)) / factor

@@ -331,10 +331,10 @@ class PerfSpec(_Strict):
         default=2, ge=0, le=10, description="disturbed windows measured again per (step, repeat); 0: only recorded"
     )
     host_quiet_wait_s: float = Field(
-        default=30.0, ge=0, le=3_600, description="longest wait for a quiet host before measuring a window again (s)"
+        default=20.0, ge=0, le=3_600, description="longest wait for a quiet host before measuring a window again (s)"
     )
     host_noise_budget_s: float = Field(
-        default=300.0,
+        default=120.0,
         ge=0,
         le=86_400,
         description="most time a variant's perf run spends waiting for a quiet host and measuring windows again (s)",

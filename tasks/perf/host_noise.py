@@ -173,7 +173,7 @@ class NoiseRule:
 
     max_pct: float  # others' CPU or steal, % of one core, above which a window is disturbed
     retries: int  # windows measured again per (step, repeat) before the last one is kept as it is
-    quiet_wait_s: float = 30.0  # longest wait for a quiet host before measuring again
+    quiet_wait_s: float = 20.0  # longest wait for a quiet host before measuring again
     name: str = "host_noise"
 
     def judge(self, noise: HostNoise) -> str | None:
@@ -208,7 +208,7 @@ class HostGuard:
     rule: NoiseRule
     engine_pids: set[int]
     off_reason: str | None = None  # the endpoint is not on this host: nothing is read or judged
-    budget_s: float = 300.0
+    budget_s: float = 120.0
     spent_s: float = 0.0
 
     def window(self) -> HostWindow:

@@ -3,6 +3,8 @@ interval."""
 
 from __future__ import annotations
 
+import html
+
 import duckdb
 import pyarrow.parquet as pq
 import pytest
@@ -82,6 +84,7 @@ def test_reload_replaces_power_samples(tmp_path):
 def test_what_else_used_the_host_reaches_the_warehouse_the_report_and_the_recommendation(tmp_path):
     """Migration 016: the host-noise columns of a step load, and the report and the recommendation say which windows
     were measured again, what was kept disturbed, and the threshold."""
+    from tasks.report.html import decision_section
     from tasks.report.recommend import format_recommendation
     from tasks.report.text import format_report
 
@@ -114,10 +117,11 @@ def test_what_else_used_the_host_reaches_the_warehouse_the_report_and_the_recomm
         assert got == [(1, 12.0 + len(rows) - 1, 25.0)]
         report = format_report(con)
         recommendation = format_recommendation(con)
+        page = decision_section(con, "r1")
     said = (
         f"host: q4_1 {rows[0]['scenario']}: 3 windows kept, 1 measured again, 0 kept disturbed "
         "(repeat 0: measured again 1x (other processes used 187 % of a core (> 25 %)))"
     )
     worst = f"other processes used at most {12 + len(rows) - 1:.0f} % of a core and steal 2 % (a window over 25 %"
-    for text in (report, recommendation):
+    for text in (report, recommendation, html.unescape(page)):
         assert said in text and worst in text, text
