@@ -174,10 +174,15 @@ class NoiseRule:
     max_pct: float  # others' CPU or steal, % of one core, above which a window is disturbed
     retries: int  # windows measured again per (step, repeat) before the last one is kept as it is
     quiet_wait_s: float = 20.0  # longest wait for a quiet host before measuring again
+    # /proc counts CPU in 10 ms ticks: one tick of another process over a 20 ms window reads as 50 % of a core, so a
+    # window shorter than this is recorded but not judged (its figures are not worth a re-measure either)
+    min_window_s: float = 1.0
     name: str = "host_noise"
 
     def judge(self, noise: HostNoise) -> str | None:
-        """Why the window is disturbed, or None (also when host use is unknown: nothing to judge)."""
+        """Why the window is disturbed, or None (also when host use is unknown or the window too short to judge)."""
+        if noise.window_s < self.min_window_s:
+            return None
         worst = [
             (what, v)
             for what, v in (("other processes used", noise.other_cpu_pct), ("steal took", noise.steal_pct))

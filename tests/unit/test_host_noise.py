@@ -76,6 +76,8 @@ def test_the_rule_judges_others_and_steal_against_its_threshold():
     assert rule.judge(HostNoise(2.0, 187.0, 0.0, 1.0)) == "other processes used 187 % of a core (> 25 %)"
     assert rule.judge(HostNoise(2.0, 0.0, 30.0, 1.0)) == "steal took 30 % of a core (> 25 %)"
     assert rule.judge(HostNoise(2.0, None, None, None, note="unknown")) is None  # nothing to judge
+    # a 20 ms window (a stub's errors): one 10 ms tick of anyone reads as 50 % of a core; recorded, not judged
+    assert rule.judge(HostNoise(0.02, 371.0, 0.0, 7.7)) is None
 
 
 def test_the_guard_retries_a_bounded_number_of_times_within_its_budget():
