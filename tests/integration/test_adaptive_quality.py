@@ -17,7 +17,8 @@ import yaml
 from tasks.core.config import RunConfig
 from tasks.engines.base import Artifact
 from tasks.loader import parse_config
-from tasks.quality.gate import Look, judge, look_schedule
+from tasks.quality.design import look_schedule
+from tasks.quality.gate import Look, judge
 from tasks.quality.suite_loop import run_suites
 from tests.helpers import ROOT
 from tests.helpers.oracle import oracle_completion
