@@ -194,6 +194,14 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("reference_variant", S, None, "the variant every delta compares with"),
             col("primary_quality_metric", S, None, "'suite.metric' shown as the quality column"),
             col("error", S, None, "why the run failed or was partial"),
+            col(
+                "gate_plan_json",
+                S,
+                "JSON",
+                "the quality gate's power stated before the evidence: per gating metric and variant, the items "
+                "planned, the discordance assumed, the chance an equal variant passes, the items for 80 % "
+                "(tasks/quality/gate_plan.py)",
+            ),
         ),
         checks=(Check("rows", {"value": 1}),),
     ),
@@ -662,6 +670,29 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "ratio",
                 "retention this metric keeps at least when at most identity_flip_high of outputs differ",
                 between(0),
+            ),
+            col(
+                "n_needed_threshold",
+                F64,
+                "unit",
+                "0/1 gating metrics: the delta at the run's gate threshold (-margin, or (target - 1) x the reference's "
+                "score) that n_needed and n_needed_if_equal are computed for",
+            ),
+            col(
+                "n_needed_if_equal",
+                I64,
+                "count",
+                "paired samples (the last look of the design in use) with which a truly equal variant with this "
+                "row's discordance passes with 80 % power (tasks/quality/design.py, exact); NULL: not reachable",
+                between(1),
+            ),
+            col(
+                "n_needed",
+                I64,
+                "count",
+                "the same for the observed loss and gain rates: samples to pass (or fail, when the estimate is "
+                "past the threshold) with 80 % power",
+                between(1),
             ),
         ),
     ),

@@ -47,7 +47,7 @@ Spending = Literal["obf", "pocock"]
 # that its interval stays finite.
 Z_CAP = 7.0
 _GRID = 1601  # points of the recursive integration's grid per look (boundaries accurate to ~1e-6)
-_WIDTH = 12.0  # standard deviations of a count's distribution kept (the mass cut off is < 1e-30)
+_WIDTH = 9.0  # standard deviations of a count's distribution kept (the mass cut off is < 1e-18)
 DEFAULT_POWER = 0.8
 
 
@@ -226,13 +226,16 @@ def n_for_power(
     first: int | None = None,
     min_samples: int = 1,
     spending: Spending = "obf",
-    cap: int = 1_000_000,
+    cap: int = 50_000,
+    decide: Literal["pass", "fail"] = "pass",
 ) -> int | None:
     """The smallest last look (the fixed n when `first` is None; else the maximum of an adaptive design with that
-    first look) whose exact power reaches `power`, by bisection; None when even `cap` items do not."""
+    first look) whose exact chance to `decide` (pass, or fail) reaches `power`, by bisection; None when even `cap`
+    items do not (the exact computation grows with n: past 50,000 pairs a normal approximation is as good)."""
 
     def power_at(n: int) -> float:
-        return operating(p_lost, p_gain, threshold, confidence, n, first, min_samples, spending).passes
+        got = operating(p_lost, p_gain, threshold, confidence, n, first, min_samples, spending)
+        return got.passes if decide == "pass" else got.fails
 
     lo = max(min_samples, first or 1, 1)
     if power_at(lo) >= power:

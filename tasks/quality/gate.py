@@ -154,11 +154,13 @@ def combine(gates: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Look:
-    """The look an interval is taken at: its own two-sided level, its number (1-based) and the looks planned."""
+    """The look an interval is taken at: its own two-sided level, its number (1-based), the looks planned and the first
+    look's items."""
 
     level: float
     number: int = 1
     planned: int = 1
+    first: int | None = None  # items at the schedule's first look (None: a fixed sample)
 
     @staticmethod
     def fixed(confidence: float) -> "Look":
@@ -166,4 +168,5 @@ class Look:
 
     @staticmethod
     def at(confidence: float, schedule: list[int], k: int) -> "Look":
-        return Look(look_level(confidence, schedule, k), k + 1, len(schedule))
+        first = schedule[0] if len(schedule) > 1 else None
+        return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)

@@ -21,6 +21,7 @@ from pathlib import Path
 from tasks.core.config import RunConfig
 from tasks.quality.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.design import DEFAULT_POWER, n_for_power, operating
+from tasks.quality.gate import Look
 
 # An equal-quality variant flips 2-5 % of right/wrong items against its reference (INT8/INT4 on GSM8K-like
 # suites): the upper end is assumed where no night measured it, so the stated power is not optimistic.
@@ -129,13 +130,10 @@ def planned_items(cfg: RunConfig, metric: str) -> tuple[int | None, int | None]:
 def plan_gate(cfg: RunConfig, metric: str, assumed: Assumed, variant: str | None = None) -> GatePlan:
     """The plan of one gating metric for one assumption (a truly equal variant: loses and gains half the
     discordance each)."""
-    d = cfg.decision
     first, last = planned_items(cfg, metric)
-    if d.margin_points is not None:
-        basis, threshold = "margin_points", -d.margin_points / 100.0
-    else:
-        ref = assumed.reference_value if assumed.reference_value is not None else DEFAULT_REFERENCE
-        basis, threshold = "retention", (d.retention - 1.0) * ref
+    basis = "margin_points" if cfg.decision.margin_points is not None else "retention"
+    ref = assumed.reference_value if assumed.reference_value is not None else DEFAULT_REFERENCE
+    threshold = threshold_of(cfg, "fraction", ref)  # a gating metric planned for is a right/wrong share
     conf, min_n, half = cfg.quality.confidence, cfg.quality.min_samples, assumed.discordance / 2.0
     seq = first if first is not None and last is not None and last > first else None
     power = None if last is None else operating(half, half, threshold, conf, last, seq, min_n).passes
@@ -253,3 +251,44 @@ def plan_lines(plans: list[GatePlan]) -> list[str]:
 def plan_json(plans: list[GatePlan]) -> str:
     """The plans as recorded in runs.gate_plan_json (a list of objects, the fields of GatePlan)."""
     return json.dumps([asdict(p) for p in plans])
+
+
+def threshold_of(cfg: RunConfig, unit: str | None, reference_value: float | None) -> float | None:
+    """The delta at the run's gate threshold for a higher-is-better metric: -margin for a fraction metric with a
+    margin, else (retention - 1) x the reference's score; None without a positive reference score."""
+    d = cfg.decision
+    if d.margin_points is not None and unit == "fraction":
+        return -d.margin_points / 100.0
+    if reference_value is None or reference_value <= 0:
+        return None
+    return (d.retention - 1.0) * reference_value
+
+
+def add_design_needs(rows: list[dict], cfg: RunConfig, looks: dict[str, Look] | None = None) -> list[dict]:
+    """Each 0/1 gating metric's row gets the samples a decision needs under the design in use (the adaptive
+    suite's looks from its first, else a fixed sample) at the run's threshold: if truly equal with the row's
+    discordance, and at its observed loss and gain rates (to pass, or to fail when its estimate is past the
+    threshold). Exact (tasks.quality.design.n_for_power); NULL past its cap."""
+    gating, q = set(gating_metrics(cfg)), cfg.quality
+    for r in rows:
+        n = r.get("n") or 0
+        if f"{r['suite']}.{r['metric']}" not in gating or r.get("n_lost") is None or n == 0:
+            continue
+        if not r.get("higher_is_better", True) or r.get("delta") is None:
+            continue
+        threshold = threshold_of(cfg, r.get("unit"), r.get("reference_value"))
+        if threshold is None:
+            continue
+        look = (looks or {}).get(r["suite"])
+        first = look.first if look is not None else None
+        lost, gained = r["n_lost"] / n, r["n_gained"] / n
+        half = (lost + gained) / 2
+        decide = "pass" if r["delta"] >= threshold else "fail"
+        r["n_needed_threshold"] = threshold
+        r["n_needed_if_equal"] = n_for_power(
+            half, half, threshold, q.confidence, first=first, min_samples=q.min_samples
+        )
+        r["n_needed"] = n_for_power(
+            lost, gained, threshold, q.confidence, first=first, min_samples=q.min_samples, decide=decide
+        )
+    return rows

@@ -22,7 +22,7 @@ import pandas as pd
 
 from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
-from tasks.report.text import quality_unit, takeaways, tradeoff_frame
+from tasks.report.text import gate_plan_lines, quality_unit, takeaways, tradeoff_frame
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
@@ -396,6 +396,10 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return _note("no variants")
     lines = summary_lines(df)
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
+    plan = gate_plan_lines(con, run_id)
+    if plan:
+        items = "".join(f"<li>{html.escape(t.removeprefix('- '))}</li>" for t in plan)
+        text += f"<p>The quality gate's power, stated before the evidence:</p><ul>{items}</ul>"
     plot = _decision_plot(df)
     table = _table(df, DECISION_COLUMNS)
     return (

@@ -173,7 +173,7 @@ def test_looks_have_no_sliver_and_one_look_is_the_fixed_design():
     assert look_schedule(30, 1000) == [30, 60, 120, 240, 480, 1000]
     assert look_level(0.95, [80], 0) == 0.95 and Look.fixed(0.95) == Look(0.95, 1, 1)
     schedule = look_schedule(30, 1000)
-    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6)
+    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
 
 
 def test_boundaries_are_lan_demets_obrien_fleming_and_pocock():
