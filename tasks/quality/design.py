@@ -199,6 +199,7 @@ def _trim(mass: np.ndarray, c0: int, g0: int, eps: float = 1e-30) -> tuple[np.nd
     return mass[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1], c0 + int(rows[0]), g0 + int(cols[0])
 
 
+@functools.lru_cache(maxsize=4096)
 def operating(
     p_lost: float,
     p_gain: float,
@@ -217,6 +218,7 @@ def operating(
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def n_for_power(
     p_lost: float,
     p_gain: float,
