@@ -289,13 +289,6 @@ def pick_timeline(picks: pd.DataFrame) -> str:
 def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None) -> str:
     """The headline series across nights with their change points, the change points themselves, and the pick
     of each night (v_recommendation_history)."""
-    metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
-    figs = "".join(
-        _figure(
-            f"History: {m} across nights (dashed: Otava change point; ring: band rule)", history_plot(con, run_id, m)
-        )
-        for m in metrics
-    )
     keys = con.execute("select distinct series_key from v_history where run_id = ?", [run_id]).df().series_key.tolist()
     cps = con.execute(
         """
@@ -306,6 +299,15 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
         order by started_at desc, variant, metric, rule""",
         [keys, run_id],
     ).df()
+    # the headline series, then every other metric with a change point: each change listed has its plot
+    metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
+    metrics += sorted(set(cps.metric) - set(metrics))
+    figs = "".join(
+        _figure(
+            f"History: {m} across nights (dashed: Otava change point; ring: band rule)", history_plot(con, run_id, m)
+        )
+        for m in metrics
+    )
     cps["p_value"] = cps.p_value.map(_p_text)
     picks = con.execute(
         """
