@@ -22,6 +22,7 @@ def _warehouse(args: argparse.Namespace) -> Path:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tasks.loader import load_config
+    from tasks.quality.gate_plan import plan_config, plan_lines
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
@@ -30,6 +31,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
+    for line in plan_lines(plan_config(cfg, cfg.warehouse_path())):
+        print(line)
     return 0
 
 

@@ -40,7 +40,8 @@ from tasks.engines.base import Artifact, engine_for
 from tasks.quality.adaptive import Budget, adaptive_suites, judge_rows, sequential_gate
 from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
 from tasks.quality.deltas import add_identity_bounds, quality_deltas
-from tasks.quality.gate import UNDECIDED, Look, look_schedule
+from tasks.quality.design import look_schedule
+from tasks.quality.gate import UNDECIDED, Look
 from tasks.quality.suite_failures import account_errors
 from warehouse.contract import ResultTables, write_table
 

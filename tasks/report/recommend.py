@@ -155,6 +155,8 @@ def overrides_from_args(args) -> dict[str, Any]:
         out["retention"] = _number("--retention", args.retention, "0.99")
     if getattr(args, "margin_points", None) is not None:
         out["margin_points"] = _number("--margin-points", args.margin_points, "2")
+    elif "retention" in out:
+        out["margin_points"] = None  # --retention alone asks for the retention gate, whatever the run recorded
     if getattr(args, "identity_gate", None):
         out["identity_gate"] = True
     if args.optimise is not None:

@@ -14,7 +14,17 @@ import pytest
 from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec
 from tasks.core.errors import ConfigError
 from tests.helpers import widths_in_chromium
-from tests.helpers.decision_run import STARTED, N, by_variant, delta, no_pair_differs, step, ttfts, write_decision_run
+from tests.helpers.decision_run import (
+    RETENTION,
+    STARTED,
+    N,
+    by_variant,
+    delta,
+    no_pair_differs,
+    step,
+    ttfts,
+    write_decision_run,
+)
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse
 
@@ -69,7 +79,9 @@ def demo_like() -> dict[str, dict]:
 @pytest.fixture
 def demo_db(tmp_path: Path) -> Path:
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "d1", demo_like(), decision={"grid_gco2e_per_kwh": 400}), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "d1", demo_like(), decision={**RETENTION, "grid_gco2e_per_kwh": 400}), db
+    )
     return db
 
 
@@ -135,7 +147,7 @@ def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Pa
         },
     }
     db = tmp_path / "tie.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         tie = by_variant(con, "t1")
     assert tie["a"]["verdict"] == "recommended" and tie["b"]["verdict"] == "passes"
@@ -160,7 +172,9 @@ def test_null_energy_gives_null_carbon_with_its_reason(demo_db: Path) -> None:
 
 def test_an_slo_no_variant_meets(tmp_path: Path) -> None:
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "s1", demo_like(), decision={"slo": {"ttft_ms": 250}}), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "s1", demo_like(), decision={**RETENTION, "slo": {"ttft_ms": 250}}), db
+    )
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "s1")
     ok = [r for r in got.values() if r["status"] == "ok"]
@@ -191,7 +205,7 @@ def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path:
         }
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         steps = {r["scenario"]: r for r in rows(con, "select * from v_slo_steps")}
         rec = by_variant(con, "e1")["ref"]
@@ -233,7 +247,7 @@ def test_rate_steps_rank_by_offered_rate_and_a_lucky_step_does_not_count(tmp_pat
         },
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "r1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "r1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "r1")
     ref, small = got["ref"], got["small"]
@@ -267,7 +281,7 @@ def test_each_perf_verdict_is_worded_with_what_it_rests_on(tmp_path: Path) -> No
         "slow": {**same, "steps": [step("r1", 4, 1.0, ttfts(N, 2100), rate=1.0)]},
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         lines = format_recommendation(con, "w1").splitlines()
     bounds = "300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 599 ms, TPOT 20.0 ms"
@@ -310,7 +324,7 @@ def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
         "b": {"accuracy": 0.5, "delta": delta(0.5, 0.499, (-0.003, 0.002)), "steps": bracketed(4.5, 6.0)},
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "t2")
     assert got["a"]["verdict"] == "recommended" and got["a"]["tied_with"] == ["b"]
@@ -318,7 +332,7 @@ def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
     assert got["b"]["beats_recommended"] is True
     assert (got["b"]["objective_ci_low"], got["b"]["objective_ci_high"]) == (pytest.approx(4.5), pytest.approx(6.0))
     variants["b"]["steps"] = bracketed(5.0, 6.0)
-    load_run(write_decision_run(tmp_path / "runs", "t3", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t3", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "t3")
     assert got["b"]["verdict"] == "recommended" and got["b"]["tied_with"] is None
@@ -598,6 +612,12 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
         d.optimise,
         d.tie_tolerance_pct,
     )
+    # the default gate is the 2-point margin; a run that recorded retention alone keeps retention
+    assert new["margin_points"] == d.margin_points == 2.0
+    load_run(write_decision_run(tmp_path / "runs", "ret", demo_like(), decision=RETENTION), db)
+    with open_warehouse(db, read_only=True) as con:
+        (ret,) = rows(con, "select margin_points, retention_target from v_decision where run_id = 'ret'")
+    assert ret == {"margin_points": None, "retention_target": 0.99}
     # neither sets an SLO: the goodput SLO the perf steps recorded (perf.slo) applies
     assert (new["slo_label"], new["slo_ttft_ms"], new["slo_tpot_ms"]) == ("mlperf-llama2-70b-server", 2000.0, 200.0)
     assert new["gate_metrics"] == ["arithmetic.accuracy"] and new["min_samples"] == 30
@@ -630,19 +650,21 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
     from tasks.report.notify import recommendation_change, run_message
 
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "n1", demo_like(), decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "n1", demo_like(), decision=RETENTION), db)
     assert recommendation_change(db, "n1") is None  # no earlier night
     night2 = demo_like()
     night2["q2_k"]["delta"] = delta(0.5, 0.5, (-0.001, 0.001))  # q2_k now keeps its accuracy: it becomes the pick
     load_run(
-        write_decision_run(tmp_path / "runs", "n2", night2, decision={}, started_at=STARTED + timedelta(days=1)), db
+        write_decision_run(tmp_path / "runs", "n2", night2, decision=RETENTION, started_at=STARTED + timedelta(days=1)),
+        db,
     )
     change = recommendation_change(db, "n2")
     assert change == "recommendation changed: q4_1 (run n1) -> q2_k"
     subject, body = run_message("n2", "ok", [], {}, [], recommendation=change)
     assert subject == "tradeoff nightly n2: recommendation changed" and change in body
     load_run(
-        write_decision_run(tmp_path / "runs", "n3", night2, decision={}, started_at=STARTED + timedelta(days=2)), db
+        write_decision_run(tmp_path / "runs", "n3", night2, decision=RETENTION, started_at=STARTED + timedelta(days=2)),
+        db,
     )
     assert recommendation_change(db, "n3") is None  # same pick as the night before
 
@@ -824,8 +846,25 @@ def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
         },
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         bad = by_variant(con, "z1")["bad"]
     assert (bad["retention_ci_low"], bad["retention_ci_high"]) == (0.0, pytest.approx(0.4))
     assert bad["verdict"] == "fails_gate" and bad["beats_recommended"] is True
+
+
+def test_retention_on_the_command_line_replaces_the_default_margin(tmp_path: Path) -> None:
+    import argparse
+
+    from tasks.report.recommend import format_recommendation, overrides_from_args
+
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "m2", demo_like(), decision={}), db)
+    flags = dict(slo=None, percentile=None, gate=None, margin_points=None, identity_gate=None, optimise=None, grid=None)
+    overrides = overrides_from_args(argparse.Namespace(**flags, retention="0.9"))
+    assert overrides == {"retention": 0.9, "margin_points": None}
+    with open_warehouse(db, read_only=True) as con:
+        default = format_recommendation(con, "m2").splitlines()[0]
+        asked = format_recommendation(con, "m2", overrides).splitlines()[0]
+    assert "at most 2 points lost" in default and "retention" not in default.split("(")[0]
+    assert "retention >= 90.0 %" in asked and "points lost" not in asked
