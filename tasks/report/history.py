@@ -209,11 +209,17 @@ def _summary(points: pd.DataFrame, changes: pd.DataFrame) -> str:
     changes = changes.assign(first_seen_at=changes.first_seen_run_id.map(first_seen))
     changes = changes.sort_values(["started_at", "variant", "metric"], ascending=[False, True, True])
     counts = changes.direction.value_counts()
-    head = (
-        f"{len(nights)} nights {nights.started_at.min():%Y-%m-%d}..{nights.started_at.max():%Y-%m-%d}, "
-        f"{len(series)} series ({points.variant.nunique()} variants x {points.metric.nunique()} metrics), "
+    first, last = nights.started_at.min(), nights.started_at.max()
+    span = f"{first:%Y-%m-%d}" if first.date() == last.date() else f"{first:%Y-%m-%d}..{last:%Y-%m-%d}"
+    found = (
         f"{len(changes)} change(s): {counts.get('regression', 0)} regression(s), "
         f"{counts.get('improvement', 0)} improvement(s)"
+        if len(changes)
+        else "no change"
+    )
+    head = (
+        f"{len(nights)} night{'s' if len(nights) != 1 else ''} {span}, {len(series)} series "
+        f"({points.variant.nunique()} variants x {points.metric.nunique()} metrics), {found}"
     )
     lines = [head + (", newest first:" if len(changes) else "")]
     lines += [f"  {summary_line(c)}" for _, c in changes.iterrows()]

@@ -128,6 +128,19 @@ def test_history_summary_is_one_line_per_planted_change(forty_nights: Path, caps
     )
 
 
+def test_history_of_one_night_is_two_lines(tmp_path: Path, capsys) -> None:
+    """One night (the demo's first): what it covers and that nothing changed, not a line per series."""
+    from flows.cli import main
+
+    (folder,) = nights(tmp_path / "runs", PLAN, last=1)
+    load_run(folder, tmp_path / "wh.duckdb")
+    assert main(["history", "--warehouse", str(tmp_path / "wh.duckdb")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "1 night 2026-01-01, 21 series (3 variants x 7 metrics), no change",
+        "every series: --all; one series night by night: --all --variant V --metric M",
+    ]
+
+
 def test_the_pick_changes_where_it_was_planted(forty_nights: Path) -> None:
     con = open_warehouse(forty_nights, read_only=True)
     picks = con.execute(
