@@ -98,13 +98,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Each matching series across nights and its change points (v_history, v_change_points)."""
-    from tasks.report.history import format_history
+    """What changed across nights, newest first; --all: each matching series and its change points (v_history,
+    v_change_points)."""
+    from tasks.report.history import format_history, parse_day
     from warehouse.db import open_warehouse
 
+    since = parse_day("--since", args.since)
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_history(con, args.config, args.variant, args.metric))
+        print(format_history(con, args.config, args.variant, args.metric, since, args.all))
     finally:
         con.close()
     return 0
@@ -322,12 +324,14 @@ def _add_warehouse_commands(sub) -> None:
     c.set_defaults(func=cmd_report)
     c = sub.add_parser(
         "history",
-        help="each series across nights (keyed on what was measured) and its change points "
-        "(Otava and the band rule); one metric: every night",
+        help="what changed across nights, newest first, one line per change (Otava, or the band rule on a "
+        "series' first nights); --all: every series (keyed on what was measured), one metric: every night",
     )
     c.add_argument("--config", help="series with a night under this config name (a renamed config shows it all)")
     c.add_argument("--variant", help="series of this variant")
-    c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy: lists every night")
+    c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy (with --all: every night)")
+    c.add_argument("--since", metavar="YYYY-MM-DD", help="only changes and nights from this day (UTC) on")
+    c.add_argument("--all", action="store_true", help="every matching series, with or without a change")
     _add_warehouse(c)
     c.set_defaults(func=cmd_history)
     c = sub.add_parser(

@@ -13,6 +13,7 @@ import pytest
 
 from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec
 from tasks.core.errors import ConfigError
+from tests.helpers import widths_in_chromium
 from tests.helpers.decision_run import (
     RETENTION,
     STARTED,
@@ -784,6 +785,13 @@ def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> N
     assert "q2_k is faster (1.80x the req/s) but keeps 60.0 %" in section
     assert section.count("<svg") == 1 and "ship this" in section and "retention target 99 %" in section
     assert "not plotted (no sustainable load or no retention): q8_0" in section
+    # the demo's four variants (and a failed one) in a 1,400 px window: no table scrolls sideways
+    (tmp_path / "report.html").write_text(page)
+    widths = widths_in_chromium(tmp_path / "report.html", tmp_path, 1400)
+    wide = {heading: (scroll, box) for heading, scroll, box in widths["boxes"] if scroll > box}
+    assert widths["page"] <= widths["window"] and len(widths["boxes"]) >= 3 and not wide, (widths, wide)
+    assert 'class="grp">cost per 1M output tokens</th>' in section
+    assert '<th class="" title="usd_per_1m_output_tok">price (USD)</th>' in section
 
 
 def test_a_search_makes_the_perf_row_counts_open() -> None:

@@ -170,7 +170,9 @@ estimated as (
     select
         *,
         case
-            when sd_per_pair is null or sd_per_pair = 0 or abs(delta - delta_at_target) = 0 then null
+            -- an observed change on the threshold (to rounding: -0.02 from 69/71 vs 71/71 is 1e-17 off a 2-point
+            -- margin) needs no finite n; its 1e32 would not fit n_needed's bigint
+            when sd_per_pair is null or sd_per_pair = 0 or abs(delta - delta_at_target) < 1e-9 then null
             else ceil(((z_a + z_b) * sd_per_pair / abs(delta - delta_at_target)) ^ 2)
         end as n_estimate,
         case
