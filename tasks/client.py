@@ -66,6 +66,9 @@ class RequestRecord:
     # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
     # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
     choice_offsets_ms: list[float] = field(default_factory=list)
+    # 017_traffic: when a scheduled request (rate or trace step) was due, ms from the scenario's start; None:
+    # closed loop. start_ms - scheduled_ms is its send-time error.
+    scheduled_ms: float | None = None
 
     @property
     def itl_ms(self) -> list[float]:

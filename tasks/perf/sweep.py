@@ -15,6 +15,10 @@ measured part are flagged as warm-up too. A rate step sends `rate_requests` (def
 `num_prompts`) measured requests, after `rate_warmup_share` of them more at the head of its
 Poisson stream, flagged warm-up (its queue settles first, as in MLPerf's server scenario).
 No new request is sent after `max_duration_s`.
+- `trace`: a request trace (perf.trace) replayed at its own timestamps (scaled by its speed), each request with
+  its own prompt and output length (tasks.perf.trace), optionally capped at `max_concurrency` in flight.
+Every scheduled request (rate and trace steps) records when it was due (`scheduled_ms`), so the send-time error
+(actual - scheduled send) is measured.
 Prompts are seeded per (step, repeat), so a rerun sends the same requests. Repeats
 interleave (every step once, then again) so slow drift does not favour one step.
 """
@@ -44,7 +48,7 @@ from tasks.perf.workload import Prompt, Workload
 @dataclass(frozen=True)
 class Step:
     label: str  # scenario name: c4, r2.5, sync, max, sweep1
-    kind: str  # concurrency | rate | synchronous | throughput
+    kind: str  # concurrency | rate | synchronous | throughput | trace
     concurrency: int | None  # cap on requests in flight; None: no cap
     rate: float | None = None  # target requests/s; None: no schedule (as fast as the cap allows)
 
@@ -97,6 +101,11 @@ SYNC_STEP = Step("sync", "synchronous", 1)
 
 # The fixed-length concurrency-1 workload the jitter figure is measured on (tasks.perf.jitter).
 JITTER_STEP = Step(JITTER_LABEL, "concurrency", 1)
+
+
+def trace_step(spec: PerfSpec, n_requests: int) -> Step:
+    """The trace replay: its own schedule; in flight at most max_concurrency (default: every request may be)."""
+    return Step("trace", "trace", spec.max_concurrency or n_requests)
 
 
 def max_step(spec: PerfSpec) -> Step:
@@ -204,7 +213,10 @@ def run_step(
     for r in warm:
         r.is_warmup = True
     todo = prompts[n_warm:]
-    offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
+    if step.kind == "trace":
+        offsets = [p.at_s or 0.0 for p in todo]
+    else:
+        offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
     with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = run_async(
             partial(
@@ -238,8 +250,11 @@ def run_perf(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
+    trace: list[Prompt] | None = None,
 ) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
+
+    `trace`: the trace's prompts (tasks.perf.trace), replayed as the step `trace` after the fixed steps.
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
@@ -247,6 +262,7 @@ def run_perf(
     steps = (
         ([JITTER_STEP] if needs_jitter_step(spec) else [])
         + fixed_steps(spec)
+        + ([trace_step(spec, len(trace))] if trace else [])
         + ([SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
     )
     sweep_pending = spec.sweep is not None
@@ -258,8 +274,12 @@ def run_perf(
                 step = steps[i]
                 seed = spec.seed * 1_000_003 + i * 1009 + repeat
                 sc = scenarios.setdefault(step.label, Scenario(step, []))
-                n = step_prompts(spec, step)
-                prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
+                if step.kind == "trace":
+                    prompts = workload(seed, spec.warmup_requests, True) + list(trace or [])
+                    n = len(prompts)
+                else:
+                    n = step_prompts(spec, step)
+                    prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
                 tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", n - spec.warmup_requests)
                 sc.runs.append(
                     run_step(
@@ -349,6 +369,8 @@ async def run_load(
                 rec = await stream_request(
                     client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
                 )
+            if offsets_s is not None:
+                rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
             if on_record:
                 on_record(rec)
             return rec

@@ -29,6 +29,7 @@ class Prompt:
     tokens: int | None  # prompt tokens; None when unknown
     output_len: int | None = None  # output tokens to ask for; None: the step's default
     tokens_source: str | None = None  # tokenizer | approx_words
+    at_s: float | None = None  # a trace's send time (s from the step's start); None: the step's schedule
 
 
 def _spread(rng: random.Random, length: int, spread: float, least: int) -> int:
