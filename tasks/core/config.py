@@ -216,6 +216,26 @@ class TraceSpec(_Strict):
     )
 
 
+class SaturationSpec(_Strict):
+    """Over-saturation: an open-loop step (rate, trace) whose requests in flight and TTFT rise together is stopped
+    early and marked saturated (tasks/perf/stopping.py)."""
+
+    enabled: bool = Field(default=True, description="stop a saturated rate or trace step early")
+    min_duration_s: float = Field(
+        default=10.0, ge=1, le=3_600, description="no verdict before the step ran this long (s)"
+    )
+    window_s: float = Field(
+        default=20.0,
+        ge=2,
+        le=3_600,
+        description="the trailing window the slopes are fitted over (s); longer than bursts",
+    )
+    confidence: float = Field(default=0.99, gt=0.5, lt=1, description="one-sided level both slopes exceed 0 at")
+    min_growth: float = Field(
+        default=4.0, gt=0, le=100_000, description="least rise of requests in flight over the window"
+    )
+
+
 class PerfSpec(_Strict):
     """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
 
@@ -283,6 +303,9 @@ class PerfSpec(_Strict):
     dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
     trace: TraceSpec | None = Field(
         default=None, description="a request trace replayed at its own timestamps, as one more step (`trace`)"
+    )
+    saturation: SaturationSpec = Field(
+        default_factory=SaturationSpec, description="stop a rate or trace step whose queue keeps growing"
     )
     endpoint: Literal["completions", "chat"] = "completions"
     unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")

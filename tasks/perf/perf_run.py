@@ -103,6 +103,10 @@ def summarize_scenario(
     if scope is not None:
         energy_cols.update(idle_columns(energy_cols, [e.window_s for e in readings], scope, idle, tokens))
     s.update(send_error_stats([r.start_ms - r.scheduled_ms for r in measured if r.scheduled_ms is not None]))
+    watched = [run.saturated for run in sc.runs if run.saturated is not None]
+    reasons = [f"repeat {run.repeat}: {run.stop_reason}" for run in sc.runs if run.stop_reason]
+    s["saturated"] = any(watched) if watched else None
+    s["stop_reason"] = "; ".join(reasons)[:1000] if reasons else None
     mbu = (
         mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None)
         if step.concurrency == 1

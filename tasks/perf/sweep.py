@@ -42,6 +42,7 @@ from tasks.core.lifecycle import run_async
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
+from tasks.perf.stopping import OVER_SATURATION, LoadWatch, StopRule, stop_rules
 from tasks.perf.workload import Prompt, Workload
 
 
@@ -63,6 +64,8 @@ class StepRun:
     measured: list[RequestRecord]
     energy: EnergyReading
     power: list[PowerSample] = field(default_factory=list)
+    stop_reason: str | None = None  # the stopping rule that ended it early (tasks.perf.stopping); None: ran out
+    saturated: bool | None = None  # its queue kept growing; None: not watched (closed loop, or rules off)
 
 
 @dataclass
@@ -97,6 +100,8 @@ def fixed_steps(spec: PerfSpec) -> list[Step]:
 
 
 SYNC_STEP = Step("sync", "synchronous", 1)
+
+WATCH_INTERVAL_S = 0.25  # how often an open-loop step's outstanding requests are sampled and its rules asked
 
 
 # The fixed-length concurrency-1 workload the jitter figure is measured on (tasks.perf.jitter).
@@ -217,6 +222,9 @@ def run_step(
         offsets = [p.at_s or 0.0 for p in todo]
     else:
         offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
+    open_loop = offsets is not None
+    rules = stop_rules(spec.saturation) if open_loop else []
+    watch = LoadWatch() if rules else None
     with EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = run_async(
             partial(
@@ -230,13 +238,24 @@ def run_step(
                 max_duration_s=spec.max_duration_s,
                 first_index=first_index + len(warm),
                 on_record=on_record,
+                watch=watch,
+                rules=rules,
                 **common,
             )
         )
     head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share
     for r in measured:
         r.is_warmup = r.start_ms < spec.warmup_s * 1000.0 or r.index < head
-    return StepRun(step, repeat, warm, measured, window.reading, window.samples)
+    return StepRun(
+        step,
+        repeat,
+        warm,
+        measured,
+        window.reading,
+        window.samples,
+        watch.stop_reason if watch else None,
+        watch.saturated if watch else None,
+    )
 
 
 def run_perf(
@@ -338,15 +357,23 @@ async def run_load(
     repeat: int = 0,
     on_record: Callable[[RequestRecord], None] | None = None,
     deadline_s: float | None = None,
+    watch: LoadWatch | None = None,
+    rules: Sequence[StopRule] = (),
 ) -> list[RequestRecord]:
     """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
     `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
     those in flight finish (bounded by `timeout_s` per wait for bytes and `deadline_s` per
     request). Records keep the prompts' order; unsent prompts have none.
+
+    With `watch`, the requests outstanding (due and not returned, queued for a slot included) are sampled every
+    WATCH_INTERVAL_S and each answered request's TTFT noted; `rules` (tasks.perf.stopping) are asked at each
+    sample, and the first that gives a reason stops the sending (those in flight finish), noted in `watch`.
     """
     url = endpoint_url(base_url, kind)
     slots = min(concurrency or len(prompts), len(prompts)) + 1
     sem = asyncio.Semaphore(concurrency) if concurrency else None
+    stop = asyncio.Event()
+    outstanding = 0
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
     async with stream_session(base_url, slots, timeout_s) as client:
@@ -354,29 +381,58 @@ async def run_load(
         deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
 
         def late() -> bool:
-            return deadline is not None and time.perf_counter_ns() >= deadline
+            return stop.is_set() or (deadline is not None and time.perf_counter_ns() >= deadline)
 
         async def one(i: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            nonlocal outstanding
             if max_duration_s and at_s >= max_duration_s:
                 return None  # due after the time limit: never sent (and not waited for)
             wait = at_s - (time.perf_counter_ns() - origin) / 1e9
             if wait > 0:
-                await asyncio.sleep(wait)
-            async with sem or contextlib.nullcontext():
-                if late():
-                    return None
-                body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
-                rec = await stream_request(
-                    client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
-                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)  # its time, or a stopping rule ended the step
+            if stop.is_set():
+                return None
+            outstanding += 1
+            try:
+                async with sem or contextlib.nullcontext():
+                    if late():
+                        return None
+                    body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
+                    rec = await stream_request(
+                        client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
+                    )
+            finally:
+                outstanding -= 1
             if offsets_s is not None:
                 rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
+            if watch is not None and rec.ttft_ms is not None:
+                watch.ttfts.append((rec.start_ms / 1000.0, rec.ttft_ms))
             if on_record:
                 on_record(rec)
             return rec
 
+        async def monitor() -> None:
+            while watch is not None:
+                await asyncio.sleep(WATCH_INTERVAL_S)
+                now_s = (time.perf_counter_ns() - origin) / 1e9
+                watch.in_flight.append((now_s, outstanding))
+                for rule in rules:
+                    reason = rule.check(watch, now_s)
+                    if reason:
+                        watch.stop_reason, watch.stopped_at_s = f"{rule.name}: {reason}", now_s
+                        watch.saturated = watch.saturated or rule.name == OVER_SATURATION
+                        stop.set()
+                        return
+
+        watcher = asyncio.create_task(monitor())
         offsets = offsets_s or [0.0] * len(prompts)
-        done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+        try:
+            done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     return [r for r in done if r is not None]
 
 
