@@ -45,6 +45,7 @@ def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
         d.confidence,
         is_rate_step(sc.step),
         d.min_rate_ratio,
+        "; ".join(run.stop_reason for run in sc.runs if run.saturated and run.stop_reason) or None,
     )
 
 
