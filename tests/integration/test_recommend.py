@@ -821,3 +821,39 @@ def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
         bad = by_variant(con, "z1")["bad"]
     assert (bad["retention_ci_low"], bad["retention_ci_high"]) == (0.0, pytest.approx(0.4))
     assert bad["verdict"] == "fails_gate" and bad["beats_recommended"] is True
+
+
+def test_under_a_trace_the_decision_is_the_trace_step_judged_as_a_rate_step(tmp_path: Path) -> None:
+    """A run that replayed a trace decides on its `trace` step alone (issue 34), by the rate steps' rules: 'fast'
+    serves it with every request within the limits and ships; the reference has 40 of 300 over the TTFT limit
+    (missed, 86.7 % attainment) though its closed-loop steps pass; 'sat' looks fine but was stopped as saturated:
+    not sustained. Each variant's attainment on the trace is worded in `tradeoff recommend`."""
+    from tasks.report.recommend import format_recommendation
+
+    same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
+    closed = [step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 400))]
+    trace = lambda ms, **kw: step("trace", N, 2.0, ms, rate=2.0, kind="trace", **kw)
+    variants = {
+        "ref": {"ref": True, "accuracy": 0.5, "steps": [*closed, trace(ttfts(N - 40, 300) + ttfts(40, 2500))]},
+        "fast": {**same, "steps": [*closed, trace(ttfts(N, 200))]},
+        "sat": {**same, "steps": [*closed, trace(ttfts(N, 200), stop_reason="saturated at 12.0 s: ...")]},
+    }
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, "t1")
+        steps = {(r["variant"], r["scenario"]): r for r in rows(con, "select * from v_slo_steps")}
+        text = format_recommendation(con, "t1")
+    assert {v: r["load_basis"] for v, r in got.items()} == dict.fromkeys(variants, "trace")
+    fast, ref, sat = got["fast"], got["ref"], got["sat"]
+    assert fast["verdict"] == "recommended" and fast["sustainable_scenario"] == "trace"
+    assert fast["sustainable_req_s"] == pytest.approx(2.0, rel=0.02)  # the measured arrival rate of the trace
+    assert fast["trace_slo_attainment_pct"] == 100.0 and fast["trace_slo_status"] == "met"
+    assert ref["verdict"] == "misses_slo" and ref["trace_slo_status"] == "missed"
+    assert ref["trace_slo_attainment_pct"] == pytest.approx(100 * 260 / 300)
+    assert steps[("ref", "c2")]["slo_met"] is True  # a closed-loop step that passes does not count under a trace
+    assert sat["verdict"] == "misses_slo" and sat["trace_slo_status"] == "not_sustained"
+    assert steps[("sat", "trace")]["slo_fail_reason"].startswith("saturated: saturated at 12.0 s")
+    assert steps[("fast", "trace")]["is_trace_step"] is True and steps[("fast", "c1")]["is_trace_step"] is False
+    assert "Ship fast: serves the replayed trace at 2.00 req/s offered, 100 % of its requests within the SLO" in text
+    assert "On the replayed trace (" in text and "ref 87 % of 300 requests within the SLO" in text
