@@ -69,6 +69,8 @@ class RequestRecord:
     # 017_traffic: when a scheduled request (rate or trace step) was due, ms from the scenario's start; None:
     # closed loop. start_ms - scheduled_ms is its send-time error.
     scheduled_ms: float | None = None
+    session_id: str | None = None  # a replayed trace's session (multi-turn conversation); None: none
+    turn: int | None = None  # the request's depth in its session, 1-based
 
     @property
     def itl_ms(self) -> list[float]:

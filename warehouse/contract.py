@@ -291,6 +291,8 @@ TABLES_DECLARED: tuple[Table, ...] = (
             # 017_traffic: when a scheduled request was due (rate and trace steps); start_s - scheduled_s is its
             # send-time error
             col("scheduled_s", F64, "s", "when the schedule had it sent, from the scenario's start; NULL: closed loop"),
+            col("session_id", S, None, "a replayed trace's session (multi-turn conversation); NULL: none"),
+            col("turn", I32, None, "depth of the request in its session, 1-based (TTFT per turn depth)", between(1)),
         ),
     ),
     Table(

@@ -164,6 +164,8 @@ def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: Requ
         "reasoning_tokens_source": r.reasoning_tokens_source,
         "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None,
         "scheduled_s": r.scheduled_ms / 1000.0 if r.scheduled_ms is not None else None,
+        "session_id": r.session_id,
+        "turn": r.turn,
     }
 
 

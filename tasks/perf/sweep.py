@@ -374,6 +374,9 @@ async def run_load(
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     stop = asyncio.Event()
     outstanding = 0
+    # a session's turn waits for its previous turn (Prompt.after) to return, then its think time
+    returned = [asyncio.Event() for _ in prompts]
+    ended_s: list[float | None] = [None] * len(prompts)
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
     async with stream_session(base_url, slots, timeout_s) as client:
@@ -383,8 +386,19 @@ async def run_load(
         def late() -> bool:
             return stop.is_set() or (deadline is not None and time.perf_counter_ns() >= deadline)
 
-        async def one(i: int, p: Prompt, at_s: float) -> RequestRecord | None:
+        async def one(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            try:
+                return await send(k, p, at_s)
+            finally:
+                ended_s[k] = (time.perf_counter_ns() - origin) / 1e9
+                returned[k].set()
+
+        async def send(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
             nonlocal outstanding
+            i = first_index + k
+            if p.after is not None:
+                await returned[p.after].wait()
+                at_s = max(at_s, (ended_s[p.after] or 0.0) + p.think_s)
             if max_duration_s and at_s >= max_duration_s:
                 return None  # due after the time limit: never sent (and not waited for)
             wait = at_s - (time.perf_counter_ns() - origin) / 1e9
@@ -406,6 +420,7 @@ async def run_load(
                 outstanding -= 1
             if offsets_s is not None:
                 rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
+            rec.session_id, rec.turn = p.session_id, p.turn
             if watch is not None and rec.ttft_ms is not None:
                 watch.ttfts.append((rec.start_ms / 1000.0, rec.ttft_ms))
             if on_record:
@@ -428,7 +443,7 @@ async def run_load(
         watcher = asyncio.create_task(monitor())
         offsets = offsets_s or [0.0] * len(prompts)
         try:
-            done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+            done = await asyncio.gather(*(one(k, p, t) for k, (p, t) in enumerate(zip(prompts, offsets))))
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

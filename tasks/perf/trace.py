@@ -7,7 +7,10 @@ Formats (one JSON object per line; blank lines skipped; docs/traffic.md):
   hash_ids share their first k blocks of prompt, so a prefix cache reuses them as in production.
 - a plain request log: {"timestamp": ms or ISO-8601 text, "prompt": text | "prompt_tokens": tokens,
   "max_tokens": tokens}.
-Both may carry "session_id" (kept for sessions; not used by the replay yet).
+Both may carry "session_id" with "turn" (1, 2, ...) and "think_time_ms": the turns of a session (a multi-turn
+conversation) are sent in order, each no earlier than its timestamp and no earlier than its think time after the
+previous turn's answer ended (a user reads the answer before asking again); a generated session's turns share and
+grow their context through hash_ids.
 Times are replayed relative to the earliest timestamp, divided by the replay speed.
 
 Prompt synthesis: every block of a hash id is the same seeded run of words, each one token with its leading
@@ -21,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
@@ -54,6 +57,8 @@ class TraceRequest:
     hash_ids: tuple[int, ...] = ()
     session_id: str | None = None
     line: int = 0  # 1-based line in the file
+    turn: int | None = None  # depth in its session (1-based); None: not in a session
+    think_ms: float = 0.0  # least time after the previous turn's answer before this turn is sent
 
 
 def _int_field(obj: dict, key: str, where: str, least: int, most: int) -> int:
@@ -90,6 +95,11 @@ def parse_line(obj: object, where: str, line: int) -> TraceRequest:
     at = _timestamp_ms(obj, where)
     session = obj.get("session_id")
     session = None if session is None else str(session)[:200]
+    turn = _int_field(obj, "turn", where, 1, 100_000) if "turn" in obj else (1 if session is not None else None)
+    think = obj.get("think_time_ms", 0)
+    if isinstance(think, bool) or not isinstance(think, (int, float)) or not 0 <= think <= 86_400_000:
+        raise ConfigError(f"{where}: field 'think_time_ms' is {think!r}, not ms in 0..86400000; fix or drop it")
+    more = {"session_id": session, "line": line, "turn": turn, "think_ms": float(think)}
     if "input_length" in obj or "output_length" in obj:
         hash_ids = obj.get("hash_ids", [])
         if not isinstance(hash_ids, list) or len(hash_ids) > MAX_HASH_IDS:
@@ -101,19 +111,16 @@ def parse_line(obj: object, where: str, line: int) -> TraceRequest:
             _int_field(obj, "output_length", where, 1, MAX_OUTPUT_TOKENS),
             _int_field(obj, "input_length", where, 1, MAX_INPUT_TOKENS),
             hash_ids=tuple(hash_ids),
-            session_id=session,
-            line=line,
+            **more,
         )
     out = _int_field(obj, "max_tokens", where, 1, MAX_OUTPUT_TOKENS)
     if isinstance(obj.get("prompt"), str) and obj["prompt"]:
-        return TraceRequest(at, out, prompt=obj["prompt"], session_id=session, line=line)
+        return TraceRequest(at, out, prompt=obj["prompt"], **more)
     if "prompt" in obj:
         raise ConfigError(f"{where}: field 'prompt' is not a non-empty string; give the prompt's text")
     if "prompt_tokens" not in obj:
         raise ConfigError(f"{where}: neither 'prompt' nor 'prompt_tokens' (nor 'input_length'); {MOONCAKE_FIX}")
-    return TraceRequest(
-        at, out, _int_field(obj, "prompt_tokens", where, 1, MAX_INPUT_TOKENS), session_id=session, line=line
-    )
+    return TraceRequest(at, out, _int_field(obj, "prompt_tokens", where, 1, MAX_INPUT_TOKENS), **more)
 
 
 def load_trace(path: str | Path, field: str = "perf.trace", max_requests: int | None = None) -> list[TraceRequest]:
@@ -129,12 +136,9 @@ def load_trace(path: str | Path, field: str = "perf.trace", max_requests: int | 
         raise ConfigError(f"{field}: {p} is not UTF-8 text (byte {err.start}); give a JSONL trace") from None
     if not out:
         raise ConfigError(f"{field}: {p} holds no request; {MOONCAKE_FIX}")
-    out.sort(key=lambda r: r.at_ms)  # a log written out of order is replayed in time order
+    out.sort(key=lambda r: (r.at_ms, r.turn or 0))  # a log written out of order is replayed in time order
     t0 = out[0].at_ms
-    return [
-        TraceRequest(r.at_ms - t0, r.output_tokens, r.input_tokens, r.prompt, r.hash_ids, r.session_id, r.line)
-        for r in out
-    ]
+    return [replace(r, at_ms=r.at_ms - t0) for r in out]
 
 
 def _read_lines(p: Path, field: str, max_requests: int | None) -> list[TraceRequest]:
@@ -186,12 +190,18 @@ def trace_prompts(
     vocab = single_token_words(count_tokens)
     source = "tokenizer" if count_tokens else "approx_words"
     blocks: dict[int, list[str]] = {}
+    last_turn: dict[str, int] = {}  # session -> index of its latest turn so far
     out = []
     for i, r in enumerate(requests):
         at_s = r.at_ms / 1000.0 / spec.speed
+        session = {}
+        if r.session_id is not None:
+            after = last_turn.get(r.session_id)
+            last_turn[r.session_id] = i
+            session = {"session_id": r.session_id, "turn": r.turn, "after": after, "think_s": r.think_ms / 1000.0}
         if r.prompt is not None:
             n = count_tokens(r.prompt) if count_tokens else len(r.prompt.split())
-            out.append(Prompt(r.prompt, n, r.output_tokens, source, at_s=at_s))
+            out.append(Prompt(r.prompt, n, r.output_tokens, source, at_s=at_s, **session))
             continue
         words: list[str] = []
         for h in r.hash_ids:
@@ -203,7 +213,8 @@ def trace_prompts(
         words = words[: r.input_tokens]
         words += _words(random.Random(f"{seed}:request:{i}"), vocab, r.input_tokens - len(words))
         text = "".join(" " + w for w in words)
-        out.append(Prompt(text, count_tokens(text) if count_tokens else len(words), r.output_tokens, source, at_s=at_s))
+        n = count_tokens(text) if count_tokens else len(words)
+        out.append(Prompt(text, n, r.output_tokens, source, at_s=at_s, **session))
     return out
 
 
@@ -243,6 +254,10 @@ class TraceShape:
     prefix_share: float = 0.6
     prefix_blocks: int = 4  # blocks of a group's shared prefix
     block_tokens: int = 16
+    sessions: float = 0.0  # share of arrivals that start a multi-turn session (its first turn is the arrival)
+    turns_mean: float = 3.0  # mean turns of a session (1 + geometric)
+    think_s: float = 3.0  # a user's think time between an answer and the next turn (s)
+    turn_input_median: int = 24  # new tokens a later turn adds to the context (log-normal, input_sigma)
 
 
 def _lognormal(rng: np.random.Generator, median: int, sigma: float, least: int, most: int) -> int:
@@ -279,8 +294,38 @@ def generate_trace(shape: TraceShape, seed: int = 0) -> list[dict]:
         own = n_blocks - len(ids)  # the request's own blocks, ids no other request uses
         ids += list(range(next_id, next_id + own))
         next_id += own
-        lines.append({"timestamp": int(round(t * 1000)), "input_length": n_in, "output_length": n_out, "hash_ids": ids})
-    return lines
+        line = {"timestamp": int(round(t * 1000)), "input_length": n_in, "output_length": n_out, "hash_ids": ids}
+        lines.append(line)
+        if shape.sessions and rng.uniform() < shape.sessions:
+            next_id = _session(rng, shape, line, f"s{len(lines)}", next_id, lines)
+    return sorted(lines, key=lambda x: (x["timestamp"], x.get("turn", 0)))
+
+
+def _session(rng: np.random.Generator, shape: TraceShape, first: dict, sid: str, next_id: int, lines: list) -> int:
+    """The later turns of a session that `first` opens (appended to `lines`): each turn's prompt is the previous
+    prompt, its answer and new text, so its hash_ids repeat the previous turn's full blocks; its timestamp is
+    `think_s` after the previous one's (the replay also waits for the previous answer). Returns the next free id."""
+    first.update(session_id=sid, turn=1)
+    turns = 1 + int(rng.geometric(1.0 / max(shape.turns_mean, 1.0))) - 1
+    prev = first
+    for k in range(2, turns + 1):
+        new = _lognormal(rng, shape.turn_input_median, shape.input_sigma, 1, shape.max_input)
+        n_in = min(prev["input_length"] + prev["output_length"] + new, MAX_INPUT_TOKENS)
+        kept = prev["hash_ids"][: prev["input_length"] // shape.block_tokens]  # the previous prompt's full blocks
+        own = math.ceil(n_in / shape.block_tokens) - len(kept)
+        n_out = _lognormal(rng, shape.output_median, shape.output_sigma, shape.min_len, shape.max_output)
+        prev = {
+            "timestamp": prev["timestamp"] + int(round(shape.think_s * 1000)),
+            "input_length": n_in,
+            "output_length": n_out,
+            "hash_ids": kept + list(range(next_id, next_id + own)),
+            "session_id": sid,
+            "turn": k,
+            "think_time_ms": int(round(shape.think_s * 1000)),
+        }
+        next_id += own
+        lines.append(prev)
+    return next_id
 
 
 def write_trace(lines: Sequence[dict], path: str | Path) -> Path:
@@ -314,6 +359,10 @@ def shape_from_args(args) -> TraceShape:
         ("--prefix-share", not 0 <= shape.prefix_share <= 1, "give a share between 0 and 1"),
         ("--block-tokens", shape.block_tokens < 1, "give 1 or more"),
         ("--prefix-groups", shape.prefix_groups < 0, "give 0 or more"),
+        ("--sessions", not 0 <= shape.sessions <= 1, "give a share between 0 and 1"),
+        ("--turns-mean", not 1 <= shape.turns_mean <= 100, "give 1 to 100 turns"),
+        ("--think-s", not 0 <= shape.think_s <= 3_600, "give 0 to 3600 s"),
+        ("--turn-input-median", shape.turn_input_median < 1, "give 1 or more"),
     ]
     for flag, bad, fix in problems:
         if bad:

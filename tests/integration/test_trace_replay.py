@@ -82,6 +82,28 @@ def test_bad_trace_line_fails_before_any_request(paced, tmp_path, capsys):
     assert "--trace: bad.jsonl line 2: field 'output_length' is missing" in err and not out.exists()
 
 
+def test_a_sessions_turns_wait_for_the_previous_answer_and_the_think_time(paced, tmp_path):
+    """Two conversations of 3 turns, all due at 0 s with 300 ms of think time: each later turn is sent 300 ms after
+    the previous answer returned (the paced server takes ~60 ms a request), not at its timestamp; the rows keep
+    the session and the turn (TTFT per turn depth)."""
+    lines = [
+        {"timestamp": 0, "input_length": 8 * k, "output_length": 10, "session_id": s, "turn": k, "think_time_ms": 300}
+        for s in ("a", "b")
+        for k in (1, 2, 3)
+    ]
+    trace = write_trace(lines, tmp_path / "s.jsonl")
+    spec = PerfSpec.model_validate({"trace": {"path": str(trace)}, "warmup_requests": 0, "idle_baseline_s": 0})
+    (sc,) = measure(spec, Target(paced, PACE, on_host=False), warn=lambda _: None)
+    recs = sorted(sc.runs[0].measured, key=lambda r: (r.session_id, r.turn))
+    assert [(r.session_id, r.turn, r.status) for r in recs] == [(s, k, "ok") for s in "ab" for k in (1, 2, 3)]
+    for a, b in zip(recs, recs[1:]):
+        if a.session_id == b.session_id:
+            assert b.scheduled_ms == pytest.approx(a.end_ms + 300, abs=2.0)  # due: answer + think time
+            assert 0 <= b.start_ms - b.scheduled_ms <= 5.0
+    assert recs[2].start_ms > 600 and recs[0].start_ms < 5  # turn 3 waited for two answers and two thinks
+    assert sc.summary["send_error_ms_p99"] <= 5.0
+
+
 def _rate_step(url: str, rate: float, requests: int):
     spec = PerfSpec.model_validate(
         {

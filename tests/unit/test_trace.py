@@ -162,3 +162,39 @@ def test_over_saturation_stops_a_growing_queue_only():
     # in flight rising while TTFT stays flat (a slow ramp the server keeps up with): not saturated
     ramp = _watch(30, lambda t: t, lambda t: 40 + rng.normal(0, 5))
     assert rule.check(ramp, 30.0) is None
+
+
+def test_generated_sessions_grow_their_context_through_hash_ids(tmp_path):
+    shape = TraceShape(duration_s=120, rate=0.5, sessions=1.0, turns_mean=3, think_s=2.0, block_tokens=16)
+    lines = generate_trace(shape, 5)
+    by_session: dict[str, list[dict]] = {}
+    for x in lines:
+        by_session.setdefault(x["session_id"], []).append(x)
+    assert len(by_session) > 20 and max(len(t) for t in by_session.values()) >= 3
+    for turns in by_session.values():
+        turns.sort(key=lambda x: x["turn"])
+        assert [x["turn"] for x in turns] == list(range(1, len(turns) + 1))
+        for a, b in zip(turns, turns[1:]):
+            assert b["input_length"] > a["input_length"] + a["output_length"]  # context + answer + new text
+            full = a["input_length"] // 16
+            assert b["hash_ids"][:full] == a["hash_ids"][:full]  # the previous prompt's blocks, shared
+            assert b["timestamp"] - a["timestamp"] == 2000 and b["think_time_ms"] == 2000
+    reqs = load_trace(write_trace(lines, tmp_path / "s.jsonl"))
+    ps = trace_prompts(reqs, TraceSpec(path="x", block_tokens=16), seed=0)
+    for i, (r, p) in enumerate(zip(reqs, ps)):
+        assert (p.session_id, p.turn, p.think_s) == (r.session_id, r.turn, r.think_ms / 1000)
+        if r.turn > 1:  # linked to its session's previous turn, whose prompt it extends
+            prev = ps[p.after]
+            assert p.after < i and prev.session_id == p.session_id and prev.turn == p.turn - 1
+            full = reqs[p.after].input_tokens // 16 * 16
+            assert p.text.split()[:full] == prev.text.split()[:full]
+        else:
+            assert p.after is None
+    assert generate_trace(TraceShape(duration_s=60, sessions=0.0), 1) == generate_trace(TraceShape(duration_s=60), 1)
+
+
+def test_bad_session_fields(tmp_path):
+    with pytest.raises(ConfigError, match="line 1: field 'turn' is 0"):
+        load_trace(_file(tmp_path, [{**GOOD, "session_id": "a", "turn": 0}]))
+    with pytest.raises(ConfigError, match="line 1: field 'think_time_ms' is 'x'"):
+        load_trace(_file(tmp_path, [{**GOOD, "session_id": "a", "think_time_ms": "x"}]))
