@@ -463,7 +463,14 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     else:
         best = df[df["variant"] == chosen].iloc[0]
         vs_ref = ""
-        if ref is not None and ref["variant"] != chosen:
+        if ref is not None and ref["variant"] != chosen and _v(best, "load_basis") == "trace":
+            ratio = _ratio(_v(best, "sustainable_goodput_req_s"), _v(ref, "sustainable_goodput_req_s"))
+            vs_ref = (
+                f", {ratio:.2f}x the goodput of {ref['variant']} on it"
+                if ratio is not None
+                else f" ({ref['variant']} does not serve the trace within this SLO)"
+            )
+        elif ref is not None and ref["variant"] != chosen:
             ratio = _ratio(_v(best, "sustainable_req_s"), _v(ref, "sustainable_req_s"))
             vs_ref = (
                 f", {ratio:.2f}x the sustainable rate of {ref['variant']}"

@@ -856,4 +856,5 @@ def test_under_a_trace_the_decision_is_the_trace_step_judged_as_a_rate_step(tmp_
     assert steps[("sat", "trace")]["slo_fail_reason"].startswith("saturated: saturated at 12.0 s")
     assert steps[("fast", "trace")]["is_trace_step"] is True and steps[("fast", "c1")]["is_trace_step"] is False
     assert "Ship fast: serves the replayed trace at 2.00 req/s offered, 100 % of its requests within the SLO" in text
+    assert "(ref does not serve the trace within this SLO)" in text and "best goodput on the trace among" in text
     assert "On the replayed trace (" in text and "ref 87 % of 300 requests within the SLO" in text

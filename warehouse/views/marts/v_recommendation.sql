@@ -557,7 +557,8 @@ final as (
                      || case when tie_set_on_intervals then ' (their intervals overlap)'
                              else ' (within ' || tie_tolerance_pct || ' %)' end
                      || ': chosen on the retention lower bound, then the reference'
-            when rank = 1 then 'best ' || optimise || ' among variants that meet the SLO and pass the gate'
+            when rank = 1 then 'best ' || case when load_basis = 'trace' and optimise = 'rate' then 'goodput on the trace'
+                                               else optimise end || ' among variants that meet the SLO and pass the gate'
             else printf('meets the SLO and passes the gate; %s %.2fx the recommended', optimise, objective / nullif(recommended_objective, 0))
         end as verdict_reason,
         case

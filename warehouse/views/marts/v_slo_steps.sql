@@ -231,7 +231,7 @@ checked as (
         s.load_kind,
         s.concurrency,
         s.load_kind = 'rate' and s.request_rate is not null and isfinite(s.request_rate) as is_rate_step,
-        s.load_kind = 'trace' as is_trace_step,
+        coalesce(s.load_kind = 'trace', false) as is_trace_step,
         coalesce(s.saturated, false) as saturated,
         s.stop_reason,
         s.send_error_ms_p99,
