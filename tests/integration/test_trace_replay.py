@@ -66,7 +66,8 @@ def test_perf_trace_keeps_schedule_and_lengths(paced, tmp_path, capsys):
     order = sorted(last.values())
     recv_ms = np.array([truth[prompts[i].text]["recv_ns"] for i in order]) / 1e6
     due_ms = sched[order]
-    assert np.percentile(np.abs((recv_ms - recv_ms[0]) - (due_ms - due_ms[0])), 99) <= 5.0
+    offset = recv_ms - due_ms  # the two clocks' origins differ by a constant: its median
+    assert np.percentile(np.abs(offset - np.median(offset)), 99) <= 5.0
     # lengths: what the server received (counted again) and wrote
     assert [tok.count(prompts[i].text) for i in order] == [reqs[i].input_tokens for i in order]
     assert [len(truth[prompts[i].text]["writes_ns"]) for i in order] == [reqs[i].output_tokens for i in order]
