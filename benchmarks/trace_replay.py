@@ -38,7 +38,7 @@ def replay(tokenizer: str | None, tmp: Path) -> None:
     reqs = load_trace(trace)
     out = tmp / "r.json"
     with paced_server.running() as url:
-        argv = ["perf", "--endpoint", url, "--model", "ttft=20,itl=4,jitter=1", "--output", str(out)]
+        argv = ["perf", "--endpoint", url, "--model", "ttft=20,itl=10,jitter=2", "--output", str(out)]
         argv += ["--trace", str(trace), "--warmup", "0", "--detailed", "--no-progress"]
         assert tradeoff(argv + (["--tokenizer", tokenizer] if tokenizer else [])) == 0
         truth = httpx.get(f"{url}/truth", timeout=10).json()

@@ -27,7 +27,7 @@ from tasks.perf.perf_run import Target, measure
 from tasks.perf.trace import TraceShape, generate_trace, load_trace, trace_prompts, write_trace
 from tests.helpers import SMOLLM2_GGUF
 
-PACE = "ttft=20,itl=4,jitter=1"
+PACE = "ttft=20,itl=10,jitter=2"
 
 
 @pytest.fixture(scope="module")
