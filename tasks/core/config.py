@@ -214,6 +214,12 @@ class TraceSpec(_Strict):
     max_requests: int | None = Field(
         default=None, ge=1, le=100_000, description="replay only the trace's first N requests (default: all)"
     )
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="times the trace is replayed per variant (perf.repeats does not apply: a trace is long)",
+    )
 
 
 class SaturationSpec(_Strict):

@@ -287,10 +287,14 @@ def run_perf(
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
     with _Progress(progress) as bar:
-        for repeat in range(spec.repeats):
+        for repeat in range(max(spec.repeats, spec.trace.repeats if spec.trace else 0)):
             i = 0
             while i < len(steps):
                 step = steps[i]
+                times = spec.trace.repeats if step.kind == "trace" and spec.trace else spec.repeats
+                if repeat >= times:
+                    i += 1  # a trace is replayed trace.repeats times, every other step perf.repeats times
+                    continue
                 seed = spec.seed * 1_000_003 + i * 1009 + repeat
                 sc = scenarios.setdefault(step.label, Scenario(step, []))
                 if step.kind == "trace":
@@ -299,7 +303,7 @@ def run_perf(
                 else:
                     n = step_prompts(spec, step)
                     prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
-                tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", n - spec.warmup_requests)
+                tracker = bar.track(f"{step.label} ({repeat + 1}/{times})", n - spec.warmup_requests)
                 sc.runs.append(
                     run_step(
                         spec,

@@ -105,6 +105,20 @@ def test_a_sessions_turns_wait_for_the_previous_answer_and_the_think_time(paced,
     assert sc.summary["send_error_ms_p99"] <= 5.0
 
 
+def test_a_trace_is_replayed_its_own_number_of_times(paced, tmp_path):
+    """perf.repeats repeats the synthetic steps; the trace runs trace.repeats times (a trace is long)."""
+    trace = write_trace(
+        [{"timestamp": 100 * k, "input_length": 6, "output_length": 4} for k in range(3)], tmp_path / "t"
+    )
+    spec = PerfSpec.model_validate(
+        {"concurrency": [1], "num_prompts": 2, "repeats": 2, "input_len": 4, "output_len": 4, "idle_baseline_s": 0,
+         "trace": {"path": str(trace), "repeats": 1}}
+    )  # fmt: skip
+    scenarios = {sc.step.label: sc for sc in measure(spec, Target(paced, PACE, on_host=False), warn=lambda _: None)}
+    assert {k: len(sc.runs) for k, sc in scenarios.items()} == {"c1": 2, "trace": 1}
+    assert [len(run.measured) for run in scenarios["trace"].runs] == [3]
+
+
 def _rate_step(url: str, rate: float, requests: int):
     spec = PerfSpec.model_validate(
         {
