@@ -26,8 +26,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
     suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
+    trace = ""
+    if cfg.perf.trace:
+        from tasks.perf.trace import load_trace, trace_duration_s
+
+        t = cfg.perf.trace
+        reqs = load_trace(t.path, "perf.trace", t.max_requests)
+        trace = f"; trace {t.path}: {len(reqs)} requests over {trace_duration_s(reqs, t.speed):.1f} s x {t.repeats}"
     print(
-        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
+        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}{trace}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
     return 0
