@@ -5,10 +5,12 @@ TTFT) and the reason it reports; the step stores which one stopped it (perf_summ
 Over-saturation (after guidellm's detector): a step whose queue keeps growing, requests in flight and TTFT
 rising together, is stopped instead of running out its budget, and marked saturated. Over the last `window_s`
 seconds, once the step has run `min_duration_s`: the least-squares slopes of requests in flight on time and of
-TTFT on send time are both above zero at the rule's confidence (slope - z x its standard error > 0), and in
-flight grew over the window by at least `min_growth` requests and by half its mean. A server below its
-capacity drains every burst: its in-flight count returns to its mean, so the slope over a window longer than
-its bursts does not stay significant.
+TTFT are both above zero at the rule's confidence (slope - z x its standard error > 0), and in flight grew over
+the window by at least `min_growth` requests and by half its mean. TTFT is read two ways, either one rising
+enough: the answered requests' TTFT on their send times, and the longest wait of a sent request for its first
+token, sampled on time (on a server far behind, answers come too rarely to show the rise; the waits show it).
+A server below its capacity drains every burst: its in-flight count returns to its mean, so the slope over a
+window longer than its bursts does not stay significant.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class LoadWatch:
 
     in_flight: list[tuple[float, int]] = field(default_factory=list)  # (t_s, requests in flight), sampled
     ttfts: list[tuple[float, float]] = field(default_factory=list)  # (send t_s, TTFT ms) of answered requests
+    # (t_s, ms) the longest any sent request had waited for its first token, sampled: TTFT as it builds up, before
+    # the answers that would show it come
+    oldest_wait: list[tuple[float, float]] = field(default_factory=list)
     stop_reason: str | None = None
     stopped_at_s: float | None = None
     saturated: bool = False
@@ -72,10 +77,15 @@ class OverSaturation:
         lo = now_s - s.window_s
         flight = [(t, float(n)) for t, n in watch.in_flight if t >= lo]
         ttft = [(t, v) for t, v in watch.ttfts if t >= lo]
+        wait = [(t, v) for t, v in watch.oldest_wait if t >= lo]
         z = _z(s.confidence)
-        f, t = slope_bound(flight, z), slope_bound(ttft, z)
-        if f is None or t is None or f[1] <= 0 or t[1] <= 0:
+        f = slope_bound(flight, z)
+        # TTFT rising: the answered requests' TTFT on their send times, or the wait for a first token on time
+        rising = [(name, b) for name, b in (("TTFT", slope_bound(ttft, z)), ("first-token wait", slope_bound(wait, z)))]
+        rising = [(name, b) for name, b in rising if b is not None and b[1] > 0]
+        if f is None or f[1] <= 0 or not rising:
             return None
+        name, t = rising[0]
         span = flight[-1][0] - flight[0][0]
         growth = f[0] * span
         mean = float(np.mean([n for _, n in flight]))
@@ -83,7 +93,7 @@ class OverSaturation:
             return None
         return (
             f"saturated at {now_s:.1f} s: over the last {span:.0f} s requests in flight rose {f[0]:.2f}/s "
-            f"(to ~{flight[-1][1]:.0f}) and TTFT {t[0]:.0f} ms/s, both above 0 at {s.confidence:.0%}"
+            f"(to ~{flight[-1][1]:.0f}) and {name} {t[0]:.0f} ms/s, both above 0 at {s.confidence:.0%}"
         )
 
 

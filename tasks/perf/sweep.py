@@ -381,6 +381,7 @@ async def run_load(
     # a session's turn waits for its previous turn (Prompt.after) to return, then its think time
     returned = [asyncio.Event() for _ in prompts]
     ended_s: list[float | None] = [None] * len(prompts)
+    streaming: dict[int, RequestRecord] | None = {} if watch is not None else None  # sent, not yet returned
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
     async with stream_session(base_url, slots, timeout_s) as client:
@@ -418,10 +419,23 @@ async def run_load(
                         return None
                     body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
                     rec = await stream_request(
-                        client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
+                        client,
+                        url,
+                        body,
+                        kind,
+                        i,
+                        origin,
+                        count_tokens,
+                        p.tokens,
+                        p.tokens_source,
+                        repeat,
+                        deadline_s,
+                        streaming,
                     )
             finally:
                 outstanding -= 1
+                if streaming is not None:
+                    streaming.pop(i, None)
             if offsets_s is not None:
                 rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
             rec.session_id, rec.turn = p.session_id, p.turn
@@ -436,6 +450,9 @@ async def run_load(
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 now_s = (time.perf_counter_ns() - origin) / 1e9
                 watch.in_flight.append((now_s, outstanding))
+                # the longest a sent request has waited for its first token so far (0: none waits)
+                waits = [now_s - r.start_ms / 1000.0 for r in (streaming or {}).values() if not r.chunk_offsets_ms]
+                watch.oldest_wait.append((now_s, max(waits, default=0.0) * 1000.0))
                 for rule in rules:
                     reason = rule.check(watch, now_s)
                     if reason:

@@ -198,3 +198,18 @@ def test_bad_session_fields(tmp_path):
         load_trace(_file(tmp_path, [{**GOOD, "session_id": "a", "turn": 0}]))
     with pytest.raises(ConfigError, match="line 1: field 'think_time_ms' is 'x'"):
         load_trace(_file(tmp_path, [{**GOOD, "session_id": "a", "think_time_ms": "x"}]))
+
+
+def test_over_saturation_sees_the_first_token_wait_before_any_answer():
+    """A server far behind answers too rarely for the TTFT series (here: no answer at all); the wait for a first
+    token, rising with time, shows the growing queue. A wait that comes and goes does not."""
+    rule = OverSaturation(SaturationSpec(min_duration_s=10, window_s=20, confidence=0.99, min_growth=4))
+    ts = np.arange(0.25, 30, 0.25)
+    rng = np.random.default_rng(2)
+    behind = LoadWatch(in_flight=[(t, int(0.5 * t)) for t in ts], oldest_wait=[(t, 1000.0 * t) for t in ts])
+    reason = rule.check(behind, 30.0)
+    assert reason and "first-token wait" in reason
+    coming_and_going = LoadWatch(
+        in_flight=[(t, int(0.5 * t)) for t in ts], oldest_wait=[(t, float(rng.uniform(0, 400))) for t in ts]
+    )
+    assert rule.check(coming_and_going, 30.0) is None
