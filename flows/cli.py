@@ -27,8 +27,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
     suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
+    trace = ""
+    if cfg.perf.trace:
+        from tasks.perf.trace import load_trace, trace_duration_s
+
+        t = cfg.perf.trace
+        reqs = load_trace(t.path, "perf.trace", t.max_requests)
+        trace = f"; trace {t.path}: {len(reqs)} requests over {trace_duration_s(reqs, t.speed):.1f} s x {t.repeats}"
     print(
-        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
+        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}{trace}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
     for line in plan_lines(plan_config(cfg, cfg.warehouse_path())):
@@ -259,8 +266,19 @@ def _share(text: str) -> float:
     return value
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Generate a seeded trace for `perf.trace:` or `tradeoff perf --trace`."""
+    from tasks.perf.trace import generate_trace, shape_from_args, trace_line, write_trace
+
+    lines = generate_trace(shape_from_args(args), args.seed)
+    write_trace(lines, args.output)
+    print(trace_line(lines, args.output))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     from tasks.perf.options import add_arguments as add_perf_arguments
+    from tasks.perf.trace import add_arguments as add_trace_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -285,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("perf", help="measure any running OpenAI-compatible server (JSON as vllm bench serve)")
     add_perf_arguments(c)
     c.set_defaults(func=cmd_perf)
+    c = sub.add_parser(
+        "trace", help="write a seeded synthetic request trace (Mooncake JSONL: diurnal rate, bursts, prefix groups)"
+    )
+    add_trace_arguments(c)
+    c.set_defaults(func=cmd_trace)
     _add_quality_command(sub)
     return p
 

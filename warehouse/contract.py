@@ -245,7 +245,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
         (
             RUN_ID,
             VARIANT,
-            col("scenario", S, None, "load step: c<N> (concurrency), r<R> (rate), sync, max, sweep<i>"),
+            col("scenario", S, None, "load step: c<N> (concurrency), r<R> (rate), sync, max, sweep<i>, trace"),
             col("concurrency", I32, "count", "requests in flight allowed", not_null(), between(1)),
             col("request_index", I32, None, "order within (scenario, repeat)"),
             col("is_warmup", B, None, "excluded from every statistic"),
@@ -296,6 +296,11 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("answer_tokens", I32, "tokens", "output_tokens - reasoning_tokens"),
             col("reasoning_tokens_source", S, None, "usage | tokenizer | approx_chunks; NULL without reasoning"),
             col("end_s", F64, "s", "when the request returned, any status, from the scenario's start"),
+            # 017_traffic: when a scheduled request was due (rate and trace steps); start_s - scheduled_s is its
+            # send-time error
+            col("scheduled_s", F64, "s", "when the schedule had it sent, from the scenario's start; NULL: closed loop"),
+            col("session_id", S, None, "a replayed trace's session (multi-turn conversation); NULL: none"),
+            col("turn", I32, None, "depth of the request in its session, 1-based (TTFT per turn depth)", between(1)),
         ),
     ),
     Table(
@@ -366,7 +371,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("mean_power_w", F64, "W", "energy / window time"),
             col("energy_source", S, None, "nvml | rapl | NULL"),
             col("energy_note", S, None, "why energy is NULL", not_null(Where("energy_j_per_token", "is_null"))),
-            col("load_kind", S, None, "concurrency | rate | synchronous | throughput"),
+            col("load_kind", S, None, "concurrency | rate | synchronous | throughput | trace"),
             col("request_rate", F64, "req/s", "target rate of a rate step; NULL otherwise"),
             col("burstiness", F64, None, "gamma shape of a rate step's arrivals (1 = Poisson)"),
             col("repeats", I32, "count", "times the scenario ran"),
@@ -467,6 +472,12 @@ TABLES_DECLARED: tuple[Table, ...] = (
             ),
             # 010_slo_claims: the completed request rate's interval (ties of closed-loop steps are judged on it)
             *_ci("request_throughput", "req/s", "request throughput"),
+            # 017_traffic: how faithfully a schedule (rate step, trace replay) was sent, and why a step stopped
+            col("send_error_ms_p50", F64, "ms", "actual - scheduled send time, median; NULL: no schedule"),
+            col("send_error_ms_p99", F64, "ms", "actual - scheduled send time, p99; NULL: no schedule"),
+            col("send_error_ms_max", F64, "ms", "actual - scheduled send time, largest; NULL: no schedule"),
+            col("saturated", B, None, "the step's queue kept growing (in flight and TTFT rising): stopped early"),
+            col("stop_reason", S, None, "the stopping rule that ended the step early and why; NULL: ran out"),
         ),
         checks=(
             Check(
