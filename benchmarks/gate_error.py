@@ -7,7 +7,7 @@ them with the code the pipeline runs (issue 24, items 3 and 4):
   delta_row computes once the samples are paired; delta_row itself, with errored requests, in table 3;
 - tasks.quality.gate.judge: the gate's rule (v_quality_gate applies the same rule; `--sql-check`
   puts simulated rows through the view itself and counts disagreements, which must be 0);
-- tasks.quality.adaptive.sequential_gate with tasks.quality.gate.look_schedule / Look.at: the looks
+- tasks.quality.adaptive.sequential_gate with tasks.quality.design.look_schedule / Look.at: the looks
   of an adaptive suite, from the first n to 4 x n (looks at n, 2n, 4n), alpha spent over them.
 
 The reference is drawn too (its right answers with probability p_ref), so its own sampling error is
@@ -46,7 +46,8 @@ from scipy import stats
 
 from tasks.quality.adaptive import sequential_gate
 from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat
-from tasks.quality.gate import PASS, Look, judge, look_schedule
+from tasks.quality.design import look_schedule
+from tasks.quality.gate import PASS, Look, judge
 
 CONF = 0.95
 MEAN = parse_sample_stat("mean(score)")

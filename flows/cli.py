@@ -22,20 +22,29 @@ def _warehouse(args: argparse.Namespace) -> Path:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from tasks.loader import load_config
+    from tasks.perf.slo import evidence_lines
+    from tasks.quality.gate_plan import plan_config, plan_lines
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
     suites = ", ".join(s.key for s in cfg.quality.suites) or "none"
-    from tasks.perf.slo import evidence_lines
-
     lines, cannot = evidence_lines(cfg)
+    trace = ""
+    if cfg.perf.trace:
+        from tasks.perf.trace import load_trace, trace_duration_s
+
+        t = cfg.perf.trace
+        reqs = load_trace(t.path, "perf.trace", t.max_requests)
+        trace = f"; trace {t.path}: {len(reqs)} requests over {trace_duration_s(reqs, t.speed):.1f} s x {t.repeats}"
     print(
-        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}; "
+        f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}{trace}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
     print("\n".join(lines))
     if cannot:
         print(f"warning: {args.config}: the night would judge no variant on the SLO: {cannot}", file=sys.stderr)
+    for line in plan_lines(plan_config(cfg, cfg.warehouse_path())):
+        print(line)
     return 0
 
 
@@ -106,13 +115,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Each matching series across nights and its change points (v_history, v_change_points)."""
-    from tasks.report.history import format_history
+    """What changed across nights, newest first; --all: each matching series and its change points (v_history,
+    v_change_points)."""
+    from tasks.report.history import format_history, parse_day
     from warehouse.db import open_warehouse
 
+    since = parse_day("--since", args.since)
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_history(con, args.config, args.variant, args.metric))
+        print(format_history(con, args.config, args.variant, args.metric, since, args.all))
     finally:
         con.close()
     return 0
@@ -265,8 +276,19 @@ def _share(text: str) -> float:
     return value
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Generate a seeded trace for `perf.trace:` or `tradeoff perf --trace`."""
+    from tasks.perf.trace import generate_trace, shape_from_args, trace_line, write_trace
+
+    lines = generate_trace(shape_from_args(args), args.seed)
+    write_trace(lines, args.output)
+    print(trace_line(lines, args.output))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     from tasks.perf.options import add_arguments as add_perf_arguments
+    from tasks.perf.trace import add_arguments as add_trace_arguments
 
     p = argparse.ArgumentParser(prog="tradeoff", description="What each LLM speed optimisation really costs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -291,6 +313,11 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("perf", help="measure any running OpenAI-compatible server (JSON as vllm bench serve)")
     add_perf_arguments(c)
     c.set_defaults(func=cmd_perf)
+    c = sub.add_parser(
+        "trace", help="write a seeded synthetic request trace (Mooncake JSONL: diurnal rate, bursts, prefix groups)"
+    )
+    add_trace_arguments(c)
+    c.set_defaults(func=cmd_trace)
     _add_quality_command(sub)
     return p
 
@@ -330,12 +357,14 @@ def _add_warehouse_commands(sub) -> None:
     c.set_defaults(func=cmd_report)
     c = sub.add_parser(
         "history",
-        help="each series across nights (keyed on what was measured) and its change points "
-        "(Otava and the band rule); one metric: every night",
+        help="what changed across nights, newest first, one line per change (Otava, or the band rule on a "
+        "series' first nights); --all: every series (keyed on what was measured), one metric: every night",
     )
     c.add_argument("--config", help="series with a night under this config name (a renamed config shows it all)")
     c.add_argument("--variant", help="series of this variant")
-    c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy: lists every night")
+    c.add_argument("--metric", help="one metric, e.g. tpot_ms_mean or arithmetic.accuracy (with --all: every night)")
+    c.add_argument("--since", metavar="YYYY-MM-DD", help="only changes and nights from this day (UTC) on")
+    c.add_argument("--all", action="store_true", help="every matching series, with or without a change")
     _add_warehouse(c)
     c.set_defaults(func=cmd_history)
     c = sub.add_parser(

@@ -29,6 +29,7 @@ from tasks.orchestration.prefect_tasks import (
     load_results_task,
     notify_outcome,
     report_task,
+    state_gate_plan,
     validate_results_task,
     write_run_row,
 )
@@ -150,6 +151,7 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
         + (f", {len(done)} already measured: {', '.join(sorted(done))}" if done else "")
         + f"), folder {paths.root}, results {location.url}"
     )
+    gate_plan = state_gate_plan(cfg)  # the gate's power, stated before the evidence
     for v in todo:
         location.clear(paths, v.name)
     if cfg.scale_out.work_pool:
@@ -160,13 +162,13 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     rows = collect_rows(cfg, paths, location, ended)
     failed = [r["variant"] for r in rows if r["status"] == "failed"]
     status = "failed" if len(failed) == len(rows) else ("partial" if failed else "ok")
-    write_run_row(cfg, paths, started, status, f"failed variants: {', '.join(failed)}" if failed else None)
+    write_run_row(cfg, paths, started, status, f"failed variants: {', '.join(failed)}" if failed else None, gate_plan)
     report = validate_results_task(cfg, rows, paths)
     warehouse = cfg.warehouse_path()
     if not report.success:
         bad = [t.table for t in report.tables if not t.success]
         problems = "; ".join(report.failures()[:5])
-        write_run_row(cfg, paths, started, "failed", f"validation failed: {problems}")
+        write_run_row(cfg, paths, started, "failed", f"validation failed: {problems}", gate_plan)
         location.publish(paths, "run")
         load_results_task(paths, warehouse, only=[t for t in ("runs", "variants") if t not in bad])
         raise RuntimeError(

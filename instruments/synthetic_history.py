@@ -8,6 +8,13 @@ One night of a config has three llama.cpp variants on one host:
 Every perf figure carries Gaussian noise of `noise` (relative); quality comes from per-sample 0/1 scores
 (items stably right, stably wrong, and a few that flip at random night to night), so accuracy is as noisy
 as a real suite's. Nights are numbered from 1; a step "at night 30" is first seen in night 30's values.
+
+Optional plantings (off by default, so a default plan's nights stay as they were, draw for draw):
+- `speculative_twin`: a fourth variant `q4_1-spec`, the reference's weights with prompt-lookup speculative
+  decoding (the demo's four variants): a series of its own, told apart from its plain twin only by that;
+The pick (v_recommendation, optimising the load) is q2_k, the fastest variant that passes the quality gate,
+until `drop_night`; from then q2_k's retention interval straddles the gate's 50 % and the pick changes to q3_k_m
+(11 % slower than q2_k: 3 % noise does not swap them night to night).
 """
 
 from __future__ import annotations
@@ -25,12 +32,18 @@ from warehouse.contract import write_table
 
 START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
 VARIANTS = ("q4_1", "q3_k_m", "q2_k")
+SPEC_TWIN = "q4_1-spec"
 REFERENCE = "q4_1"
 ITEMS = 100
 # variant -> (tok/s, TTFT ms mean, TPOT ms): q2_k and q3_k_m are faster, as in the demo
-PERF = {"q4_1": (34.0, 700.0, 28.0), "q3_k_m": (50.0, 400.0, 19.0), "q2_k": (51.0, 370.0, 18.5)}
+PERF = {
+    "q4_1": (34.0, 700.0, 28.0),
+    "q3_k_m": (45.0, 400.0, 19.0),
+    "q2_k": (51.0, 370.0, 18.5),
+    SPEC_TWIN: (37.0, 690.0, 25.0),
+}
 # variant -> (items stably right, items that flip at random night to night); the rest are stably wrong
-QUALITY = {"q4_1": (68, 4), "q3_k_m": (58, 6), "q2_k": (50, 8)}
+QUALITY = {"q4_1": (68, 4), "q3_k_m": (58, 6), "q2_k": (50, 8), SPEC_TWIN: (68, 4)}
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,17 @@ class Plan:
     hardware_id: str = "host-a"
     engine_version: str = "llama-cpp-python 0.3.36"
     engine_version_from: dict[int, str] = field(default_factory=dict)  # night -> a new engine version
+    speculative_twin: bool = False
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return VARIANTS + ((SPEC_TWIN,) if self.speculative_twin else ())
+
+    def speculative(self, variant: str) -> str | None:
+        return "prompt_lookup" if variant == SPEC_TWIN else None
+
+    def quantization(self, variant: str) -> str:
+        return REFERENCE if variant == SPEC_TWIN else variant
 
 
 def artifact_sha(model: str, variant: str) -> str:
@@ -65,12 +89,12 @@ def _config(plan: Plan) -> dict:
                 "name": v,
                 "model": plan.model,
                 "engine": "llama.cpp",
-                "quantization": v,
-                "speculative": None,
+                "quantization": plan.quantization(v),
+                "speculative": plan.speculative(v),
                 "engine_args": {},
                 "reference": v == REFERENCE,
             }
-            for v in VARIANTS
+            for v in plan.variants
         ],
         "perf": {"concurrency": [1], "num_prompts": 8, "input_len": 64, "output_len": 32, "repeats": 1, "seed": 0},
         "quality": {
@@ -78,7 +102,13 @@ def _config(plan: Plan) -> dict:
             "primary": "arithmetic.accuracy",
         },
         # p50: what 8 requests a night can claim at 95 % confidence (tasks/core/percentiles.py)
-        "decision": {"slo": {"ttft_ms": 2000, "tpot_ms": 200}, "percentile": 50, "retention": 0.5},
+        # a retention gate, as the nightly dumps a config that sets `retention` alone (margin_points None: no margin)
+        "decision": {
+            "slo": {"ttft_ms": 2000, "tpot_ms": 200},
+            "percentile": 50,
+            "retention": 0.5,
+            "margin_points": None,
+        },
     }
 
 
@@ -135,21 +165,22 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
                 "variant": v,
                 "model": plan.model,
                 "engine": "llama.cpp",
-                "quantization": v,
+                "quantization": plan.quantization(v),
+                "speculative": plan.speculative(v),
                 "is_reference": v == REFERENCE,
                 "status": "ok",
                 "artifact_path": f"/cache/{v}.gguf",
-                "artifact_sha256": artifact_sha(plan.model, v),
+                "artifact_sha256": artifact_sha(plan.model, plan.quantization(v)),
                 "artifact_bytes": 100_000_000,
                 "engine_args": "{}",
                 "engine_version": version,
             }
-            for v in VARIANTS
+            for v in plan.variants
         ],
     )
     summary, requests, samples, scores, deltas = [], [], [], [], []
-    sample_scores = {v: _scores(plan, v, night, rng) for v in VARIANTS}
-    for v in VARIANTS:
+    sample_scores = {v: _scores(plan, v, night, rng) for v in plan.variants}
+    for v in plan.variants:
         tps, ttft, tpot = PERF[v]
         if v == "q3_k_m" and night >= plan.tpot_step_night:
             tpot *= 1 + plan.tpot_step
@@ -228,7 +259,7 @@ def write_night(root: Path, plan: Plan, night: int) -> Path:
         )
     # The deltas as the nightly computes them (paired interval, test, the gate's bounds), from these samples.
     ref_rows = lambda rows, v: [r for r in rows if r["variant"] == v]
-    for v in VARIANTS:
+    for v in plan.variants:
         if v != REFERENCE:
             deltas += quality_deltas(
                 ref_rows(scores, REFERENCE),

@@ -66,6 +66,11 @@ class RequestRecord:
     # every chunk with a non-empty `choices` list, text or not (a finish chunk's text is empty): the
     # arrivals `vllm bench serve` times its TTFT, ITL and latency by (tasks.perf.vllm_compat)
     choice_offsets_ms: list[float] = field(default_factory=list)
+    # 017_traffic: when a scheduled request (rate or trace step) was due, ms from the scenario's start; None:
+    # closed loop. start_ms - scheduled_ms is its send-time error.
+    scheduled_ms: float | None = None
+    session_id: str | None = None  # a replayed trace's session (multi-turn conversation); None: none
+    turn: int | None = None  # the request's depth in its session, 1-based
     # the prompt's length as built (the workload's tokenizer, or words); prompt_tokens becomes the server's count
     prompt_tokens_asked: int | None = None
 
@@ -527,8 +532,12 @@ async def stream_request(
     prompt_tokens_source: str | None = None,
     repeat: int = 0,
     deadline_s: float | None = None,
+    live: dict[int, RequestRecord] | None = None,
 ) -> RequestRecord:
     """Send one streaming request; never raises: failures become status 'error' or 'incomplete'.
+
+    `live`: the record is put there under `index` as soon as it is sent, so a caller can see, while it streams,
+    whether its first chunk came (a load loop's stopping rules read it; nothing per chunk is added).
 
     `deadline_s` bounds the whole request, send to last byte (a server that keeps a stream
     alive with `: ping` comments is cut there); `timeout_s` of the session bounds each wait
@@ -548,6 +557,8 @@ async def stream_request(
         repeat=repeat,
         vllm_success=False,
     )
+    if live is not None:
+        live[index] = rec
     stream = _SseStream(rec, kind, t_send)
     deadline = asyncio.timeout(deadline_s)
     try:

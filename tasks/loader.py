@@ -24,6 +24,7 @@ from tasks.engines.llama_cpp import LlamaCpp
 from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
+from tasks.perf.trace import load_trace
 from tasks.quality.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.base import check_params
 from tasks.quality.suites.arithmetic import Arithmetic
@@ -79,6 +80,8 @@ def _check_semantics(cfg: RunConfig) -> None:
     if len(refs) != 1:
         what = "no variant has" if not refs else f"{len(refs)} variants have"
         raise ConfigError(f"variants: {what} reference: true; mark exactly one variant as the reference")
+    if cfg.perf.trace:  # a bad trace line fails here, before any variant is built
+        load_trace(cfg.perf.trace.path, "perf.trace", cfg.perf.trace.max_requests)
     for i, v in enumerate(cfg.variants):
         where = f"variants[{i}] ({v.name})"
         if v.model not in cfg.models:

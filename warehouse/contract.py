@@ -194,6 +194,14 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("reference_variant", S, None, "the variant every delta compares with"),
             col("primary_quality_metric", S, None, "'suite.metric' shown as the quality column"),
             col("error", S, None, "why the run failed or was partial"),
+            col(
+                "gate_plan_json",
+                S,
+                "JSON",
+                "the quality gate's power stated before the evidence: per gating metric and variant, the items "
+                "planned, the discordance assumed, the chance an equal variant passes, the items for 80 % "
+                "(tasks/quality/gate_plan.py)",
+            ),
         ),
         checks=(Check("rows", {"value": 1}),),
     ),
@@ -237,7 +245,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
         (
             RUN_ID,
             VARIANT,
-            col("scenario", S, None, "load step: c<N> (concurrency), r<R> (rate), sync, max, sweep<i>"),
+            col("scenario", S, None, "load step: c<N> (concurrency), r<R> (rate), sync, max, sweep<i>, trace"),
             col("concurrency", I32, "count", "requests in flight allowed", not_null(), between(1)),
             col("request_index", I32, None, "order within (scenario, repeat)"),
             col("is_warmup", B, None, "excluded from every statistic"),
@@ -294,6 +302,11 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "tokens",
                 "prompt length as built: the workload's tokenizer's count (prompt_tokens: the server's, when given)",
             ),
+            # 017_traffic: when a scheduled request was due (rate and trace steps); start_s - scheduled_s is its
+            # send-time error
+            col("scheduled_s", F64, "s", "when the schedule had it sent, from the scenario's start; NULL: closed loop"),
+            col("session_id", S, None, "a replayed trace's session (multi-turn conversation); NULL: none"),
+            col("turn", I32, None, "depth of the request in its session, 1-based (TTFT per turn depth)", between(1)),
         ),
     ),
     Table(
@@ -364,7 +377,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("mean_power_w", F64, "W", "energy / window time"),
             col("energy_source", S, None, "nvml | rapl | NULL"),
             col("energy_note", S, None, "why energy is NULL", not_null(Where("energy_j_per_token", "is_null"))),
-            col("load_kind", S, None, "concurrency | rate | synchronous | throughput"),
+            col("load_kind", S, None, "concurrency | rate | synchronous | throughput | trace"),
             col("request_rate", F64, "req/s", "target rate of a rate step; NULL otherwise"),
             col("burstiness", F64, None, "gamma shape of a rate step's arrivals (1 = Poisson)"),
             col("repeats", I32, "count", "times the scenario ran"),
@@ -481,6 +494,12 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("windows_disturbed", I64, None, "kept windows still over the threshold (no retry or time left)"),
             col("host_noise_note", S, None, "what was re-measured and why, or why the host's use is NULL"),
             col("prompt_len_note", S, None, "when the server counted prompts more than 1 token off their built length"),
+            # 017_traffic: how faithfully a schedule (rate step, trace replay) was sent, and why a step stopped
+            col("send_error_ms_p50", F64, "ms", "actual - scheduled send time, median; NULL: no schedule"),
+            col("send_error_ms_p99", F64, "ms", "actual - scheduled send time, p99; NULL: no schedule"),
+            col("send_error_ms_max", F64, "ms", "actual - scheduled send time, largest; NULL: no schedule"),
+            col("saturated", B, None, "the step's queue kept growing (in flight and TTFT rising): stopped early"),
+            col("stop_reason", S, None, "the stopping rule that ended the step early and why; NULL: ran out"),
         ),
         checks=(
             Check(
@@ -684,6 +703,29 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "ratio",
                 "retention this metric keeps at least when at most identity_flip_high of outputs differ",
                 between(0),
+            ),
+            col(
+                "n_needed_threshold",
+                F64,
+                "unit",
+                "0/1 gating metrics: the delta at the run's gate threshold (-margin, or (target - 1) x the reference's "
+                "score) that n_needed and n_needed_if_equal are computed for",
+            ),
+            col(
+                "n_needed_if_equal",
+                I64,
+                "count",
+                "paired samples (the last look of the design in use) with which a truly equal variant with this "
+                "row's discordance passes with 80 % power (tasks/quality/design.py, exact); NULL: not reachable",
+                between(1),
+            ),
+            col(
+                "n_needed",
+                I64,
+                "count",
+                "the same for the observed loss and gain rates: samples to pass (or fail, when the estimate is "
+                "past the threshold) with 80 % power",
+                between(1),
             ),
         ),
     ),

@@ -198,6 +198,50 @@ def _preset_name(v: Any) -> Any:
 Slo = Annotated[SloSpec | None, BeforeValidator(_preset_name)]
 
 
+class TraceSpec(_Strict):
+    """A request trace replayed at its own timestamps (tasks/perf/trace.py reads it; docs/traffic.md).
+
+    The file is JSONL in the Mooncake format ({"timestamp": ms, "input_length": tokens, "output_length":
+    tokens, "hash_ids": [prefix block ids]}) or a plain request log ({"timestamp": ms, "prompt": text |
+    "prompt_tokens": tokens, "max_tokens": tokens}); `tradeoff trace` generates one (seeded).
+    """
+
+    path: str = Field(description="JSONL trace file (Mooncake format or a plain request log); never downloaded")
+    speed: float = Field(default=1.0, gt=0, le=1_000, description="replay speed: 2.0 sends the trace twice as fast")
+    block_tokens: int = Field(
+        default=512, ge=1, le=65_536, description="tokens per hash_ids block (Mooncake: 512); shared prefixes"
+    )
+    max_requests: int | None = Field(
+        default=None, ge=1, le=100_000, description="replay only the trace's first N requests (default: all)"
+    )
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="times the trace is replayed per variant (perf.repeats does not apply: a trace is long)",
+    )
+
+
+class SaturationSpec(_Strict):
+    """Over-saturation: an open-loop step (rate, trace) whose requests in flight and TTFT rise together is stopped
+    early and marked saturated (tasks/perf/stopping.py)."""
+
+    enabled: bool = Field(default=True, description="stop a saturated rate or trace step early")
+    min_duration_s: float = Field(
+        default=10.0, ge=1, le=3_600, description="no verdict before the step ran this long (s)"
+    )
+    window_s: float = Field(
+        default=20.0,
+        ge=2,
+        le=3_600,
+        description="the trailing window the slopes are fitted over (s); longer than bursts",
+    )
+    confidence: float = Field(default=0.99, gt=0.5, lt=1, description="one-sided level both slopes exceed 0 at")
+    min_growth: float = Field(
+        default=4.0, gt=0, le=100_000, description="least rise of requests in flight over the window"
+    )
+
+
 class PerfSpec(_Strict):
     """The perf sweep: load steps, workload, repeats and statistics; warm-up requests are excluded.
 
@@ -218,7 +262,9 @@ class PerfSpec(_Strict):
         default=None, ge=0, le=64, description="sweep: synchronous, max throughput and N rates between"
     )
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
-        default=None, max_length=64, description="fixed concurrency levels; default [1, 2] when no rates and no sweep"
+        default=None,
+        max_length=64,
+        description="fixed concurrency levels; default [1, 2] when no rates, no sweep and no trace",
     )
     burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape of inter-arrival times; 1 = Poisson")
     max_concurrency: int | None = Field(
@@ -261,6 +307,12 @@ class PerfSpec(_Strict):
         default=0.0, ge=0, lt=1, description="lengths drawn uniformly in [len*(1-spread), len*(1+spread)]"
     )
     dataset: str | None = Field(default=None, description="ShareGPT-format JSON file of prompts instead of synthetic")
+    trace: TraceSpec | None = Field(
+        default=None, description="a request trace replayed at its own timestamps, as one more step (`trace`)"
+    )
+    saturation: SaturationSpec = Field(
+        default_factory=SaturationSpec, description="stop a rate or trace step whose queue keeps growing"
+    )
     endpoint: Literal["completions", "chat"] = "completions"
     unique_prompts: bool = Field(default=True, description="unique prompt start per request (defeats prefix caches)")
     force_output_len: Literal["auto", "min_tokens", "ignore_eos", "both", "none"] = Field(
@@ -350,7 +402,7 @@ class PerfSpec(_Strict):
     @model_validator(mode="after")
     def _default_steps(self) -> "PerfSpec":
         if self.concurrency is None:
-            self.concurrency = [1, 2] if not self.rates and self.sweep is None else []
+            self.concurrency = [1, 2] if not self.rates and self.sweep is None and self.trace is None else []
         return self
 
     @model_validator(mode="after")
@@ -545,11 +597,18 @@ class LoadSearchSpec(_Strict):
     )
 
 
+# The default quality gate: a variant may lose at most 2 points of a fraction metric (non-inferiority), with
+# 80 % power for an equal variant at ~520 paired items (2 % discordant) to ~1,050 (5 %); docs/decision.md says why
+# not MLPerf's 99 % retention (44,000 pairs at a 0.3 accuracy).
+DEFAULT_MARGIN_POINTS = 2.0
+
+
 class DecisionSpec(_Strict):
     """Which variant to ship (`tradeoff recommend`, v_recommendation): an SLO, a quality gate and an objective.
 
     Every field is optional. The SLO defaults to perf.slo (the goodput limits), the gate to the primary
-    quality metric at MLPerf's 99 % retention class; the recommendation maximises the sustainable request rate.
+    quality metric losing at most DEFAULT_MARGIN_POINTS points (a retention target on request); the
+    recommendation maximises the sustainable request rate.
     """
 
     slo: Slo = Field(
@@ -600,12 +659,11 @@ class DecisionSpec(_Strict):
         description="share of the reference's score a gating metric must keep (MLPerf classes: 0.99, 0.999)",
     )
     margin_points: float | None = Field(
-        default=None,
+        default=DEFAULT_MARGIN_POINTS,
         gt=0,
         le=100,
-        description="non-inferiority margin instead of "
-        "`retention` for fraction metrics: the variant may lose at most this many "
-        "points (0.01 of a fraction each)",
+        description="non-inferiority margin for fraction metrics (the default gate): the variant may lose at most "
+        "this many points (0.01 of a fraction each); null, or `retention` given without it: the retention gate",
     )
     identity_gate: bool = Field(
         default=False,
@@ -627,6 +685,13 @@ class DecisionSpec(_Strict):
         description="objective values this close to the best are a tie (%), broken on quality",
     )
     search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
+
+    @model_validator(mode="after")
+    def _retention_when_asked(self) -> "DecisionSpec":
+        """A config that states `retention` and no margin asks for the retention gate (docs/decision.md)."""
+        if "retention" in self.model_fields_set and "margin_points" not in self.model_fields_set:
+            self.margin_points = None
+        return self
 
     @field_validator("slo")
     @classmethod

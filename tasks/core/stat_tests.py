@@ -39,19 +39,25 @@ def mcnemar_exact_p(losses: int, gains: int) -> float:
     return float(stats.binomtest(gains, discordant, 0.5).pvalue)
 
 
-def _tango_z(delta: float, losses: int, gains: int, n: int) -> float:
-    """Tango's score statistic for H0: p_variant - p_reference = delta (see tango_interval)."""
+def tango_z(delta: float, losses, gains, n: int):
+    """Tango's score statistic for H0: p_variant - p_reference = delta (see tango_interval).
+
+    `losses` and `gains` may be numbers or numpy arrays of counts (tasks.quality.power evaluates it over every
+    count a design can reach); a float for numbers, an array for arrays.
+    """
     # Tango (1998) in Fagerland, Lydersen & Laake's notation: n12 = gains (variant right,
     # reference wrong), n21 = losses; p21 is estimated by its maximum likelihood under H0.
+    losses, gains = np.asarray(losses, dtype=float), np.asarray(gains, dtype=float)
     a = 2.0 * n
     b = -gains - losses + (2.0 * n - gains + losses) * delta
     c = -losses * delta * (1.0 - delta)
-    p21 = (math.sqrt(max(b * b - 4.0 * a * c, 0.0)) - b) / (2.0 * a)
+    p21 = (np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0)) - b) / (2.0 * a)
     var = n * (2.0 * p21 + delta * (1.0 - delta))
     num = gains - losses - n * delta
-    if var <= 0.0:
-        return math.copysign(math.inf, num) if num else 0.0
-    return num / math.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(var > 0.0, num / np.sqrt(np.where(var > 0.0, var, 1.0)), np.sign(num) * np.inf)
+    z = np.where((var <= 0.0) & (num == 0.0), 0.0, z)
+    return float(z) if z.ndim == 0 else z
 
 
 def tango_interval(losses: int, gains: int, n: int, confidence: float) -> tuple[float, float]:
@@ -76,10 +82,10 @@ def tango_interval(losses: int, gains: int, n: int, confidence: float) -> tuple[
     edge = 1e-12
 
     def lower(d: float) -> float:
-        return _tango_z(d, losses, gains, n) - z
+        return tango_z(d, losses, gains, n) - z
 
     def upper(d: float) -> float:
-        return _tango_z(d, losses, gains, n) + z
+        return tango_z(d, losses, gains, n) + z
 
     # Z decreases in delta and is 0 at the estimate: each limit is the one root on its side.
     lo = -1.0 if est <= -1.0 or lower(-1.0 + edge) <= 0 else optimize.brentq(lower, -1.0 + edge, est, xtol=1e-12)

@@ -24,7 +24,8 @@ from warehouse.gx_gate import ValidationReport, validate_results
 
 def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
-    known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`)."""
+    known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`, nor the
+    requests of an open-loop step that the over-saturation rule may stop early) or on a file (a trace's)."""
     steps = fixed_steps(perf) + ([JITTER_STEP] if needs_jitter_step(perf) else [])
     sweep = [SYNC_STEP, max_step(perf)] if perf.sweep is not None else []
     n_steps = len(steps) + len(sweep) + (perf.sweep or 0)
@@ -32,9 +33,11 @@ def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | 
         perf.warmup_requests + perf.stream_requests()
     )  # the sweep's rate steps
     requests = perf.repeats * per_repeat
+    open_loop = bool(perf.rates) or perf.sweep is not None or perf.trace is not None
+    stoppable = open_loop and perf.saturation.enabled
     return {
-        "perf_requests": None if perf.max_duration_s or search else requests,
-        "perf_summary": None if search else n_steps,
+        "perf_requests": None if perf.max_duration_s or search or stoppable or perf.trace else requests,
+        "perf_summary": None if search else n_steps + (1 if perf.trace else 0),
         "perf_power": None,
     }
 

@@ -24,6 +24,7 @@ from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.perf.load_search import search_load
 from tasks.perf.perf_run import measure_into, variant_target
+from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
 from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send
@@ -75,7 +76,20 @@ def measure_quality(
 
 
 @task(name="write-run-row", cache_policy=NONE)
-def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: str, error: str | None) -> None:
+@task(name="state-gate-plan", cache_policy=NONE)
+def state_gate_plan(cfg: RunConfig) -> str:
+    """The quality gate's power before the evidence (tasks/quality/gate_plan.py), logged first; its JSON for the
+    run row. A gate that cannot pass an equal variant is a warning naming the fix, not a stop."""
+    plans = plan_config(cfg, cfg.warehouse_path())
+    log = run_logger()
+    for line in plan_lines(plans):
+        (log.warning if line.startswith("warning:") else log.info)(line)
+    return plan_json(plans)
+
+
+def write_run_row(
+    cfg: RunConfig, paths: RunPaths, started: datetime, status: str, error: str | None, gate_plan: str | None = None
+) -> None:
     row = {
         "run_id": paths.run_id,
         "config_name": cfg.name,
@@ -87,6 +101,7 @@ def write_run_row(cfg: RunConfig, paths: RunPaths, started: datetime, status: st
         "reference_variant": cfg.reference.name,
         "primary_quality_metric": cfg.quality.primary,
         "error": error,
+        "gate_plan_json": gate_plan,
     }
     write_table(paths.results, "runs", "run", [row])
 

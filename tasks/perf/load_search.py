@@ -3,7 +3,8 @@ and bisect the bracket, within a time budget.
 
 A rate step passes when tasks.perf.slo judges it `met`: its requests show the decision's percentile within
 every limit (an order-statistic bound at decision.confidence; failed requests are misses) and its load was
-sustained (it achieved decision.min_rate_ratio of its offered rate: its queue did not grow). The sustainable
+sustained (it achieved decision.min_rate_ratio of its offered rate: its queue did not grow, and the
+over-saturation rule did not stop it: tasks.perf.stopping). The sustainable
 rate is the highest passing rate step with every lower rate step passing too (a lucky step above a failing
 one does not count); v_slo_steps and v_recommendation apply the same rules to the stored requests.
 
@@ -46,6 +47,7 @@ def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
         d.confidence,
         is_rate_step(sc.step),
         d.min_rate_ratio,
+        "; ".join(run.stop_reason for run in sc.runs if run.saturated and run.stop_reason) or None,
     )
 
 

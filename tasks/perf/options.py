@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError, validation_line
+from tasks.perf.trace import load_trace
 
 # PerfSpec field -> the flag that sets it, so errors name what the user typed.
 FLAGS = {
@@ -37,6 +38,7 @@ FLAGS = {
     "confidence": "--confidence",
     "request_deadline_s": "--deadline-s",
     "jitter": "--jitter",
+    "trace": "--trace",
     "host_noise_max_pct": "--host-noise-max-pct",
     "host_noise_retries": "--host-noise-retries",
 }
@@ -69,6 +71,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--len-spread", type=float, help="lengths uniform in len*(1 +- spread)")
     p.add_argument("--num-prompts", type=int, help="measured requests per step and repeat")
     p.add_argument("--dataset", help="ShareGPT-format JSON file of prompts instead of synthetic ones")
+    p.add_argument(
+        "--trace",
+        help="JSONL request trace (Mooncake format or a plain request log) replayed at its own timestamps "
+        "(`tradeoff trace` generates one); alone, it is the only step",
+    )
+    p.add_argument("--trace-speed", type=float, help="replay speed of --trace: 2.0 sends it twice as fast")
+    p.add_argument("--trace-block-tokens", type=int, help="tokens per hash_ids block of --trace (Mooncake: 512)")
+    p.add_argument("--trace-max-requests", type=int, help="replay only the first N requests of --trace")
     p.add_argument("--endpoint-type", choices=["completions", "chat"], help="/v1/completions (default) or chat")
     p.add_argument("--warmup", type=int, help="warm-up requests per step, excluded")
     p.add_argument("--warmup-s", type=float, help="requests sent in a step's first seconds are excluded")
@@ -164,6 +174,13 @@ def spec_from_args(args: argparse.Namespace) -> PerfSpec:
         "host_noise_retries": args.host_noise_retries,
     }
     data.update({k: v for k, v in given.items() if v is not None})
+    if args.trace:
+        trace = {"path": args.trace, "speed": args.trace_speed, "block_tokens": args.trace_block_tokens}
+        data["trace"] = {k: v for k, v in trace.items() if v is not None} | (
+            {"max_requests": args.trace_max_requests} if args.trace_max_requests is not None else {}
+        )
+    elif any(v is not None for v in (args.trace_speed, args.trace_block_tokens, args.trace_max_requests)):
+        raise ConfigError("--trace-speed, --trace-block-tokens, --trace-max-requests: need --trace FILE")
     if args.no_unique_prompts:
         data["unique_prompts"] = False
     limits = {
@@ -181,6 +198,8 @@ def spec_from_args(args: argparse.Namespace) -> PerfSpec:
         raise ConfigError(f"{FLAGS.get(field.split('.')[0], field)}: {rest}") from None
     if spec.dataset and not Path(spec.dataset).is_file():
         raise ConfigError(f"--dataset: file {spec.dataset} not found; give a ShareGPT-format JSON file")
+    if spec.trace:
+        load_trace(spec.trace.path, "--trace", spec.trace.max_requests)  # a bad line fails here, before any request
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise ConfigError(f"--tokenizer: file {args.tokenizer} not found; give the model's GGUF file or leave it out")
     if args.model_bytes is not None and args.model_bytes <= 0:

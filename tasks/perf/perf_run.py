@@ -28,6 +28,7 @@ from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
 from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
+from tasks.perf.trace import load_trace, send_error_stats, trace_prompts
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
 from warehouse.contract import SCHEMAS, write_table
@@ -122,6 +123,11 @@ def summarize_scenario(
     if scope is not None:
         energy_cols.update(idle_columns(energy_cols, [e.window_s for e in readings], scope, idle, tokens))
     s.update(host_noise_columns(spec, sc))
+    s.update(send_error_stats([r.start_ms - r.scheduled_ms for r in measured if r.scheduled_ms is not None]))
+    watched = [run.saturated for run in sc.runs if run.saturated is not None]
+    reasons = [f"repeat {run.repeat}: {run.stop_reason}" for run in sc.runs if run.stop_reason]
+    s["saturated"] = any(watched) if watched else None
+    s["stop_reason"] = "; ".join(reasons)[:1000] if reasons else None
     mbu = (
         mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None)
         if step.concurrency == 1
@@ -215,6 +221,9 @@ def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: Requ
         "answer_tokens": r.answer_tokens,
         "reasoning_tokens_source": r.reasoning_tokens_source,
         "end_s": r.end_ms / 1000.0 if r.end_ms is not None else None,
+        "scheduled_s": r.scheduled_ms / 1000.0 if r.scheduled_ms is not None else None,
+        "session_id": r.session_id,
+        "turn": r.turn,
         "prompt_tokens_asked": r.prompt_tokens_asked,
     }
 
@@ -329,6 +338,11 @@ def measure(
     built_by = tok.label if tok else None
     force = output_force(spec, target.forces_output_len)
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
+    trace = (
+        trace_prompts(load_trace(spec.trace.path, max_requests=spec.trace.max_requests), spec.trace, spec.seed, count)
+        if spec.trace
+        else None
+    )
     # measured once per run, before the first request, and only where it describes the server's host
     bandwidth = target.bandwidth or (host_bandwidth() if target.on_host and target.model_bytes else None)
     scope = target.scope or EnergyScope(
@@ -359,6 +373,7 @@ def measure(
         on_scenario=summarize_new,
         energy_off_reason=scope.off_reason,
         meter_opener=scope.open_meter,
+        trace=trace,
         guard=guard,
         warn=warn,
     )

@@ -109,8 +109,10 @@ def check_step(
     confidence: float = 0.95,
     rate_step: bool = False,
     min_rate_ratio: float = 0.95,
+    saturated: str | None = None,
 ) -> SloCheck:
-    """Judge one step (its repeats' records) against `limits` at `percentile` and `confidence` (see the module)."""
+    """Judge one step (its repeats' records) against `limits` at `percentile` and `confidence` (see the module);
+    `saturated`: why a stopping rule ended the open-loop step early (its queue kept growing): not sustained."""
     measured_runs = [[r for r in run if not r.is_warmup] for run in runs]
     measured = [r for run in measured_runs for r in run]
     n, failed = len(measured), sum(r.status != "ok" for r in measured)
@@ -130,7 +132,7 @@ def check_step(
         rates = [(o, a) for o, a in map(repeat_rates, measured_runs) if o is not None]
         offered = sum(o for o, _ in rates) / len(rates) if rates else None
         achieved = sum(a for _, a in rates) / len(rates) if rates else None
-    sustained = not rate_step or (offered is not None and achieved >= min_rate_ratio * offered)
+    sustained = not saturated and (not rate_step or (offered is not None and achieved >= min_rate_ratio * offered))
     parts = [f"{failed} of {n} requests failed or did not complete"] if failed else []
     for k in missed:
         parts.append(f"p{percentile:g} {LATENCIES[k]} > {limits[k]:g} ms ({over[k]} of {n} over)")
@@ -139,7 +141,9 @@ def check_step(
             f"p{percentile:g} {LATENCIES[k]} <= {limits[k]:g} ms not shown at {confidence * 100:g} % "
             f"({over[k]} of {n} over, {max(allowed, 0)} allowed)"
         )
-    if not sustained:
+    if saturated:
+        parts.append(f"saturated: {saturated}")
+    elif not sustained:
         parts.append(
             f"not sustained: achieved {achieved / offered * 100:.0f} % of the offered rate"
             if offered

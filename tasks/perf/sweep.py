@@ -15,6 +15,10 @@ measured part are flagged as warm-up too. A rate step sends `rate_requests` (def
 `num_prompts`) measured requests, after `rate_warmup_share` of them more at the head of its
 Poisson stream, flagged warm-up (its queue settles first, as in MLPerf's server scenario).
 No new request is sent after `max_duration_s`.
+- `trace`: a request trace (perf.trace) replayed at its own timestamps (scaled by its speed), each request with
+  its own prompt and output length (tasks.perf.trace), optionally capped at `max_concurrency` in flight.
+Every scheduled request (rate and trace steps) records when it was due (`scheduled_ms`), so the send-time error
+(actual - scheduled send) is measured.
 Prompts are seeded per (step, repeat), so a rerun sends the same requests. Repeats
 interleave (every step once, then again) so slow drift does not favour one step.
 """
@@ -39,13 +43,14 @@ from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
+from tasks.perf.stopping import OVER_SATURATION, LoadWatch, StopRule, stop_rules
 from tasks.perf.workload import Prompt, Workload
 
 
 @dataclass(frozen=True)
 class Step:
     label: str  # scenario name: c4, r2.5, sync, max, sweep1
-    kind: str  # concurrency | rate | synchronous | throughput
+    kind: str  # concurrency | rate | synchronous | throughput | trace
     concurrency: int | None  # cap on requests in flight; None: no cap
     rate: float | None = None  # target requests/s; None: no schedule (as fast as the cap allows)
 
@@ -60,6 +65,8 @@ class StepRun:
     measured: list[RequestRecord]
     energy: EnergyReading
     power: list[PowerSample] = field(default_factory=list)
+    stop_reason: str | None = None  # the stopping rule that ended it early (tasks.perf.stopping); None: ran out
+    saturated: bool | None = None  # its queue kept growing; None: not watched (closed loop, or rules off)
     noise: HostNoise | None = None  # what else used the host during the measured window (tasks.perf.host_noise)
     disturbed: str | None = None  # why the kept window counts as disturbed (no retry or budget left); None: quiet
     remeasured: list[str] = field(default_factory=list)  # windows measured again before this one, and why
@@ -98,9 +105,16 @@ def fixed_steps(spec: PerfSpec) -> list[Step]:
 
 SYNC_STEP = Step("sync", "synchronous", 1)
 
+WATCH_INTERVAL_S = 0.25  # how often an open-loop step's outstanding requests are sampled and its rules asked
+
 
 # The fixed-length concurrency-1 workload the jitter figure is measured on (tasks.perf.jitter).
 JITTER_STEP = Step(JITTER_LABEL, "concurrency", 1)
+
+
+def trace_step(spec: PerfSpec, n_requests: int) -> Step:
+    """The trace replay: its own schedule; in flight at most max_concurrency (default: every request may be)."""
+    return Step("trace", "trace", spec.max_concurrency or n_requests)
 
 
 def max_step(spec: PerfSpec) -> Step:
@@ -259,7 +273,13 @@ def _run_window(
     for r in warm:
         r.is_warmup = True
     todo = prompts[n_warm:]
-    offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
+    if step.kind == "trace":
+        offsets = [p.at_s or 0.0 for p in todo]
+    else:
+        offsets = arrival_offsets_s(len(todo), step.rate, spec.burstiness, offsets_seed)
+    open_loop = offsets is not None
+    rules = stop_rules(spec.saturation) if open_loop else []
+    watch = LoadWatch() if rules else None
     host = guard.window() if guard is not None else contextlib.nullcontext()
     with host, EnergyWindow(spec.power_interval_s, off_reason=energy_off_reason, opener=meter_opener) as window:
         measured = run_async(
@@ -274,14 +294,25 @@ def _run_window(
                 max_duration_s=spec.max_duration_s,
                 first_index=first_index + len(warm),
                 on_record=on_record,
+                watch=watch,
+                rules=rules,
                 **common,
             )
         )
     head = first_index + len(warm) + (spec.rate_warmup() if is_rate_step(step) else 0)  # the stream's warm-up share
     for r in measured:
         r.is_warmup = r.start_ms < spec.warmup_s * 1000.0 or r.index < head
-    noise = host.noise if guard is not None else None
-    return StepRun(step, repeat, warm, measured, window.reading, window.samples, noise)
+    return StepRun(
+        step,
+        repeat,
+        warm,
+        measured,
+        window.reading,
+        window.samples,
+        watch.stop_reason if watch else None,
+        watch.saturated if watch else None,
+        host.noise if guard is not None else None,
+    )
 
 
 def run_perf(
@@ -295,11 +326,14 @@ def run_perf(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
+    trace: list[Prompt] | None = None,
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step).
+
+    `trace`: the trace's prompts (tasks.perf.trace), replayed as the step `trace` after the fixed steps.
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
@@ -307,20 +341,29 @@ def run_perf(
     steps = (
         ([JITTER_STEP] if needs_jitter_step(spec) else [])
         + fixed_steps(spec)
+        + ([trace_step(spec, len(trace))] if trace else [])
         + ([SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
     )
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
     with _Progress(progress) as bar:
-        for repeat in range(spec.repeats):
+        for repeat in range(max(spec.repeats, spec.trace.repeats if spec.trace else 0)):
             i = 0
             while i < len(steps):
                 step = steps[i]
+                times = spec.trace.repeats if step.kind == "trace" and spec.trace else spec.repeats
+                if repeat >= times:
+                    i += 1  # a trace is replayed trace.repeats times, every other step perf.repeats times
+                    continue
                 seed = spec.seed * 1_000_003 + i * 1009 + repeat
                 sc = scenarios.setdefault(step.label, Scenario(step, []))
-                n = step_prompts(spec, step)
-                prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
-                tracker = bar.track(f"{step.label} ({repeat + 1}/{spec.repeats})", n - spec.warmup_requests)
+                if step.kind == "trace":
+                    prompts = workload(seed, spec.warmup_requests, True) + list(trace or [])
+                    n = len(prompts)
+                else:
+                    n = step_prompts(spec, step)
+                    prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
+                tracker = bar.track(f"{step.label} ({repeat + 1}/{times})", n - spec.warmup_requests)
                 sc.runs.append(
                     run_step(
                         spec,
@@ -380,15 +423,27 @@ async def run_load(
     repeat: int = 0,
     on_record: Callable[[RequestRecord], None] | None = None,
     deadline_s: float | None = None,
+    watch: LoadWatch | None = None,
+    rules: Sequence[StopRule] = (),
 ) -> list[RequestRecord]:
     """Send the prompts: prompt i at `offsets_s[i]` seconds (default: at once), with at most
     `concurrency` in flight (default: no cap). After `max_duration_s` no new request is sent;
     those in flight finish (bounded by `timeout_s` per wait for bytes and `deadline_s` per
     request). Records keep the prompts' order; unsent prompts have none.
+
+    With `watch`, the requests outstanding (due and not returned, queued for a slot included) are sampled every
+    WATCH_INTERVAL_S and each answered request's TTFT noted; `rules` (tasks.perf.stopping) are asked at each
+    sample, and the first that gives a reason stops the sending (those in flight finish), noted in `watch`.
     """
     url = endpoint_url(base_url, kind)
     slots = min(concurrency or len(prompts), len(prompts)) + 1
     sem = asyncio.Semaphore(concurrency) if concurrency else None
+    stop = asyncio.Event()
+    outstanding = 0
+    # a session's turn waits for its previous turn (Prompt.after) to return, then its think time
+    returned = [asyncio.Event() for _ in prompts]
+    ended_s: list[float | None] = [None] * len(prompts)
+    streaming: dict[int, RequestRecord] | None = {} if watch is not None else None  # sent, not yet returned
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
     async with stream_session(base_url, slots, timeout_s) as client:
@@ -396,27 +451,86 @@ async def run_load(
         deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
 
         def late() -> bool:
-            return deadline is not None and time.perf_counter_ns() >= deadline
+            return stop.is_set() or (deadline is not None and time.perf_counter_ns() >= deadline)
 
-        async def one(i: int, p: Prompt, at_s: float) -> RequestRecord | None:
+        async def one(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            try:
+                return await send(k, p, at_s)
+            finally:
+                ended_s[k] = (time.perf_counter_ns() - origin) / 1e9
+                returned[k].set()
+
+        async def send(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            nonlocal outstanding
+            i = first_index + k
+            if p.after is not None:
+                await returned[p.after].wait()
+                at_s = max(at_s, (ended_s[p.after] or 0.0) + p.think_s)
             if max_duration_s and at_s >= max_duration_s:
                 return None  # due after the time limit: never sent (and not waited for)
             wait = at_s - (time.perf_counter_ns() - origin) / 1e9
             if wait > 0:
-                await asyncio.sleep(wait)
-            async with sem or contextlib.nullcontext():
-                if late():
-                    return None
-                body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
-                rec = await stream_request(
-                    client, url, body, kind, i, origin, count_tokens, p.tokens, p.tokens_source, repeat, deadline_s
-                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)  # its time, or a stopping rule ended the step
+            if stop.is_set():
+                return None
+            outstanding += 1
+            try:
+                async with sem or contextlib.nullcontext():
+                    if late():
+                        return None
+                    body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
+                    rec = await stream_request(
+                        client,
+                        url,
+                        body,
+                        kind,
+                        i,
+                        origin,
+                        count_tokens,
+                        p.tokens,
+                        p.tokens_source,
+                        repeat,
+                        deadline_s,
+                        streaming,
+                    )
+            finally:
+                outstanding -= 1
+                if streaming is not None:
+                    streaming.pop(i, None)
+            if offsets_s is not None:
+                rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
+            rec.session_id, rec.turn = p.session_id, p.turn
+            if watch is not None and rec.ttft_ms is not None:
+                watch.ttfts.append((rec.start_ms / 1000.0, rec.ttft_ms))
             if on_record:
                 on_record(rec)
             return rec
 
+        async def monitor() -> None:
+            while watch is not None:
+                await asyncio.sleep(WATCH_INTERVAL_S)
+                now_s = (time.perf_counter_ns() - origin) / 1e9
+                watch.in_flight.append((now_s, outstanding))
+                # the longest a sent request has waited for its first token so far (0: none waits)
+                waits = [now_s - r.start_ms / 1000.0 for r in (streaming or {}).values() if not r.chunk_offsets_ms]
+                watch.oldest_wait.append((now_s, max(waits, default=0.0) * 1000.0))
+                for rule in rules:
+                    reason = rule.check(watch, now_s)
+                    if reason:
+                        watch.stop_reason, watch.stopped_at_s = f"{rule.name}: {reason}", now_s
+                        watch.saturated = watch.saturated or rule.name == OVER_SATURATION
+                        stop.set()
+                        return
+
+        watcher = asyncio.create_task(monitor())
         offsets = offsets_s or [0.0] * len(prompts)
-        done = await asyncio.gather(*(one(first_index + i, p, t) for i, (p, t) in enumerate(zip(prompts, offsets))))
+        try:
+            done = await asyncio.gather(*(one(k, p, t) for k, (p, t) in enumerate(zip(prompts, offsets))))
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     return [r for r in done if r is not None]
 
 

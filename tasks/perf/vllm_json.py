@@ -68,6 +68,12 @@ TRADEOFF_KEYS = (
     "energy_j_per_token_above_idle",
     "idle_note",
     "model_bytes_method",
+    # 017_traffic: the send-time error of a schedule, and a step stopped early
+    "send_error_ms_p50",
+    "send_error_ms_p99",
+    "send_error_ms_max",
+    "saturated",
+    "stop_reason",
 )
 
 
@@ -129,4 +135,10 @@ def one_line(r: dict) -> str:
         f"TTFT p50 {f(r['median_ttft_ms'])} ms, TPOT mean {f(r['mean_tpot_ms'], 2)} ms, "
         f"TTFT jitter {f(r['ttft_cv_pct_median'])} %, goodput {f(r['request_goodput'], 2)} req/s"
         + (f", MBU {f(r['mbu_pct'])} %" if r.get("mbu_pct") is not None else "")
+        + (
+            f", send error p50 {f(r['send_error_ms_p50'], 2)} ms p99 {f(r['send_error_ms_p99'], 2)} ms"
+            if r.get("send_error_ms_p99") is not None
+            else ""
+        )
+        + (f"; stopped: {r['stop_reason']}" if r.get("stop_reason") else "")
     )

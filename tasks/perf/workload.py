@@ -29,6 +29,11 @@ class Prompt:
     tokens: int | None  # prompt tokens; None when unknown
     output_len: int | None = None  # output tokens to ask for; None: the step's default
     tokens_source: str | None = None  # tokenizer | approx_words
+    at_s: float | None = None  # a trace's send time (s from the step's start); None: the step's schedule
+    session_id: str | None = None  # a trace's session (multi-turn conversation); None: none
+    turn: int | None = None  # depth in the session, 1-based
+    after: int | None = None  # index (in the step's prompts) of the session's previous turn: sent after it returns
+    think_s: float = 0.0  # least time between the previous turn's return and this one's send
 
 
 def _spread(rng: random.Random, length: int, spread: float, least: int) -> int:

@@ -3,7 +3,7 @@
 With `quality.adaptive: {max_items, budget_s}`, every suite that holds a gating metric
 (decision.gate_metrics, else quality.primary) and can extend its sample (Suite.extendable: the
 arithmetic suite's generated items) is looked at in planned, doubling sizes
-(tasks.quality.gate.look_schedule) up to max_items:
+(tasks.quality.design.look_schedule) up to max_items:
 
 - the reference answers every planned item up front, in its own flow run (the only time it is
   served), so that every variant can be paired on any item it may need. Measured on the demo's
@@ -12,7 +12,7 @@ arithmetic suite's generated items) is looked at in planned, doubling sizes
 - a variant extends while its gate on that suite is undecided (`sequential_gate`), to the next
   planned size, as long as the reference has those items and the next batch would likely end
   within `budget_s` (`Budget`); each look's interval is taken at the look's own level (alpha
-  spending, tasks.quality.gate.look_level), so the looks do not inflate the false pass.
+  spending, tasks.quality.design.look_level), so the looks do not inflate the false pass.
 
 `sequential_gate` is the loop itself with the measuring and the judging passed in: the nightly
 (tasks/quality/suite_loop.py) passes real suite runs, benchmarks/gate_error.py simulated samples.

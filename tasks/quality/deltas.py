@@ -253,6 +253,10 @@ class Delta:
     identity_same: int | None = None
     identity_flip_high: float | None = None
     identity_retention_low: float | None = None
+    # samples a decision needs under the design in use, for the run's gate threshold (tasks.quality.gate_plan)
+    n_needed_threshold: float | None = None
+    n_needed_if_equal: int | None = None
+    n_needed: int | None = None
 
 
 def _zero_one(stat: SampleStat, samples: list[dict]) -> bool:

@@ -12,12 +12,11 @@ Errors: the gate's error is a false pass (true retention below the target, gate 
 side of the stored two-sided interval at `confidence` errs at most (1 - confidence) / 2 = 2.5 %.
 
 Looks: an adaptive suite looks at its sample at planned sizes (`look_schedule`: doubling from the
-first sample up to `max_items`) and stops when the gate decides. Every look is a chance of a
-false pass, so the error is spent over the looks (`look_level`): alpha spending with the
-Lan-DeMets linear function alpha(t) = alpha * t of the planned information fraction t = n / max,
-each look's interval taken at the level its increment leaves (the union bound: the chances of a
-false pass at the looks add up to at most alpha / 2, whatever the data did at earlier looks, and
-whether or not the later looks happen). A single look is the fixed design: the full confidence.
+first sample up to `max_items`, no sliver of a last look) and stops when the gate decides. Every look is a
+chance of a false pass, so each look's interval is taken at the level of a group-sequential boundary
+(`look_level`: Lan-DeMets O'Brien-Fleming-type spending of (1 - confidence) / 2 over the planned information
+fractions, computed from the joint distribution of the looks, tasks/quality/design.py). A single look is the
+fixed design: the full confidence.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from scipy import stats
+
+from tasks.quality.design import look_level
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "not_enough_evidence"
 # IEEE slack where a bound equals the target by construction (e.g. retention 0.99 from 0.99 x 0.5 / 0.5).
@@ -153,11 +154,13 @@ def combine(gates: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Look:
-    """The look an interval is taken at: its own two-sided level, its number (1-based) and the looks planned."""
+    """The look an interval is taken at: its own two-sided level, its number (1-based), the looks planned and the first
+    look's items."""
 
     level: float
     number: int = 1
     planned: int = 1
+    first: int | None = None  # items at the schedule's first look (None: a fixed sample)
 
     @staticmethod
     def fixed(confidence: float) -> "Look":
@@ -165,26 +168,5 @@ class Look:
 
     @staticmethod
     def at(confidence: float, schedule: list[int], k: int) -> "Look":
-        return Look(look_level(confidence, schedule, k), k + 1, len(schedule))
-
-
-def look_schedule(first: int, max_items: int | None) -> list[int]:
-    """The planned sample sizes of an adaptive suite: `first`, doubling, up to `max_items` (its last look)."""
-    if max_items is None or max_items <= first:
-        return [first]
-    out = [first]
-    while out[-1] < max_items:
-        out.append(min(out[-1] * 2, max_items))
-    return out
-
-
-def look_level(confidence: float, schedule: list[int], k: int) -> float:
-    """Two-sided confidence of look `k`'s interval: 1 - alpha (t_k - t_(k-1)), t = n / the last planned n.
-
-    Linear alpha spending (Lan & DeMets 1983, rho = 1), each look at its increment (the union
-    bound; Jennison & Turnbull's repeated confidence intervals keep alpha overall). One look: `confidence`.
-    """
-    alpha = 1.0 - confidence
-    total = schedule[-1]
-    before = schedule[k - 1] / total if k > 0 else 0.0
-    return 1.0 - alpha * (schedule[k] / total - before)
+        first = schedule[0] if len(schedule) > 1 else None
+        return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)

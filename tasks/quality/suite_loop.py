@@ -40,7 +40,9 @@ from tasks.engines.base import Artifact, engine_for
 from tasks.quality.adaptive import Budget, adaptive_suites, judge_rows, sequential_gate
 from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
 from tasks.quality.deltas import add_identity_bounds, quality_deltas
-from tasks.quality.gate import UNDECIDED, Look, look_schedule
+from tasks.quality.design import look_schedule
+from tasks.quality.gate import UNDECIDED, Look
+from tasks.quality.gate_plan import add_design_needs
 from tasks.quality.suite_failures import account_errors
 from warehouse.contract import ResultTables, write_table
 
@@ -543,6 +545,7 @@ def write_quality_deltas(
         min_samples=q.min_samples,
         looks=looks,
     )
+    add_design_needs(rows, cfg, looks)
     identity = {s.key for s in q.suites if s.name == "greedy_identity"}
     shown = [s for s in samples if s["suite"] in identity]
     if plain_is_reference(variant, ref) and shown:

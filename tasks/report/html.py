@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -22,17 +23,19 @@ import pandas as pd
 
 from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
-from tasks.report.text import host_noise_lines, quality_unit, takeaways, tradeoff_frame
+from tasks.report.text import gate_plan_lines, host_noise_lines, quality_unit, takeaways, tradeoff_frame
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
 .scroll{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th,td{border:1px solid #ccc;padding:4px 5px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}.note{color:#666;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}.fig{border:1px solid #eee;padding:8px}
 .fig h3{font-size:14px;margin:0 0 4px}.bad{color:#b00}.good{color:#070}h3{font-size:15px}
-summary{cursor:pointer;margin:6px 0}
+summary{cursor:pointer;margin:6px 0}table.people{width:100%;font-size:12.5px}table.people td{white-space:nowrap}
+table.people td.l{white-space:normal}th{font-weight:600;vertical-align:bottom}
+th.grp{text-align:center;background:#e6e6e6}small.ci{color:#666}th[title]{cursor:help}
 """
 
 
@@ -259,16 +262,33 @@ def history_plot(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> st
     return _svg(fig)
 
 
+def pick_timeline(picks: pd.DataFrame) -> str:
+    """The pick of each night (v_recommendation_history) as a timeline: one row per variant picked (and 'no
+    pick'), a dot per night, a dashed line and the new pick's name where the pick changed."""
+    if picks.run_id.nunique() < 2:
+        return _note("fewer than two nights of picks yet")
+    picks = picks.sort_values("started_at")
+    names = picks.recommended_variant.fillna("no pick")
+    rows = sorted(names.unique(), key=lambda v: (v == "no pick", v))
+    fig, ax = _axes(6.4, 0.6 + 0.45 * len(rows))
+    y = names.map({v: i for i, v in enumerate(rows)})
+    ax.step(picks.started_at, y, where="post", color="#999", lw=1)
+    ax.scatter(picks.started_at, y, s=14, zorder=3, color="#1f77b4")
+    for (_, p), yy in zip(
+        picks[picks.pick_changed.fillna(False).astype(bool)].iterrows(),
+        y[picks.pick_changed.fillna(False).astype(bool)],
+    ):
+        ax.axvline(p.started_at, ls="--", color="#d62728", alpha=0.6)
+        ax.annotate(f"-> {names[p.name]}", (p.started_at, yy), textcoords="offset points", xytext=(3, 5), fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.tick_params(axis="x", rotation=20, labelsize=7)
+    return _svg(fig)
+
+
 def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | None) -> str:
     """The headline series across nights with their change points, the change points themselves, and the pick
     of each night (v_recommendation_history)."""
-    metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
-    figs = "".join(
-        _figure(
-            f"History: {m} across nights (dashed: Otava change point; ring: band rule)", history_plot(con, run_id, m)
-        )
-        for m in metrics
-    )
     keys = con.execute("select distinct series_key from v_history where run_id = ?", [run_id]).df().series_key.tolist()
     cps = con.execute(
         """
@@ -279,6 +299,15 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
         order by started_at desc, variant, metric, rule""",
         [keys, run_id],
     ).df()
+    # the headline series, then every other metric with a change point: each change listed has its plot
+    metrics = ["best_output_tok_s", "tpot_ms_mean", "ttft_ms_p99"] + ([metric] if metric else [])
+    metrics += sorted(set(cps.metric) - set(metrics))
+    figs = "".join(
+        _figure(
+            f"History: {m} across nights (dashed: Otava change point; ring: band rule)", history_plot(con, run_id, m)
+        )
+        for m in metrics
+    )
     cps["p_value"] = cps.p_value.map(_p_text)
     picks = con.execute(
         """
@@ -287,25 +316,28 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
                h.retention_ci_low, h.retention_ci_high, h.pick_changed
         from v_recommendation_history as h join this using (series_key)
         where h.started_at <= (select timezone('UTC', started_at) from runs where run_id = ?)
-        order by h.started_at desc limit 30""",
+        order by h.started_at desc""",
         [run_id, run_id],
     ).df()
+    timeline = _figure("The pick over the nights (dashed: the pick changed)", pick_timeline(picks))
+    changed = picks[picks.pick_changed.fillna(False).astype(bool)]
+    picks = picks.head(30)
     cp_table = (
         _table(
             cps,
             [
-                ("started_at", "night", 0),
-                ("run_id", "run where it changed", 0),
-                ("variant", "variant", 0),
-                ("metric", "metric", 0),
-                ("rule", "rule", 0),
-                ("direction", "direction", 0),
-                ("mean_before", "before", 3),
-                ("mean_after", "after", 3),
-                ("change_pct", "change %", 1),
-                ("p_value", "p-value", 6),
-                ("known_cause", "known cause", 0),
-                ("first_seen_run_id", "first seen with run", 0),
+                ("started_at", "night"),
+                ("run_id", "run where it changed"),
+                ("variant", "variant"),
+                ("metric", "metric"),
+                ("rule", "rule"),
+                ("direction", "direction"),
+                ("mean_before", "before"),
+                ("mean_after", "after"),
+                ("change_pct", "change %"),
+                ("p_value", "p-value"),
+                ("known_cause", "known cause"),
+                ("first_seen_run_id", "first seen with run"),
             ],
         )
         if not cps.empty
@@ -315,15 +347,15 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
         _table(
             picks,
             [
-                ("started_at", "night", 0),
-                ("run_id", "run", 0),
-                ("config_name", "config", 0),
-                ("recommended_variant", "pick", 0),
-                ("load_req_s", "load req/s", 3),
-                ("retention", "retention", 4),
-                ("retention_ci_low", "CI low", 4),
-                ("retention_ci_high", "CI high", 4),
-                ("pick_changed", "changed", 0),
+                ("started_at", "night"),
+                ("run_id", "run"),
+                ("config_name", "config"),
+                ("recommended_variant", "pick"),
+                ("load_req_s", "load req/s"),
+                ("retention", "retention"),
+                ("retention_ci_low", "CI low"),
+                ("retention_ci_high", "CI high"),
+                ("pick_changed", "changed"),
             ],
         )
         if not picks.empty
@@ -331,7 +363,18 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str, metric: str | N
     )
     return (
         f'<div class="grid">{figs}</div><h3>Change points of these series</h3><div class="scroll">{cp_table}</div>'
-        f'<h3>The pick of each night (latest 30)</h3><div class="scroll">{pick_table}</div>'
+        f'<h3>The pick of each night</h3><div class="grid">{timeline}</div>'
+        + (
+            _note(
+                "the pick changed: "
+                + "; ".join(
+                    f"{r.started_at:%Y-%m-%d} to {r.recommended_variant or 'no pick'}" for _, r in changed.iterrows()
+                )
+            )
+            if not changed.empty
+            else _note("the pick did not change")
+        )
+        + f'<h3>The pick of each night (latest 30)</h3><div class="scroll">{pick_table}</div>'
     )
 
 
@@ -346,15 +389,15 @@ def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         table = _table(
             g,
             [
-                ("suite", "suite", 0),
-                ("sample_id", "sample", 0),
-                ("item_history", "across nights", 0),
-                ("nights_lost", "nights lost", 0),
-                ("nights", "nights", 0),
-                ("prompt", "prompt", 0),
-                ("target", "expected", 0),
-                ("reference_response", g.reference_variant.iloc[0], 0),
-                ("response", variant, 0),
+                ("suite", "suite"),
+                ("sample_id", "sample"),
+                ("item_history", "across nights"),
+                ("nights_lost", "nights lost"),
+                ("nights", "nights"),
+                ("prompt", "prompt"),
+                ("target", "expected"),
+                ("reference_response", g.reference_variant.iloc[0]),
+                ("response", variant),
             ],
         )
         out.append(
@@ -362,30 +405,6 @@ def flips_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
             f'</summary><div class="scroll">{table}</div></details>'
         )
     return "".join(out)
-
-
-# The decision table's columns: (column of v_recommendation, heading, digits).
-DECISION_COLUMNS = [
-    ("variant", "variant", 0),
-    ("verdict", "verdict", 0),
-    ("sustainable_scenario", "step", 0),
-    ("sustainable_req_s", "req/s", 3),
-    ("sustainable_output_tok_s", "tok/s", 1),
-    ("sustainable_ttft_ms_pctl", "TTFT ms (SLO pctl)", 0),
-    ("sustainable_tpot_ms_pctl", "TPOT ms (SLO pctl)", 1),
-    ("gate", "gate", 0),
-    ("gate_metric", "metric", 0),
-    ("retention", "retention", 4),
-    ("retention_ci_low", "CI low", 4),
-    ("retention_ci_high", "CI high", 4),
-    ("n", "pairs", 0),
-    ("n_needed_if_equal", "n needed if equal", 0),
-    ("n_needed", "n needed at observed", 0),
-    ("j_per_1m_output_tok", "J/1M tok", 0),
-    ("gco2e_per_1m_output_tok", "gCO2e/1M tok", 1),
-    ("usd_per_1m_output_tok", "USD/1M tok", 3),
-    ("verdict_reason", "reason", 0),
-]
 
 
 def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
@@ -396,11 +415,19 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return _note("no variants")
     lines = summary_lines(df) + host_noise_lines(con, run_id)  # what else used the host, beside the claims
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
+    plan = gate_plan_lines(con, run_id)
+    if plan:
+        items = "".join(f"<li>{html.escape(t.removeprefix('- '))}</li>" for t in plan)
+        text += f"<p>The quality gate's power, stated before the evidence:</p><ul>{items}</ul>"
     plot = _decision_plot(df)
-    table = _table(df, DECISION_COLUMNS)
+    table = _grouped_table(df, DECISION_GROUPS)
     return (
         f'{text}<div class="grid">{_figure("Sustainable tokens/s vs retention (the star: ship this)", plot)}</div>'
         f'<div class="scroll">{table}</div>'
+        + _note(
+            "Why each verdict: the sentences above (v_recommendation.verdict_reason). Small type under a value: "
+            "its 95 % interval. Hover a heading for the column's name in the warehouse (v_recommendation)."
+        )
     )
 
 
@@ -472,29 +499,166 @@ def _decision_plot(df: pd.DataFrame) -> str:
     )
 
 
-def _fmt(x, digits: int = 1) -> str:
-    if x is None or (not isinstance(x, str) and pd.isna(x)):
-        return "NULL"
+def _missing(x) -> bool:
+    return x is None or (not isinstance(x, str) and pd.isna(x))
+
+
+def _sig(x: float) -> str:
+    """A number to 3 significant digits, thousands separated, a typographic minus; no exponent between 1e-3 and
+    1e6 (0.3399 -> 0.340, 18.3288 -> 18.3, -1784.49 -> −1,780)."""
+    x = float(x)
+    if x == 0 or not np.isfinite(x):
+        return "0" if x == 0 else str(x)
+    mag = int(np.floor(np.log10(abs(x))))
+    if mag >= 6 or mag < -3:
+        text = f"{x:.2e}"
+    else:
+        decimals = max(0, 2 - mag)
+        text = f"{round(x, 2 - mag):,.{decimals}f}"
+    return text.replace("-", "\u2212")
+
+
+def _fmt(x) -> str:
+    """A cell: NULL as an em dash, booleans as yes/blank, numbers to 3 significant digits, text escaped."""
+    if _missing(x):
+        return "\u2014"
     if isinstance(x, (bool, np.bool_)):
         return "yes" if x else ""
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
     if isinstance(x, (float, np.floating)):
-        return f"{x:.{digits}f}" if abs(x) < 1e6 else f"{x:.3g}"
+        return _sig(x)
+    if isinstance(x, pd.Timestamp):
+        return html.escape(f"{x:%Y-%m-%d %H:%M}")
     return html.escape(str(x))
 
 
 def _p_text(p) -> str | None:
-    """A p-value as text: small ones in scientific notation (the table's fixed decimals would show 0.000000)."""
+    """A p-value as text: small ones in scientific notation."""
     return None if p is None or pd.isna(p) else f"{p:.1e}"
 
 
-def _table(df: pd.DataFrame, cols: list[tuple[str, str, int]]) -> str:
-    """cols: (column, header, decimals); text columns are left-aligned."""
-    head = "".join(f'<th class="{"l" if df[c].dtype == object else ""}">{html.escape(h)}</th>' for c, h, _ in cols)
+def _table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> str:
+    """cols: (column, heading with its unit); numbers to 3 significant digits, text left-aligned, the column's
+    raw name in the heading's tooltip."""
+    head = "".join(
+        f'<th class="{"l" if df[c].dtype == object else ""}" title="{html.escape(c)}">{html.escape(h)}</th>'
+        for c, h in cols
+    )
     rows = []
     for _, r in df.iterrows():
-        cells = "".join(f'<td class="{"l" if df[c].dtype == object else ""}">{_fmt(r[c], d)}</td>' for c, _, d in cols)
+        cells = "".join(f'<td class="{"l" if df[c].dtype == object else ""}">{_fmt(r[c])}</td>' for c, _ in cols)
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a grouped table: a value of `key` (times `scale`), its interval from `lo`..`hi` in small
+    type beneath it, a label with its unit; the raw column names go to the heading's tooltip."""
+
+    key: str
+    label: str
+    lo: str | None = None
+    hi: str | None = None
+    scale: float = 1.0
+    text: bool = False
+    breaks: bool = True  # text may wrap after '_', '.' and '-'
+
+
+def _interval(r: pd.Series, c: Col) -> str:
+    if c.lo is None or _missing(r.get(c.lo)) or _missing(r.get(c.hi)):
+        return ""
+    return f'<br><small class="ci">{_fmt(r[c.lo] * c.scale)}\u2009\u2013\u2009{_fmt(r[c.hi] * c.scale)}</small>'
+
+
+def _breakable(text: str) -> str:
+    """Escaped text that may wrap after '_', '.' and '-' (not_enough_evidence, arithmetic.accuracy)."""
+    for ch in "_.-":
+        text = text.replace(ch, ch + "<wbr>")
+    return text
+
+
+def _cell(r: pd.Series, c: Col) -> str:
+    x = r.get(c.key)
+    value = _fmt(x * c.scale if isinstance(x, (float, np.floating)) and c.scale != 1 else x)
+    value = _breakable(value) if c.text and c.breaks else value
+    return f'<td class="{"l" if c.text else ""}">{value}{_interval(r, c)}</td>'
+
+
+def _grouped_table(df: pd.DataFrame, groups: list[tuple[str, list[Col]]]) -> str:
+    """A table for people: a heading row of groups (speed, latency, ...), then labels with units; numbers to 3
+    significant digits, intervals as 'a–b' under their value; raw column names in the headings' tooltips."""
+    top = "".join(
+        f'<th colspan="{len(cols)}" class="grp">{html.escape(name)}</th>'
+        if name
+        else f'<th colspan="{len(cols)}"></th>'
+        for name, cols in groups
+    )
+    flat = [c for _, cols in groups for c in cols]
+    labels = "".join(
+        f'<th class="{"l" if c.text else ""}" title="{html.escape(", ".join(k for k in (c.key, c.lo, c.hi) if k))}">'
+        f"{html.escape(c.label)}</th>"
+        for c in flat
+    )
+    rows = "".join(f"<tr>{''.join(_cell(r, c) for c in flat)}</tr>" for _, r in df.iterrows())
+    return f'<table class="people"><tr>{top}</tr><tr>{labels}</tr>{rows}</table>'
+
+
+def _quality_table(df: pd.DataFrame, cols: list[str]) -> str:
+    """Every quality metric of the run (v_tradeoff's wide columns), one row per metric, one column per variant:
+    as many suites as the run has never widen the page."""
+    if not cols:
+        return _note("no quality metric")
+    variants = df.variant.tolist()
+    head = '<th class="l">metric (own unit)</th>' + "".join(f"<th>{html.escape(str(v))}</th>" for v in variants)
+    rows = "".join(
+        f'<tr><td class="l" title="{html.escape(c)}">{html.escape(c.replace("_", " "))}</td>'
+        + "".join(f"<td>{_fmt(x)}</td>" for x in df[c])
+        + "</tr>"
+        for c in cols
+    )
+    return f'<table class="people"><tr>{head}</tr>{rows}</table>'
+
+
+# The decision table (v_recommendation), grouped for people; raw names in the headings' tooltips.
+DECISION_GROUPS = [
+    ("", [Col("variant", "variant", text=True), Col("verdict", "verdict", text=True)]),
+    (
+        "load at the SLO",
+        [
+            Col("sustainable_scenario", "step", text=True),
+            Col("sustainable_req_s", "load (req/s)", "sustainable_req_s_ci_low", "sustainable_req_s_ci_high"),
+            Col(
+                "sustainable_output_tok_s",
+                "speed (tok/s)",
+                "sustainable_output_tok_s_ci_low",
+                "sustainable_output_tok_s_ci_high",
+            ),
+            Col("sustainable_ttft_ms_pctl", "TTFT at the SLO pctl (ms)"),
+            Col("sustainable_tpot_ms_pctl", "TPOT at the SLO pctl (ms)"),
+        ],
+    ),
+    (
+        "quality gate",
+        [
+            Col("gate", "gate", text=True),
+            Col("gate_metric", "metric", text=True),
+            Col("retention", "retention (%)", "retention_ci_low", "retention_ci_high", scale=100),
+            Col("n", "pairs"),
+            Col("n_needed_if_equal", "pairs needed if equal"),
+            Col("n_needed", "pairs needed at observed"),
+        ],
+    ),
+    (
+        "cost per 1M output tokens",
+        [
+            Col("j_per_1m_output_tok", "energy (J)"),
+            Col("gco2e_per_1m_output_tok", "carbon (gCO2e)"),
+            Col("usd_per_1m_output_tok", "price (USD)"),
+        ],
+    ),
+]
 
 
 def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
@@ -503,8 +667,11 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     run = con.execute("select * from runs where run_id = ?", [run_id]).df().iloc[0]
     metric = run.primary_quality_metric
     lines = takeaways(df, quality_unit(con, run_id, metric))
-    quality_cols = [c for c in df.columns if c not in _BASE_COLS]
-    table = _table(df, TRADEOFF_COLUMNS + [(c, c, 4) for c in quality_cols])
+    wide = con.execute("select * from v_quality_wide limit 0").df().columns
+    quality_cols = [c for c in wide if c not in ("run_id", "variant") and c in df.columns]
+    shown = df.assign(setup=df.apply(_setup_text, axis=1) if not df.empty else None)
+    table = _grouped_table(shown, tradeoff_groups(metric, quality_unit(con, run_id, metric)))
+    quality_table = _quality_table(df, quality_cols)
     figs = _plots(con, run_id, df)
     meta = _run_meta(run)
     retention = retention_section(con, run_id)
@@ -516,6 +683,9 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <p class="note">started {_fmt(run.started_at)} UTC · reference {html.escape(str(run.reference_variant))} · {meta}</p>
 <h2>Decision: which variant to ship</h2>{decision_section(con, run_id)}
 <h2>Trade-off table</h2><div class="scroll">{table}</div>
+<p class="note">Small type under a value: its 95 % interval. Hover a heading for the column's name in the
+warehouse (v_tradeoff).</p>
+<h3>Every quality metric</h3><div class="scroll">{quality_table}</div>
 <h2>Takeaways (against the reference)</h2><ul>{"".join(f"<li>{html.escape(t)}</li>" for t in lines)}</ul>
 <h2>Plots</h2><div class="grid">{"".join(figs)}</div>
 <h2>Quality retention (MLPerf classes)</h2>{retention}
@@ -527,21 +697,58 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 """
 
 
-# The trade-off table's columns before the quality metrics: (column of v_tradeoff, heading, digits).
-TRADEOFF_COLUMNS = [
-    ("variant", "variant", 0),
-    ("engine", "engine", 0),
-    ("quantization", "quant", 0),
-    ("speculative", "spec", 0),
-    ("status", "status", 0),
-    ("peak_output_tok_s", "peak tok/s", 1),
-    ("best_output_tok_s", "best tok/s", 1),
-    ("speedup_vs_reference", "speed-up", 2),
-    ("ttft_ms_mean", "TTFT ms mean", 1),
-    ("ttft_ms_p99", "TTFT ms p99", 1),
-    ("ttft_cv_pct", "TTFT CV %", 1),
-    ("energy_j_per_token", "J/token", 3),
-]
+def tradeoff_groups(quality_metric: str | None, quality_unit: str | None) -> list[tuple[str, list[Col]]]:
+    """The trade-off table (v_tradeoff), grouped: speed, latency, jitter, quality (the primary metric against the
+    reference), cost; every other quality metric is in the quality table below it."""
+    unit = f" ({quality_unit})" if quality_unit else ""
+    return [
+        ("", [Col("variant", "variant", text=True), Col("setup", "engine, quant, spec", text=True, breaks=False)]),
+        (
+            "speed",
+            [
+                Col("peak_output_tok_s", "peak (tok/s)"),
+                Col("best_output_tok_s", "sustained (tok/s)"),
+                Col("speedup_vs_reference", "vs reference (x)"),
+                Col("goodput_req_s", "goodput (req/s)"),
+            ],
+        ),
+        (
+            "latency (headline step)",
+            [
+                Col("ttft_ms_mean", "TTFT mean (ms)", "ttft_ms_mean_ci_low", "ttft_ms_mean_ci_high"),
+                Col("ttft_ms_p99", "TTFT p99 (ms)"),
+                Col("tpot_ms_mean", "TPOT (ms/token)"),
+                Col("itl_ms_mean", "ITL mean (ms)"),
+            ],
+        ),
+        (
+            "jitter",
+            [
+                Col("ttft_cv_pct", "TTFT CV (%)", "ttft_cv_pct_ci_low", "ttft_cv_pct_ci_high"),
+                Col("itl_cv_pct", "ITL CV (%)", "itl_cv_pct_ci_low", "itl_cv_pct_ci_high"),
+            ],
+        ),
+        (
+            "quality",
+            [
+                Col("quality", f"{quality_metric or 'primary metric'}{unit}"),
+                Col(
+                    "quality_delta_vs_reference",
+                    "vs reference",
+                    "quality_delta_ci_low",
+                    "quality_delta_ci_high",
+                ),
+                Col("quality_verdict", "verdict", text=True),
+            ],
+        ),
+        ("cost", [Col("energy_j_per_token", "energy (J/token)"), Col("mbu_pct", "bandwidth used (MBU %)")]),
+    ]
+
+
+def _setup_text(r: pd.Series) -> str:
+    """engine, quantization and speculative decoding of a v_tradeoff row, with a failed variant's status."""
+    parts = [str(x) for x in (r.engine, r.quantization, r.speculative) if not _missing(x)]
+    return " ".join(parts) + ("" if r.status == "ok" else f" ({r.status})")
 
 
 def _plots(con: duckdb.DuckDBPyConnection, run_id: str, df: pd.DataFrame) -> list[str]:
@@ -582,12 +789,12 @@ def retention_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return _table(
         ret,
         [
-            ("variant", "variant", 0),
-            ("metric", "metric", 0),
-            ("reference_value", "reference", 4),
-            ("value", "value", 4),
-            ("retention", "retention", 4),
-            ("retention_class", "class", 0),
+            ("variant", "variant"),
+            ("metric", "metric"),
+            ("reference_value", "reference"),
+            ("value", "value"),
+            ("retention", "retention"),
+            ("retention_class", "class"),
         ],
     )
 
@@ -606,48 +813,19 @@ def regressions_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return _table(
         reg,
         [
-            ("variant", "variant", 0),
-            ("metric", "metric", 0),
-            ("rule", "rule", 0),
-            ("value", "value", 3),
-            ("prior_mean", "prior mean", 3),
-            ("band_low", "band low", 3),
-            ("band_high", "band high", 3),
-            ("change_pct", "change %", 1),
-            ("otava_change_pct", "Otava change %", 1),
-            ("otava_p_value", "Otava p", 6),
-            ("known_cause", "known cause", 0),
+            ("variant", "variant"),
+            ("metric", "metric"),
+            ("rule", "rule"),
+            ("value", "value"),
+            ("prior_mean", "prior mean"),
+            ("band_low", "band low"),
+            ("band_high", "band high"),
+            ("change_pct", "change %"),
+            ("otava_change_pct", "Otava change %"),
+            ("otava_p_value", "Otava p"),
+            ("known_cause", "known cause"),
         ],
     )
-
-
-_BASE_COLS = {
-    "run_id",
-    "started_at",
-    "variant",
-    "engine",
-    "model",
-    "quantization",
-    "speculative",
-    "is_reference",
-    "status",
-    "error",
-    "peak_output_tok_s",
-    "best_output_tok_s",
-    "ttft_ms_mean",
-    "ttft_ms_p99",
-    "ttft_cv_pct",
-    "itl_ms_mean",
-    "tpot_ms_mean",
-    "energy_j_per_token",
-    "energy_note",
-    "quality",
-    "quality_metric",
-    "speedup_vs_reference",
-    "ttft_change_pct_vs_reference",
-    "ttft_cv_ratio_vs_reference",
-    "quality_delta_vs_reference",
-}
 
 
 def write_html(con: duckdb.DuckDBPyConnection, run_id: str, path: str | Path) -> Path:

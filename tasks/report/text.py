@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tasks.quality.gate_plan import GatePlan, plan_lines
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 
@@ -265,6 +266,15 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     return run_id
 
 
+def gate_plan_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The gate plan the nightly stated before measuring (runs.gate_plan_json) in words; [] for a run without one."""
+    (text,) = con.execute("select gate_plan_json from runs where run_id = ?", [run_id]).fetchone() or (None,)
+    if not text:
+        return []
+    plans = [GatePlan(**p) for p in json.loads(text)]
+    return [f"- {line}" for line in plan_lines(plans)]
+
+
 def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> str:
     """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways."""
     run_id = resolve_run(con, run_id)
@@ -281,6 +291,9 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
         "",
     ]
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
+    plan = gate_plan_lines(con, run_id)
+    if plan:
+        lines += ["", "The quality gate's power, stated before the evidence (tradeoff check; docs/decision.md):", *plan]
     flips = flip_lines(flips_frame(con, run_id))
     if flips:
         lines += [

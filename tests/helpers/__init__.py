@@ -8,7 +8,10 @@ for scripted quality endpoints), unit_guard (what a unit test may not do)."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -59,30 +62,50 @@ def q(db: Path, sql: str) -> list[tuple]:
 CHROMIUM = chromium()
 
 
-def render_in_chromium(page: Path, tmp: Path) -> Path:
-    """Render an HTML page in headless Chromium (skipped without it): no console message, a real screenshot."""
+def _run_chromium(page: Path, tmp: Path, *flags: str) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
-    shot = tmp / f"{page.stem}.png"
-    proc = subprocess.run(
-        [
-            CHROMIUM,
-            *HEADLESS_FLAGS,
-            f"--user-data-dir={tmp / 'chromium'}",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--screenshot={shot}",
-            "--window-size=1300,3000",
-            page.as_uri(),
-        ],
+    return subprocess.run(
+        [CHROMIUM, *HEADLESS_FLAGS, f"--user-data-dir={tmp / 'chromium'}", *flags, page.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def render_in_chromium(page: Path, tmp: Path, width: int = 1400) -> Path:
+    """Render an HTML page in headless Chromium (skipped without it): no console message, a real screenshot of
+    the page's top, `width` px wide."""
+    shot = tmp / f"{page.stem}.png"
+    proc = _run_chromium(
+        page, tmp, "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", f"--window-size={width},3000"
     )
     console = [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln]
     assert not console, console
     assert shot.exists() and shot.stat().st_size > 20_000
     return shot
+
+
+# Appended to a copy of a page (the report itself has no script): after layout, each scrolling table box's
+# heading with its content and box widths, and the page's, written into the DOM that --dump-dom prints.
+_WIDTH_PROBE = """<script>addEventListener('load', () => {
+  const boxes = [...document.querySelectorAll('div.scroll')].map(d => [
+    (d.previousElementSibling || {}).textContent || '', d.scrollWidth, d.clientWidth]);
+  const out = document.createElement('pre'); out.id = 'width-probe';
+  out.textContent = JSON.stringify({page: document.documentElement.scrollWidth, window: innerWidth, boxes});
+  document.body.append(out);
+});</script>"""
+
+
+def widths_in_chromium(page: Path, tmp: Path, width: int = 1400) -> dict:
+    """Laid out by headless Chromium in a `width` px window: {'page': its scroll width, 'window': the window's
+    inner width, 'boxes': [(heading, scroll width, box width)] of each table box (div.scroll)}."""
+    probe = tmp / f"{page.stem}-probe.html"
+    probe.write_text(page.read_text().replace("</body>", _WIDTH_PROBE + "</body>"))
+    proc = _run_chromium(probe, tmp, "--dump-dom", f"--window-size={width},3000")
+    found = re.search(r'<pre id="width-probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    return json.loads(html.unescape(found[1]))
 
 
 def processes_with(marker: str) -> list[int]:

@@ -65,7 +65,14 @@ def test_steps_in_config_order():
     [
         ({"concurrency": [1, 2]}, {"perf_requests": 8, "perf_summary": 2, "perf_power": None}),
         ({"concurrency": [1], "repeats": 3}, {"perf_requests": 12, "perf_summary": 1, "perf_power": None}),
-        ({"sweep": 2}, {"perf_requests": 16, "perf_summary": 4, "perf_power": None}),
+        ({"sweep": 2, "saturation": {"enabled": False}}, {"perf_requests": 16, "perf_summary": 4, "perf_power": None}),
+        # the over-saturation rule may stop an open-loop step early: its requests are not known in advance
+        ({"sweep": 2}, {"perf_requests": None, "perf_summary": 4, "perf_power": None}),
+        ({"rates": [1.0]}, {"perf_requests": None, "perf_summary": 1, "perf_power": None}),
+        (
+            {"concurrency": [1], "trace": {"path": "t.jsonl"}},
+            {"perf_requests": None, "perf_summary": 2, "perf_power": None},
+        ),
         ({"rates": [1.0], "max_duration_s": 5}, {"perf_requests": None, "perf_summary": 1, "perf_power": None}),
     ],
 )

@@ -15,7 +15,7 @@ import pytest
 from tasks.core.stat_tests import tango_interval
 from tasks.quality.deltas import add_identity_bounds, delta_row
 from tasks.quality.gate import judge
-from tests.helpers.decision_run import N, by_variant, delta, step, ttfts, write_decision_run
+from tests.helpers.decision_run import RETENTION, N, by_variant, delta, step, ttfts, write_decision_run
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse
 
@@ -133,7 +133,7 @@ def test_no_pair_differing_is_no_longer_a_pass(tmp_path: Path) -> None:
         "same": {"accuracy": 0.25, "delta": delta(0.25, 0.25, (lo, hi), lost=0, gained=0, p_value=1.0)},
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "z0", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "z0", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         (g,) = rows(con, "select * from v_quality_gate where variant = 'same'")
     assert g["gate"] == "not_enough_evidence" and g["retention_ci_low"] == pytest.approx(1 + lo / 0.25)
@@ -171,7 +171,7 @@ def test_each_verdict_kind_says_what_its_bound_supports(tmp_path: Path) -> None:
     from tasks.report.recommend import format_recommendation
 
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "k1", verdict_kinds(), decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "k1", verdict_kinds(), decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         text = format_recommendation(con, "k1")
         got = by_variant(con, "k1")
@@ -216,7 +216,7 @@ def test_margin_points_and_identity_gate(tmp_path: Path) -> None:
         identity_n=3000, identity_same=3000, identity_flip_high=flip, identity_retention_low=(0.25 - flip) / 0.25
     )
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "m1", variants, decision={"identity_gate": True}), db)
+    load_run(write_decision_run(tmp_path / "runs", "m1", variants, decision={**RETENTION, "identity_gate": True}), db)
     with open_warehouse(db, read_only=True) as con:
         text = format_recommendation(con, "m1")
         ident = by_variant(con, "m1")["undecided"]

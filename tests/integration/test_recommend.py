@@ -13,7 +13,18 @@ import pytest
 
 from tasks.core.config import DecisionSpec, LoadSearchSpec, PerfSpec
 from tasks.core.errors import ConfigError
-from tests.helpers.decision_run import STARTED, N, by_variant, delta, no_pair_differs, step, ttfts, write_decision_run
+from tests.helpers import widths_in_chromium
+from tests.helpers.decision_run import (
+    RETENTION,
+    STARTED,
+    N,
+    by_variant,
+    delta,
+    no_pair_differs,
+    step,
+    ttfts,
+    write_decision_run,
+)
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse
 
@@ -68,7 +79,9 @@ def demo_like() -> dict[str, dict]:
 @pytest.fixture
 def demo_db(tmp_path: Path) -> Path:
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "d1", demo_like(), decision={"grid_gco2e_per_kwh": 400}), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "d1", demo_like(), decision={**RETENTION, "grid_gco2e_per_kwh": 400}), db
+    )
     return db
 
 
@@ -134,7 +147,7 @@ def test_a_tie_goes_to_quality_then_to_the_reference(demo_db: Path, tmp_path: Pa
         },
     }
     db = tmp_path / "tie.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         tie = by_variant(con, "t1")
     assert tie["a"]["verdict"] == "recommended" and tie["b"]["verdict"] == "passes"
@@ -159,7 +172,9 @@ def test_null_energy_gives_null_carbon_with_its_reason(demo_db: Path) -> None:
 
 def test_an_slo_no_variant_meets(tmp_path: Path) -> None:
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "s1", demo_like(), decision={"slo": {"ttft_ms": 250}}), db)
+    load_run(
+        write_decision_run(tmp_path / "runs", "s1", demo_like(), decision={**RETENTION, "slo": {"ttft_ms": 250}}), db
+    )
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "s1")
     ok = [r for r in got.values() if r["status"] == "ok"]
@@ -190,7 +205,7 @@ def test_errors_are_misses_and_the_highest_passing_step_is_sustainable(tmp_path:
         }
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "e1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         steps = {r["scenario"]: r for r in rows(con, "select * from v_slo_steps")}
         rec = by_variant(con, "e1")["ref"]
@@ -232,7 +247,7 @@ def test_rate_steps_rank_by_offered_rate_and_a_lucky_step_does_not_count(tmp_pat
         },
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "r1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "r1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "r1")
     ref, small = got["ref"], got["small"]
@@ -266,7 +281,7 @@ def test_each_perf_verdict_is_worded_with_what_it_rests_on(tmp_path: Path) -> No
         "slow": {**same, "steps": [step("r1", 4, 1.0, ttfts(N, 2100), rate=1.0)]},
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "w1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         lines = format_recommendation(con, "w1").splitlines()
     bounds = "300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 599 ms, TPOT 20.0 ms"
@@ -309,7 +324,7 @@ def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
         "b": {"accuracy": 0.5, "delta": delta(0.5, 0.499, (-0.003, 0.002)), "steps": bracketed(4.5, 6.0)},
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "t2")
     assert got["a"]["verdict"] == "recommended" and got["a"]["tied_with"] == ["b"]
@@ -317,7 +332,7 @@ def test_ties_are_judged_on_intervals(tmp_path: Path) -> None:
     assert got["b"]["beats_recommended"] is True
     assert (got["b"]["objective_ci_low"], got["b"]["objective_ci_high"]) == (pytest.approx(4.5), pytest.approx(6.0))
     variants["b"]["steps"] = bracketed(5.0, 6.0)
-    load_run(write_decision_run(tmp_path / "runs", "t3", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "t3", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "t3")
     assert got["b"]["verdict"] == "recommended" and got["b"]["tied_with"] is None
@@ -597,6 +612,12 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
         d.optimise,
         d.tie_tolerance_pct,
     )
+    # the default gate is the 2-point margin; a run that recorded retention alone keeps retention
+    assert new["margin_points"] == d.margin_points == 2.0
+    load_run(write_decision_run(tmp_path / "runs", "ret", demo_like(), decision=RETENTION), db)
+    with open_warehouse(db, read_only=True) as con:
+        (ret,) = rows(con, "select margin_points, retention_target from v_decision where run_id = 'ret'")
+    assert ret == {"margin_points": None, "retention_target": 0.99}
     # neither sets an SLO: the goodput SLO the perf steps recorded (perf.slo) applies
     assert (new["slo_label"], new["slo_ttft_ms"], new["slo_tpot_ms"]) == ("mlperf-llama2-70b-server", 2000.0, 200.0)
     assert new["gate_metrics"] == ["arithmetic.accuracy"] and new["min_samples"] == 30
@@ -629,19 +650,21 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
     from tasks.report.notify import recommendation_change, run_message
 
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "n1", demo_like(), decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "n1", demo_like(), decision=RETENTION), db)
     assert recommendation_change(db, "n1") is None  # no earlier night
     night2 = demo_like()
     night2["q2_k"]["delta"] = delta(0.5, 0.5, (-0.001, 0.001))  # q2_k now keeps its accuracy: it becomes the pick
     load_run(
-        write_decision_run(tmp_path / "runs", "n2", night2, decision={}, started_at=STARTED + timedelta(days=1)), db
+        write_decision_run(tmp_path / "runs", "n2", night2, decision=RETENTION, started_at=STARTED + timedelta(days=1)),
+        db,
     )
     change = recommendation_change(db, "n2")
     assert change == "recommendation changed: q4_1 (run n1) -> q2_k"
     subject, body = run_message("n2", "ok", [], {}, [], recommendation=change)
     assert subject == "tradeoff nightly n2: recommendation changed" and change in body
     load_run(
-        write_decision_run(tmp_path / "runs", "n3", night2, decision={}, started_at=STARTED + timedelta(days=2)), db
+        write_decision_run(tmp_path / "runs", "n3", night2, decision=RETENTION, started_at=STARTED + timedelta(days=2)),
+        db,
     )
     assert recommendation_change(db, "n3") is None  # same pick as the night before
 
@@ -734,7 +757,7 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
         steps = rows(
             con,
             "select scenario, request_rate, num_measured, ttft_over, max_over_allowed, achieved_ratio, "
-            "slo_status from v_slo_steps order by request_rate",
+            "slo_status, saturated from v_slo_steps order by request_rate",
         )
     print(
         f"\nsearch against the stub (true {true_rate:.2f} req/s, capacity {capacity:.0f}): "
@@ -746,7 +769,10 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
         + f"; sustainable {rec['sustainable_req_s']:.2f} req/s ({rec['sustainable_req_s'] / true_rate:.0%}); "
         f"{took:.0f} s"
     )
-    assert all(s["num_measured"] >= CASE["requests"] for s in steps)  # sized from the decision (min_requests)
+    # sized from the decision (min_requests), but for a step above the capacity that the over-saturation rule
+    # stopped early (issue 34): it sent fewer, and does not pass
+    assert all(s["num_measured"] >= CASE["requests"] or (s["saturated"] and s["slo_status"] != "met") for s in steps)
+    assert all(not s["saturated"] for s in steps if s["request_rate"] < capacity * 0.9)  # none below capacity
     assert [s["scenario"] for s in steps if s["scenario"].startswith("search")]  # the search ran
     assert rec["load_basis"] == "rate" and rec["verdict"] == "recommended"
     assert 0.8 * true_rate <= rec["sustainable_req_s"] <= capacity
@@ -762,6 +788,13 @@ def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> N
     assert "q2_k is faster (1.80x the req/s) but keeps 60.0 %" in section
     assert section.count("<svg") == 1 and "ship this" in section and "retention target 99 %" in section
     assert "not plotted (no sustainable load or no retention): q8_0" in section
+    # the demo's four variants (and a failed one) in a 1,400 px window: no table scrolls sideways
+    (tmp_path / "report.html").write_text(page)
+    widths = widths_in_chromium(tmp_path / "report.html", tmp_path, 1400)
+    wide = {heading: (scroll, box) for heading, scroll, box in widths["boxes"] if scroll > box}
+    assert widths["page"] <= widths["window"] and len(widths["boxes"]) >= 3 and not wide, (widths, wide)
+    assert 'class="grp">cost per 1M output tokens</th>' in section
+    assert '<th class="" title="usd_per_1m_output_tok">price (USD)</th>' in section
 
 
 def test_a_search_makes_the_perf_row_counts_open() -> None:
@@ -816,8 +849,62 @@ def test_retention_interval_is_clipped_at_zero(tmp_path: Path) -> None:
         },
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision={}), db)
+    load_run(write_decision_run(tmp_path / "runs", "z1", variants, decision=RETENTION), db)
     with open_warehouse(db, read_only=True) as con:
         bad = by_variant(con, "z1")["bad"]
     assert (bad["retention_ci_low"], bad["retention_ci_high"]) == (0.0, pytest.approx(0.4))
     assert bad["verdict"] == "fails_gate" and bad["beats_recommended"] is True
+
+
+def test_retention_on_the_command_line_replaces_the_default_margin(tmp_path: Path) -> None:
+    import argparse
+
+    from tasks.report.recommend import format_recommendation, overrides_from_args
+
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "m2", demo_like(), decision={}), db)
+    flags = dict(slo=None, percentile=None, gate=None, margin_points=None, identity_gate=None, optimise=None, grid=None)
+    overrides = overrides_from_args(argparse.Namespace(**flags, retention="0.9"))
+    assert overrides == {"retention": 0.9, "margin_points": None}
+    with open_warehouse(db, read_only=True) as con:
+        default = format_recommendation(con, "m2").splitlines()[0]
+        asked = format_recommendation(con, "m2", overrides).splitlines()[0]
+    assert "at most 2 points lost" in default and "retention" not in default.split("(")[0]
+    assert "retention >= 90.0 %" in asked and "points lost" not in asked
+
+
+def test_under_a_trace_the_decision_is_the_trace_step_judged_as_a_rate_step(tmp_path: Path) -> None:
+    """A run that replayed a trace decides on its `trace` step alone (issue 34), by the rate steps' rules: 'fast'
+    serves it with every request within the limits and ships; the reference has 40 of 300 over the TTFT limit
+    (missed, 86.7 % attainment) though its closed-loop steps pass; 'sat' looks fine but was stopped as saturated:
+    not sustained. Each variant's attainment on the trace is worded in `tradeoff recommend`."""
+    from tasks.report.recommend import format_recommendation
+
+    same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
+    closed = [step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 400))]
+    trace = lambda ms, **kw: step("trace", N, 2.0, ms, rate=2.0, kind="trace", **kw)
+    variants = {
+        "ref": {"ref": True, "accuracy": 0.5, "steps": [*closed, trace(ttfts(N - 40, 300) + ttfts(40, 2500))]},
+        "fast": {**same, "steps": [*closed, trace(ttfts(N, 200))]},
+        "sat": {**same, "steps": [*closed, trace(ttfts(N, 200), stop_reason="saturated at 12.0 s: ...")]},
+    }
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, "t1")
+        steps = {(r["variant"], r["scenario"]): r for r in rows(con, "select * from v_slo_steps")}
+        text = format_recommendation(con, "t1")
+    assert {v: r["load_basis"] for v, r in got.items()} == dict.fromkeys(variants, "trace")
+    fast, ref, sat = got["fast"], got["ref"], got["sat"]
+    assert fast["verdict"] == "recommended" and fast["sustainable_scenario"] == "trace"
+    assert fast["sustainable_req_s"] == pytest.approx(2.0, rel=0.02)  # the measured arrival rate of the trace
+    assert fast["trace_slo_attainment_pct"] == 100.0 and fast["trace_slo_status"] == "met"
+    assert ref["verdict"] == "misses_slo" and ref["trace_slo_status"] == "missed"
+    assert ref["trace_slo_attainment_pct"] == pytest.approx(100 * 260 / 300)
+    assert steps[("ref", "c2")]["slo_met"] is True  # a closed-loop step that passes does not count under a trace
+    assert sat["verdict"] == "misses_slo" and sat["trace_slo_status"] == "not_sustained"
+    assert steps[("sat", "trace")]["slo_fail_reason"].startswith("saturated: saturated at 12.0 s")
+    assert steps[("fast", "trace")]["is_trace_step"] is True and steps[("fast", "c1")]["is_trace_step"] is False
+    assert "Ship fast: serves the replayed trace at 2.00 req/s offered, 100 % of its requests within the SLO" in text
+    assert "(ref does not serve the trace within this SLO)" in text and "best goodput on the trace among" in text
+    assert "On the replayed trace (" in text and "ref 87 % of 300 requests within the SLO" in text

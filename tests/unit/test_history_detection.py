@@ -73,3 +73,13 @@ def test_workload_keys_follow_what_is_measured_only() -> None:
     assert hosted["speculative"] == {"method": "prompt-lookup", "num_speculative_tokens": 4}
     assert hosted["engine_args"] == {"n_threads": 1}
     assert variant_identity(base, {**row, "artifact_sha256": "abc"})["artifact"] == "abc"
+
+
+def test_the_band_hands_over_to_otava_at_min_nights() -> None:
+    """stg_band stops judging where Otava starts (MIN_NIGHTS): one verdict per change (issue 35)."""
+    from pathlib import Path
+
+    import warehouse
+
+    sql = (Path(warehouse.__file__).parent / "views" / "staging" / "stg_band.sql").read_text()
+    assert f"when night >= {MIN_NIGHTS} then 'Otava judges series of {MIN_NIGHTS}+ nights'" in sql

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from scipy import stats
 
 from tasks.core.stat_tests import tango_interval
 from tasks.quality.adaptive import Budget, sequential_gate
 from tasks.quality.deltas import add_identity_bounds, delta_row
+from tasks.quality.design import boundaries, look_level, look_schedule
 from tasks.quality.gate import (
     FAIL,
     PASS,
@@ -19,8 +21,6 @@ from tasks.quality.gate import (
     flip_rate_high,
     identity_retention_low,
     judge,
-    look_level,
-    look_schedule,
     retention_interval,
 )
 
@@ -165,17 +165,41 @@ def test_judge(row, settings, expected):
     )
 
 
-def test_looks_spend_the_error_once():
+def test_looks_have_no_sliver_and_one_look_is_the_fixed_design():
     assert look_schedule(80, None) == [80] and look_schedule(80, 80) == [80] and look_schedule(80, 50) == [80]
-    assert look_schedule(40, 120) == [40, 80, 120] and look_schedule(30, 1000) == [30, 60, 120, 240, 480, 960, 1000]
+    assert look_schedule(40, 120) == [40, 80, 120] and look_schedule(40, 100) == [40, 80, 100]
+    # the last doubling would leave a sliver (1,280 -> 1,319; 960 -> 1,000): merged into the last look
+    assert look_schedule(40, 1319) == [40, 80, 160, 320, 640, 1319]
+    assert look_schedule(30, 1000) == [30, 60, 120, 240, 480, 1000]
     assert look_level(0.95, [80], 0) == 0.95 and Look.fixed(0.95) == Look(0.95, 1, 1)
-    schedule = look_schedule(40, 120)
-    levels = [look_level(0.95, schedule, k) for k in range(3)]
-    assert levels == [pytest.approx(1 - 0.05 / 3)] * 3
-    assert sum(1 - x for x in levels) == pytest.approx(0.05)  # the looks together spend alpha, no more
     schedule = look_schedule(30, 1000)
-    assert sum(1 - look_level(0.95, schedule, k) for k in range(len(schedule))) == pytest.approx(0.05)
-    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 7)
+    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
+
+
+def test_boundaries_are_lan_demets_obrien_fleming_and_pocock():
+    # Five equally spaced looks, one-sided 0.025: the published O'Brien-Fleming-type boundaries (Jennison &
+    # Turnbull 2000, table 7.6; gsDesign's sfLDOF) and Pocock-type (sfLDPocock).
+    obf = boundaries((0.2, 0.4, 0.6, 0.8, 1.0), 0.025)
+    assert obf == pytest.approx((4.877, 3.357, 2.680, 2.290, 2.031), abs=2e-3)
+    pocock = boundaries((0.2, 0.4, 0.6, 0.8, 1.0), 0.025, "pocock")
+    assert pocock == pytest.approx((2.438, 2.427, 2.410, 2.397, 2.389), abs=5e-3)
+    # every look's level is below the confidence, the last one nearly the fixed design's
+    levels = [look_level(0.95, [40, 80, 160, 320, 640, 1319], k) for k in range(6)]
+    assert all(x > 0.95 for x in levels) and levels[-1] < 0.952
+
+
+@pytest.mark.parametrize("spending", ["obf", "pocock"])
+def test_the_looks_together_spend_alpha_under_their_joint_distribution(spending):
+    # A random walk with the looks' information: the chance that some look crosses its boundary is alpha (not
+    # the union bound's less), 400,000 paths.
+    fractions = (40 / 1319, 80 / 1319, 160 / 1319, 320 / 1319, 640 / 1319, 1.0)
+    zs = np.array(boundaries(fractions, 0.025, spending))
+    rng = np.random.default_rng(0)
+    t = np.array(fractions)
+    steps = rng.standard_normal((400_000, len(t))) * np.sqrt(np.diff(t, prepend=0.0))
+    z = np.cumsum(steps, axis=1) / np.sqrt(t)
+    crossed = float(np.mean((z >= zs).any(axis=1)))
+    assert crossed == pytest.approx(0.025, abs=0.0015)
 
 
 def test_sequential_gate_stops_when_decided_out_of_budget_or_at_the_last_look():

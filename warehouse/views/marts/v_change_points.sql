@@ -3,10 +3,14 @@
 --                 warehouse/history.py): the series' mean shifted at this run, judged on the whole history with
 --                 a t-test between the segments either side. Needs >= 6 nights; found a few nights after the
 --                 step (first_seen_run_id says which night's load found it).
---   rule 'band'   this night's value is outside the band of up to 7 previous nights (stg_band): judges short
---                 and noisy histories on the night itself.
+--   rule 'band'   this night's value is outside the band of up to 7 previous nights (stg_band), where Otava
+--                 cannot speak yet: nights 3 to 5 of a series, a change larger than the figure's own noise; and
+--                 not where Otava placed a change point within one night of it (one verdict per change).
 -- Otava ignores a metric's direction; `direction` applies it (v_history.higher_is_better). Columns:
 --   series_key, hardware_id, config_name, variant, engine, quantization   the series and how the run named it
+--   speculative, engine_args      what else sets the variant apart (v_history)
+--   unit, n                       the metric's unit; observations behind the night's value (v_history)
+--   night                         the changed night's place in its series (1, 2, ...)
 --   metric, higher_is_better
 --   run_id, started_at (UTC)      the run where it changed (the first night after the change)
 --   rule                          otava | band
@@ -33,9 +37,13 @@ band as (
         series_key, metric, run_id, 'band' as rule, prior_mean as mean_before, value as mean_after,
         prior_std as std_before, null::double as std_after, prior_runs as n_before, 1 as n_after, change_pct,
         null::double as p_value, run_id as first_seen_run_id,
-        'band: mean of up to 7 previous nights +/- max(3 std, 15 %)' as method
-    from stg_band
-    where is_regression or is_improvement
+        'band: mean of up to 7 previous nights +/- max(3 std, 15 %), nights 3-5, beyond the own noise' as method
+    from stg_band as b
+    where (is_regression or is_improvement)
+        and not exists (
+            select 1 from change_points as c join v_history as h using (series_key, metric, run_id)
+            where c.series_key = b.series_key and c.metric = b.metric and abs(h.night - b.night) <= 1
+        )
 ),
 
 found as (
@@ -52,6 +60,11 @@ final as (
         h.variant,
         h.engine,
         h.quantization,
+        h.speculative,
+        h.engine_args,
+        h.unit,
+        h.n,
+        h.night,
         h.metric,
         h.higher_is_better,
         f.run_id,

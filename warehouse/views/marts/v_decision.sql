@@ -13,7 +13,8 @@
 --   gate_metrics                   'suite.metric' list gating quality (default: the primary metric)
 --   retention_target               share of the reference's score a gating metric must keep (0.99, 0.999)
 --   margin_points                  non-inferiority margin in points (0.01 of a fraction) for fraction metrics,
---                                  instead of retention_target; NULL: the retention target applies
+--                                  instead of retention_target (2 when the run recorded none: the default gate);
+--                                  NULL: the retention target applies
 --   identity_gate                  a speculative variant whose plain decoding is the reference passes on its
 --                                  identity evidence alone (decision.identity_gate)
 --   optimise                       rate | tps | cost | energy | cost_per_correct: what the recommendation maximises
@@ -38,6 +39,7 @@ with settings as (
         from_json(json_extract(r.config_json, '$.decision.gate_metrics'), '["VARCHAR"]') as gate_metrics,
         try_cast(r.config_json ->> '$.decision.retention' as double) as retention,
         try_cast(r.config_json ->> '$.decision.margin_points' as double) as margin_points,
+        coalesce(json_exists(r.config_json, '$.decision.margin_points'), false) as margin_points_given,
         try_cast(r.config_json ->> '$.decision.identity_gate' as boolean) as identity_gate,
         r.config_json ->> '$.decision.optimise' as optimise,
         try_cast(r.config_json ->> '$.decision.grid_gco2e_per_kwh' as double) as grid_gco2e_per_kwh,
@@ -73,7 +75,7 @@ final as (
                  case when s.primary_quality_metric is null then []::varchar[] else [s.primary_quality_metric] end)
             as gate_metrics,
         coalesce(s.retention, 0.99) as retention_target,
-        s.margin_points,
+        case when s.margin_points_given then s.margin_points else 2.0 end as margin_points,
         coalesce(s.identity_gate, false) as identity_gate,
         coalesce(s.optimise, 'rate') as optimise,
         s.grid_gco2e_per_kwh,

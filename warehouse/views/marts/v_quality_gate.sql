@@ -24,12 +24,18 @@
 --   identity_n, identity_same, identity_flip_high, identity_retention_low   the identity evidence (quality_deltas)
 --   gate                           pass | fail | not_enough_evidence
 --   gate_reason                    why, in words
---   n_needed                       paired samples to decide at the observed effect: a normal-approximation sample
---                                  size at `confidence` and v_decision's power, the per-pair spread from the
---                                  observed discordance (0/1 metrics) or else from the interval's width
+--   n_needed                       paired samples to decide at the observed effect with v_decision's power (0.8):
+--                                  for a 0/1 metric judged at the run's own threshold, the exact figure under the
+--                                  design in use (quality_deltas.n_needed: the last look of the adaptive suite's
+--                                  looks, or the fixed n; tasks/quality/design.py); otherwise (another target, other
+--                                  statistics) a normal-approximation sample size at `confidence`, the per-pair
+--                                  spread from the observed discordance or else from the interval's width
 --   n_needed_if_equal              paired samples for a truly equal variant (delta 0, the same discordance) to pass
---                                  at that power; with no discordant pair, the n at which Tango's interval of
---                                  none differing clears the threshold
+--                                  at that power: exact as above (quality_deltas.n_needed_if_equal), else the
+--                                  normal approximation; with no discordant pair, the n at which Tango's interval
+--                                  of none differing clears the threshold
+--   n_needed_method                'exact, the design in use' | 'normal approximation, fixed sample'; NULL when
+--                                  decided
 --   identity_n_needed              identity basis: identical greedy outputs (none differing) that would pass
 --   (n_needed, n_needed_if_equal, identity_n_needed: NULL when the gate is decided or they do not apply)
 
@@ -71,6 +77,9 @@ joined as (
         d.identity_same,
         d.identity_flip_high,
         d.identity_retention_low,
+        d.n_needed_threshold,
+        d.n_needed_if_equal as design_n_if_equal,
+        d.n_needed as design_n_needed,
         d.method,
         case
             when d.reference_value is null or d.reference_value <= 0 then null
@@ -161,7 +170,9 @@ estimated as (
     select
         *,
         case
-            when sd_per_pair is null or sd_per_pair = 0 or abs(delta - delta_at_target) = 0 then null
+            -- an observed change on the threshold (to rounding: -0.02 from 69/71 vs 71/71 is 1e-17 off a 2-point
+            -- margin) needs no finite n; its 1e32 would not fit n_needed's bigint
+            when sd_per_pair is null or sd_per_pair = 0 or abs(delta - delta_at_target) < 1e-9 then null
             else ceil(((z_a + z_b) * sd_per_pair / abs(delta - delta_at_target)) ^ 2)
         end as n_estimate,
         case
@@ -172,7 +183,9 @@ estimated as (
         case
             when delta_at_target is null or abs(delta_at_target) = 0 or abs(delta_at_target) >= 1 then null
             else ceil(ln((1 - confidence) / 2) / ln(1 - abs(delta_at_target)))
-        end as identity_estimate
+        end as identity_estimate,
+        -- the exact figures under the design in use, where they were computed for this threshold
+        coalesce(abs(n_needed_threshold - delta_at_target) < 1e-9, false) as design_applies
     from spread
 ),
 
@@ -240,13 +253,20 @@ final as (
                         coalesce(retention_ci_high, 'infinity'::double) * 100, retention_target * 100)
         end as gate_reason,
         case
-            when gate <> 'not_enough_evidence' or is_reference or gate_basis = 'identity' or n_estimate is null then null
+            when gate <> 'not_enough_evidence' or is_reference or gate_basis = 'identity' then null
+            when design_applies and design_n_needed is not null then greatest(design_n_needed, n + 1)::bigint
+            when n_estimate is null then null
             else greatest(n_estimate, min_samples, n + 1)::bigint
         end as n_needed,
         case
-            when gate <> 'not_enough_evidence' or is_reference or gate_basis = 'identity' or n_equal_estimate is null then null
+            when gate <> 'not_enough_evidence' or is_reference or gate_basis = 'identity' then null
+            when design_applies and design_n_if_equal is not null then design_n_if_equal::bigint
+            when n_equal_estimate is null then null
             else greatest(n_equal_estimate, min_samples)::bigint
         end as n_needed_if_equal,
+        case when gate = 'not_enough_evidence' and not is_reference and gate_basis <> 'identity'
+            then case when design_applies then 'exact, the design in use' else 'normal approximation, fixed sample' end
+        end as n_needed_method,
         case
             when gate <> 'not_enough_evidence' or gate_basis <> 'identity' or identity_estimate is null then null
             else greatest(identity_estimate, 1)::bigint

@@ -5,9 +5,12 @@
 --   slo_label, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the SLO (v_decision)
 --   slo_confidence                 confidence of each percentile claim (v_decision)
 --   steps_measured, steps_meeting_slo
---   load_basis                     rate: the run has rate steps (Poisson arrivals), and only they give the
+--   load_basis                     trace: the run replayed a request trace (perf.trace), and only its `trace` step
+--                                  counts: the variant serves the team's own traffic within the SLO or not (the
+--                                  same rules as a rate step), ranked on that traffic by goodput;
+--                                  rate: the run has rate steps (Poisson arrivals), and only they give the
 --                                  sustainable load, ranked by offered rate (MLPerf's server scenario);
---                                  concurrency: none, so closed-loop steps do, ranked by concurrency
+--                                  concurrency: neither, so closed-loop steps do, ranked by concurrency
 --   sustainable_scenario           the highest step of that basis that meets the SLO (v_slo_steps: shown within
 --                                  every limit, and sustained) with every lower step meeting it too; NULL: none
 --   sustainable_concurrency        its concurrency (requests in flight; a rate step's cap, or its request count)
@@ -61,6 +64,8 @@
 --   beats_recommended              better on the objective than the recommended variant (e.g. faster)
 --   recommended_variant            the run's recommendation (same on every row); NULL: none
 --   decision_note                  why there is none
+--   trace_slo_status, trace_slo_attainment_pct, trace_goodput_req_s, trace_offered_req_s, trace_n,
+--   trace_send_error_ms_p99, trace_fail_reason   the replayed trace's step (v_slo_steps), met or not; NULL: no trace
 
 with decision as (
     select * from v_decision
@@ -68,6 +73,22 @@ with decision as (
 
 steps as (
     select * from v_slo_steps
+),
+
+-- the replayed trace's step, met or not (one per variant: its repeats are pooled)
+trace_step as (
+    select
+        run_id,
+        variant,
+        slo_status as trace_slo_status,
+        slo_attainment_pct as trace_slo_attainment_pct,
+        goodput_req_s as trace_goodput_req_s,
+        offered_req_s as trace_offered_req_s,
+        num_measured as trace_n,
+        send_error_ms_p99 as trace_send_error_ms_p99,
+        slo_fail_reason as trace_fail_reason
+    from steps
+    where is_trace_step
 ),
 
 step_counts as (
@@ -79,7 +100,10 @@ step_counts as (
 -- the steps a sustainable load comes from: the rate steps when the run has any, else the closed-loop steps
 -- (never the fixed-length `jitter` instrument), in load order
 basis as (
-    select run_id, case when bool_or(is_rate_step) then 'rate' else 'concurrency' end as load_basis
+    select
+        run_id,
+        case when bool_or(is_trace_step) then 'trace' when bool_or(is_rate_step) then 'rate' else 'concurrency' end
+            as load_basis
     from steps
     group by run_id
 ),
@@ -94,7 +118,12 @@ ordered as (
         ) as load_order
     from steps as s
     join basis as b on s.run_id = b.run_id
-    where s.is_rate_step = (b.load_basis = 'rate') and s.scenario <> 'jitter'
+    where case b.load_basis
+            when 'trace' then s.is_trace_step
+            when 'rate' then s.is_rate_step
+            else not s.is_rate_step and not s.is_trace_step
+        end
+        and s.scenario <> 'jitter'
 ),
 
 chained as (
@@ -321,7 +350,7 @@ objectives as (
     select
         *,
         case optimise
-            when 'rate' then sustainable_req_s
+            when 'rate' then case when load_basis = 'trace' then sustainable_goodput_req_s else sustainable_req_s end
             when 'tps' then sustainable_output_tok_s
             when 'cost' then usd_per_1m_output_tok
             when 'energy' then j_per_1m_output_tok
@@ -330,13 +359,14 @@ objectives as (
         -- the objective's interval: rate from the load's (a closed-loop step's own log-scale t interval of its req/s), tokens/s
         -- and own-hardware cost scaled by the same factors; none for energy, per-token prices and per-correct cost
         case optimise
-            when 'rate' then case when load_basis = 'rate' then sustainable_req_s else sustainable_req_s_ci_low end
+            when 'rate' then case load_basis when 'trace' then null when 'rate' then sustainable_req_s
+                                  else sustainable_req_s_ci_low end
             when 'tps' then sustainable_output_tok_s * load_ci_low_factor
             when 'cost' then case when priced_per_token then usd_per_1m_output_tok
                                   else usd_per_1m_output_tok / load_ci_high_factor end
         end as objective_low,
         case optimise
-            when 'rate' then case when load_basis = 'rate' then sustainable_req_s * load_ci_high_factor
+            when 'rate' then case load_basis when 'trace' then null when 'rate' then sustainable_req_s * load_ci_high_factor
                                   else sustainable_req_s_ci_high end
             when 'tps' then sustainable_output_tok_s * load_ci_high_factor
             when 'cost' then case when priced_per_token then usd_per_1m_output_tok
@@ -527,7 +557,8 @@ final as (
                      || case when tie_set_on_intervals then ' (their intervals overlap)'
                              else ' (within ' || tie_tolerance_pct || ' %)' end
                      || ': chosen on the retention lower bound, then the reference'
-            when rank = 1 then 'best ' || optimise || ' among variants that meet the SLO and pass the gate'
+            when rank = 1 then 'best ' || case when load_basis = 'trace' and optimise = 'rate' then 'goodput on the trace'
+                                               else optimise end || ' among variants that meet the SLO and pass the gate'
             else printf('meets the SLO and passes the gate; %s %.2fx the recommended', optimise, objective / nullif(recommended_objective, 0))
         end as verdict_reason,
         case
@@ -543,8 +574,16 @@ final as (
             when not any_slo then 'no variant meets the SLO at any measured step'
             when not any_eligible then 'no variant that meets the SLO passes the quality gate'
             else 'no variant that passes has a ' || optimise || ' value'
-        end as decision_note
+        end as decision_note,
+        trace_slo_status,
+        trace_slo_attainment_pct,
+        trace_goodput_req_s,
+        trace_offered_req_s,
+        trace_n,
+        trace_send_error_ms_p99,
+        trace_fail_reason
     from chosen
+    left join trace_step as t using (run_id, variant)
 )
 
 select * from final

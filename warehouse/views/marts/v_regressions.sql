@@ -8,7 +8,8 @@
 --   prior_mean, prior_std         their mean and sample std (std NULL with one night)
 --   band_low, band_high           the band (metric's unit)
 --   change_pct                    (value / prior_mean - 1) * 100
---   is_regression, is_improvement   by either rule
+--   is_regression, is_improvement   by either rule (the band's only on a series' nights 3-5 and beyond the
+--                                 figure's own noise: stg_band.band_note says why it kept quiet)
 --   series_key
 --   rule                          band | otava | band+otava: which rule flagged this night; NULL: neither
 --   otava_change_pct              Otava's change of the segments' means at this night (%)

@@ -13,6 +13,9 @@
 -- them from scipy (tasks/core/percentiles.py); both treat probabilities within 1e-9 of 1 - c as equal to it.
 -- TTFT is the time to the first answer token for a request that reasoned first (reasoning_tokens > 0), else to
 -- the first token; TPOT of a one-token answer is 0, as for goodput.
+-- A trace step (load_kind 'trace': a request trace replayed at its own timestamps) is open loop as a rate step is
+-- and judged by the same rules (its load is its measured arrival rate); an open-loop step that a stopping rule
+-- ended because its queue kept growing (perf_summary.saturated) is not sustained, whatever its requests show.
 -- A rate step is sustained when, over its repeats' measured requests, the achieved rate (least-squares slope of
 -- the ok requests' completion count on their return times) is at least min_rate_ratio of the offered rate
 -- (slope of the arrival count on the send times), means over the repeats: the backlog grows by their difference
@@ -45,6 +48,10 @@
 --   slo_fail_reason                why not met, e.g. 'p99 TTFT > 2000 ms (7 of 300 over)' or
 --                                  'p99 TTFT <= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); 299 requests needed'
 --   goodput_req_s                  requests/s that met every limit of this SLO (requests, not a percentile)
+--   is_trace_step                  a request trace replayed at its own timestamps (017_traffic)
+--   slo_attainment_pct             %, measured requests that met every limit of this SLO (failed ones did not)
+--   saturated, stop_reason         the step was stopped early because its queue kept growing (tasks/perf/stopping.py)
+--   send_error_ms_p99              ms, p99 of actual - scheduled send time (rate and trace steps)
 
 with decision as (
     select run_id, slo_percentile, slo_confidence, min_rate_ratio, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
@@ -224,6 +231,10 @@ checked as (
         s.load_kind,
         s.concurrency,
         s.load_kind = 'rate' and s.request_rate is not null and isfinite(s.request_rate) as is_rate_step,
+        coalesce(s.load_kind = 'trace', false) as is_trace_step,
+        coalesce(s.saturated, false) as saturated,
+        s.stop_reason,
+        s.send_error_ms_p99,
         s.request_rate,
         s.request_throughput,
         s.request_throughput_ci_low,
@@ -273,14 +284,14 @@ checked as (
 statused as (
     select
         *,
-        case when is_rate_step then offered_req_s is not null and achieved_req_s >= min_rate_ratio * offered_req_s end
-            as sustained,
+        case when is_rate_step or is_trace_step then not saturated and offered_req_s is not null
+            and achieved_req_s >= min_rate_ratio * offered_req_s end as sustained,
         case
             when no_slo then null
             when n = 0 then 'no_requests'
             when coalesce(ttft_missed or tpot_missed or e2el_missed, false) then 'missed'
-            when is_rate_step and not coalesce(offered_req_s is not null and achieved_req_s >= min_rate_ratio * offered_req_s,
-                                               false) then 'not_sustained'
+            when (is_rate_step or is_trace_step) and (saturated or not coalesce(
+                offered_req_s is not null and achieved_req_s >= min_rate_ratio * offered_req_s, false)) then 'not_sustained'
             when coalesce(ttft_undecided or tpot_undecided or e2el_undecided, false) then 'not_enough_requests'
             else 'met'
         end as slo_status,
@@ -301,7 +312,8 @@ final as (
         request_throughput,
         request_throughput_ci_low,
         request_throughput_ci_high,
-        case when is_rate_step then request_rate else request_throughput end as load_req_s,
+        case when is_rate_step then request_rate when is_trace_step then offered_req_s else request_throughput end
+            as load_req_s,
         output_throughput as output_tok_s,
         output_throughput_ci_low as output_tok_s_ci_low,
         output_throughput_ci_high as output_tok_s_ci_high,
@@ -335,9 +347,9 @@ final as (
         slo_ttft_ms,
         slo_tpot_ms,
         slo_e2el_ms,
-        case when is_rate_step then offered_req_s end as offered_req_s,
-        case when is_rate_step then achieved_req_s end as achieved_req_s,
-        case when is_rate_step then achieved_req_s / offered_req_s end as achieved_ratio,
+        case when is_rate_step or is_trace_step then offered_req_s end as offered_req_s,
+        case when is_rate_step or is_trace_step then achieved_req_s end as achieved_req_s,
+        case when is_rate_step or is_trace_step then achieved_req_s / offered_req_s end as achieved_ratio,
         sustained,
         slo_status,
         slo_status = 'met' as slo_met,
@@ -356,14 +368,20 @@ final as (
                     slo_percentile, slo_tpot_ms, slo_confidence * 100, tpot_over, n, greatest(allowed, 0)) end,
                 case when e2el_undecided then printf('p%g E2EL <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
                     slo_percentile, slo_e2el_ms, slo_confidence * 100, e2el_over, n, greatest(allowed, 0)) end,
-                case when is_rate_step and not coalesce(sustained, false) then
+                case when saturated then 'saturated: ' || coalesce(stop_reason, 'stopped early') end,
+                case when (is_rate_step or is_trace_step) and not saturated and not coalesce(sustained, false) then
                     case when offered_req_s is null then 'not sustained: no arrival rate (under 2 requests)'
                          else printf('not sustained: achieved %.0f %% of the offered rate', achieved_req_s / offered_req_s * 100)
                     end
                 end,
                 case when needed_any is not null then needed_any || ' requests needed' end)
         end as slo_fail_reason,
-        g.num_good / nullif(duration_s, 0) as goodput_req_s
+        g.num_good / nullif(duration_s, 0) as goodput_req_s,
+        is_trace_step,
+        case when n > 0 then 100.0 * g.num_good / n end as slo_attainment_pct,
+        saturated,
+        stop_reason,
+        send_error_ms_p99
     from statused
     left join good as g using (run_id, variant, scenario)
 )
