@@ -94,7 +94,7 @@ SPEC = dict(
     host_noise_max_pct=25.0,
     host_noise_retries=2,
     host_quiet_wait_s=12.0,
-    host_noise_budget_s=25.0,
+    host_noise_budget_s=15.0,
 )
 
 
