@@ -66,13 +66,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
     from tasks.perf.slo import evidence_lines
 
-    _, cannot = evidence_lines(cfg)  # said before any work, as `tradeoff check` says it
-    if cannot:
-        print(f"warning: {args.config}: the night will judge no variant on the SLO: {cannot}", file=sys.stderr)
-
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     # Results location, work pool, notify block: one line each. The nightly takes the checked run as it is.
     checked = checked_run(args.config, text, raw, cfg, args.run_id, args.work_pool)
+    # Said before any work, as `tradeoff check` says it, once the run's errors (one line each) are ruled out.
+    _, cannot = evidence_lines(cfg)
+    if cannot:
+        print(f"warning: {args.config}: the night will judge no variant on the SLO: {cannot}", file=sys.stderr)
     start_prefect_api()  # now, from this thread (not lazily from one of Prefect's worker threads)
     summary = run_summary(nightly(config=checked, run_id=args.run_id, work_pool=args.work_pool, return_state=True))
     print(
