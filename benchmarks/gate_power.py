@@ -25,37 +25,15 @@ import argparse
 import time
 
 import numpy as np
+from gate_error import COMMON, CONF, MEAN, draw  # the same simulated pairs as the false-pass benchmark
 
 from tasks.quality.adaptive import sequential_gate
-from tasks.quality.deltas import pairs_row, parse_sample_stat
+from tasks.quality.deltas import pairs_row
 from tasks.quality.design import look_schedule, n_for_power, operating
 from tasks.quality.gate import PASS, Look, judge
 
-CONF = 0.95
 MARGIN = 2.0
 FIRST = 40
-MEAN = parse_sample_stat("mean(score)")
-COMMON = dict(
-    run_id="sim",
-    variant="var",
-    reference_variant="ref",
-    suite="arithmetic",
-    metric="accuracy",
-    unit="fraction",
-    higher_is_better=True,
-    confidence=CONF,
-)
-
-
-def draw(rng: np.random.Generator, n: int, p_ref: float, p_lost: float, p_gain: float) -> tuple[np.ndarray, np.ndarray]:
-    """n pairs: the reference right with p_ref; the variant loses p_lost of all pairs (reference right) and gains
-    p_gain (reference wrong)."""
-    ref = (rng.random(n) < p_ref).astype(float)
-    u = rng.random(n)
-    var = ref.copy()
-    var[(ref == 1) & (u < p_lost / p_ref)] = 0.0
-    var[(ref == 0) & (u < p_gain / (1 - p_ref))] = 1.0
-    return ref, var
 
 
 def gate_at(ref: np.ndarray, var: np.ndarray, look: Look, target: float, margin: float | None) -> str:
