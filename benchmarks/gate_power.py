@@ -25,10 +25,9 @@ import argparse
 import time
 
 import numpy as np
-from gate_error import COMMON, CONF, MEAN, draw  # the same simulated pairs as the false-pass benchmark
+from gate_error import CONF, draw, row_of  # the same simulated pairs and rows as the false-pass benchmark
 
 from tasks.quality.adaptive import sequential_gate
-from tasks.quality.deltas import pairs_row
 from tasks.quality.design import look_schedule, n_for_power, operating
 from tasks.quality.gate import PASS, Look, judge
 
@@ -37,18 +36,7 @@ FIRST = 40
 
 
 def gate_at(ref: np.ndarray, var: np.ndarray, look: Look, target: float, margin: float | None) -> str:
-    row = pairs_row(
-        dict(COMMON, look_confidence=look.level, looks=look.number, looks_planned=look.planned),
-        MEAN,
-        "mean(score)",
-        ref[None, :],
-        var[None, :],
-        resamples=2000,
-        min_samples=30,
-        seed=0,
-        look=look,
-    )
-    return judge(row, target, margin, 30)
+    return judge(row_of(ref, var, look), target, margin, 30)
 
 
 def old_levels(schedule: list[int]) -> list[float]:
