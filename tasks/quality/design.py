@@ -147,16 +147,12 @@ def _trinomial(m: int, p_lost: float, p_gain: float) -> tuple[np.ndarray, int, i
 
 @dataclass(frozen=True)
 class Operating:
-    """What a design does to a variant of known loss and gain rates: the chance it passes, fails, stays
-    undecided, and the items it answers on average."""
+    """What a design does to a variant of known loss and gain rates: the chance it passes, the chance it fails
+    (the rest stays undecided), and the items it answers on average."""
 
     passes: float
     fails: float
     expected_n: float
-
-    @property
-    def undecided(self) -> float:
-        return max(0.0, 1.0 - self.passes - self.fails)
 
 
 def pass_probability(
