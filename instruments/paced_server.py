@@ -159,8 +159,8 @@ class Handler(BaseHTTPRequestHandler):
             written.append(end)
             kinds.append(kind)
         finish = None
-        if p["finish"] >= 0:
-            time.sleep(p["finish"] / 1000)
+        if p["finish"] >= 0:  # due `finish` ms after the last token's write began, as the tokens' own targets
+            time.sleep(max(0.0, (writes[-1] + p["finish"] * 1e6 - time.perf_counter_ns()) / 1e9))
             end = {"delta": {}} if chat else {"text": ""}
             finish, _ = self._event({"choices": [{"index": 0, **end, "finish_reason": "length"}]})
         if p["usage"]:
@@ -208,6 +208,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args()
+    # a thread whose write is due waits for the GIL at most this long when another holds it (default 5 ms)
+    sys.setswitchinterval(0.0005)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     print(f"paced: serving on {srv.server_address[1]}", flush=True)

@@ -8,13 +8,15 @@ at concurrency 1 and 8; a chunk that takes ~30 ms to parse is stamped when it wa
 after its parsing; a [DONE] that comes 80 ms after the last chunk moves E2EL, not the
 chunks; reasoning deltas count as output (TTFT of any output, TTFT of the answer, counts).
 Medians and 90th percentiles, not maxima: the 2 cores of the test host are shared, and a
-stall of the whole host now and then is not the client's error.
+stall of the whole host now and then is not the client's error; a check that fails while the
+client or the server waited for a CPU is measured again (tests/helpers/cpu_wait.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import httpx
@@ -26,6 +28,7 @@ from tasks.client import endpoint_url, request_body, stream_request
 from tasks.perf.metrics import RequestRecord, cv_pct, summarize
 from tasks.perf.sweep import run_load
 from tasks.perf.workload import Prompt
+from tests.helpers.cpu_wait import measured_on_a_free_cpu
 
 PACE = "ttft=60,ttft_jitter=10,itl=15,jitter=4,done=80"
 N_TOKENS = 12
@@ -98,33 +101,44 @@ def errors(pairs: list[tuple[RequestRecord, dict]]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("kind", ["completions", "chat"])
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_ttft_itl_tpot_within_a_few_ms_of_the_truth(paced, kind, concurrency):
-    pairs = measure(
-        paced, PACE, kind, f"acc-{kind}-{concurrency}", n=8 if concurrency == 1 else 16, concurrency=concurrency
-    )
-    e = errors(pairs)
-    # A stamp is never before the chunk's write began, and is taken when its bytes are read (not at
-    # [DONE], 80 ms later, nor after parsing): the median chunk is stamped within 2 ms.
-    assert e["chunk"].min() >= 0 and np.median(e["chunk"]) < 2.0 and np.percentile(e["chunk"], 90) < 5.0, e["chunk"]
-    assert np.median(e["ttft"]) < 2.0 and e["ttft"].min() >= 0, e["ttft"]
-    assert np.median(np.abs(e["itl"])) < 1.0 and abs(e["itl"].mean()) < 1.0, e["itl"]
-    assert np.median(np.abs(e["tpot"])) < 0.5, e["tpot"]
-    assert np.median(np.abs(e["e2el"])) < 2.0, e["e2el"]
-    # TTFT itself is the paced 60 +- 10 ms (+ the request's trip to the server), far from E2EL's ~300 ms
-    ttft = np.median([r.ttft_ms for r, _ in pairs])
-    assert 50.0 <= ttft < 100.0
-    # the jitter the server put into the gaps (uniform +-4 ms on 15 ms) is the jitter measured
-    true_cv = cv_pct([g for _, t in pairs for g in true_gaps(t)])
-    measured_cv = cv_pct([g for r, _ in pairs for g in r.itl_ms])
-    assert true_cv > 10.0 and abs(measured_cv - true_cv) < 0.1 * true_cv, (measured_cv, true_cv)
+    n = 8 if concurrency == 1 else 16
+
+    def attempt() -> None:
+        pairs = measure(paced, PACE, kind, f"acc-{kind}-{concurrency}-{time.monotonic_ns()}", n, concurrency)
+        e = errors(pairs)
+        # A stamp is never before the chunk's write began, and is taken when its bytes are read (not at
+        # [DONE], 80 ms later, nor after parsing): the median chunk is stamped within 2 ms.
+        assert e["chunk"].min() >= 0 and np.median(e["chunk"]) < 2.0, e["chunk"]
+        assert np.percentile(e["chunk"], 90) < 5.0, e["chunk"]
+        assert np.median(e["ttft"]) < 2.0 and e["ttft"].min() >= 0, e["ttft"]
+        assert np.median(np.abs(e["itl"])) < 1.0 and abs(e["itl"].mean()) < 1.0, e["itl"]
+        assert np.median(np.abs(e["tpot"])) < 0.5, e["tpot"]
+        # E2EL ends at the read that carried [DONE]: 0.3-1.5 ms after its write on an idle host (the server
+        # ends the chunked body after it); a client that ended it at the last token would be 80 ms early
+        assert np.median(np.abs(e["e2el"])) < 5.0, e["e2el"]
+        # TTFT itself is the paced 60 +- 10 ms (+ the request's trip to the server), far from E2EL's ~300 ms
+        ttft = np.median([r.ttft_ms for r, _ in pairs])
+        assert 50.0 <= ttft < 100.0
+        # the jitter the server put into the gaps (uniform +-4 ms on 15 ms) is the jitter measured
+        true_cv = cv_pct([g for _, t in pairs for g in true_gaps(t)])
+        measured_cv = cv_pct([g for r, _ in pairs for g in r.itl_ms])
+        assert true_cv > 10.0 and abs(measured_cv - true_cv) < 0.1 * true_cv, (measured_cv, true_cv)
+
+    measured_on_a_free_cpu(attempt, paced)
 
 
 def test_a_chunk_is_stamped_when_read_not_after_parsing(paced):
     """Chunk 2 carries 200,000 JSON numbers (~30 ms to parse here). Stamped when its last bytes are read,
     it lies within a few ms of the end of its write; a client that stamped after parsing would be ~30 ms late."""
-    pairs = measure(paced, "ttft=40,itl=80,jitter=0,heavy=2,pad=200000", "completions", "heavy")
-    late = [r.start_ms + r.chunk_offsets_ms[2] - ms(t["written_ns"][2]) for r, t in pairs]
-    assert np.median(late) < 8.0, late
-    assert all(r.status == "ok" for r, _ in pairs)  # ~600 KB: under the 1 MiB SSE line cap
+
+    def attempt() -> None:
+        tag = f"heavy-{time.monotonic_ns()}"
+        pairs = measure(paced, "ttft=40,itl=80,jitter=0,heavy=2,pad=200000", "completions", tag)
+        late = [r.start_ms + r.chunk_offsets_ms[2] - ms(t["written_ns"][2]) for r, t in pairs]
+        assert np.median(late) < 8.0, late
+        assert all(r.status == "ok" for r, _ in pairs)  # ~600 KB: under the 1 MiB SSE line cap
+
+    measured_on_a_free_cpu(attempt, paced)
 
 
 def test_done_after_a_pause_ends_e2el_not_the_chunks(paced):
@@ -256,7 +270,9 @@ def test_vllm_keys_time_the_empty_finish_chunk_as_vllm_bench_serve(paced, tmp_pa
     gaps = [0.0] * (kind == "chat") + [10.0] * 5 + [30.0]
     last_gaps = [itls[-1] * 1000 for itls in row["itls"]]
     assert [len(itls) for itls in row["itls"]] == [len(gaps)] * 4
-    assert np.median(last_gaps) == pytest.approx(30.0, abs=2.0)
+    # the finish chunk's gap as the client reads it: 30 ms and the read (~1-2 ms on this host); a client that
+    # dropped it would show the tokens' 10 ms
+    assert np.median(last_gaps) == pytest.approx(30.0, abs=4.0)
     assert row["median_itl_ms"] == pytest.approx(10.0, abs=1.0)
     assert row["mean_itl_ms"] == pytest.approx(np.mean(gaps), abs=1.0)
     assert row["std_itl_ms"] == pytest.approx(np.std(gaps), abs=1.0)  # 7.45 (completions)

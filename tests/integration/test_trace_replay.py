@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import httpx
 import numpy as np
@@ -27,6 +26,7 @@ from tasks.engines.tokenizer import load_tokenizer
 from tasks.perf.perf_run import Target, measure
 from tasks.perf.trace import TraceShape, generate_trace, load_trace, trace_prompts, write_trace
 from tests.helpers import SMOLLM2_GGUF
+from tests.helpers.cpu_wait import measured_on_a_free_cpu
 
 PACE = "ttft=20,itl=10,jitter=2"
 
@@ -46,35 +46,43 @@ def test_perf_trace_keeps_schedule_and_lengths(paced, tmp_path, capsys):
     reqs = load_trace(trace)
     assert 50 < len(reqs) < 150 and sum(len(r.hash_ids) for r in reqs) > len(reqs)
     gguf = str(PackageFile(**SMOLLM2_GGUF).resolve())
-    out = tmp_path / "r.json"
-    argv = ["perf", "--endpoint", paced, "--model", PACE, "--output", str(out), "--trace", str(trace)]
-    assert main([*argv, "--tokenizer", gguf, "--warmup", "0", "--detailed", "--no-progress"]) == 0
-    (r,) = [json.loads(x) for x in out.read_text().splitlines()]
-    printed = capsys.readouterr().out
-    assert r["scenario"] == "trace" and r["load_kind"] == "trace" and r["completed"] == len(reqs)
-    assert "send error p50" in printed
-    # the client's own stamps: actual send - scheduled send
-    # a host stalled by other jobs stalls any client: the load average comes with a failure
-    host = f"send error p99 {r['send_error_ms_p99']:.2f} ms at load average {os.getloadavg()[0]:.1f}"
-    assert 0 <= r["send_error_ms_p50"] <= r["send_error_ms_p99"] <= 5.0, host
-    starts = np.array(r["start_times"]) * 1000
-    sched = np.array([q.at_ms for q in reqs])
-    assert np.percentile(np.abs(starts - sched), 99) <= 5.0
-    # the server's: its receive times keep the trace's gaps (both on CLOCK_MONOTONIC)
-    truth = httpx.get(f"{paced}/truth", timeout=10).json()
     tok = load_tokenizer(gguf)
     prompts = trace_prompts(reqs, TraceSpec(path=str(trace)), 0, tok.count)  # the texts sent (seed 0)
-    last = {p.text: i for i, p in enumerate(prompts)}  # the server keeps a repeated prompt's last request
-    assert set(truth) == set(last) and len(last) > 0.9 * len(reqs)
-    order = sorted(last.values())
-    recv_ms = np.array([truth[prompts[i].text]["recv_ns"] for i in order]) / 1e6
-    due_ms = sched[order]
-    offset = recv_ms - due_ms  # the two clocks' origins differ by a constant: its median
-    assert np.percentile(np.abs(offset - np.median(offset)), 99) <= 5.0
-    # lengths: what the server received (counted again) and wrote
-    assert [tok.count(prompts[i].text) for i in order] == [reqs[i].input_tokens for i in order]
-    assert [len(truth[prompts[i].text]["writes_ns"]) for i in order] == [reqs[i].output_tokens for i in order]
-    assert r["input_lens"] == [q.input_tokens for q in reqs] and r["output_lens"] == [q.output_tokens for q in reqs]
+
+    def attempt() -> None:
+        out = tmp_path / "r.json"
+        argv = ["perf", "--endpoint", paced, "--model", PACE, "--output", str(out), "--trace", str(trace)]
+        assert main([*argv, "--tokenizer", gguf, "--warmup", "0", "--detailed", "--no-progress"]) == 0
+        (r,) = [json.loads(x) for x in out.read_text().splitlines()]
+        printed = capsys.readouterr().out
+        assert r["scenario"] == "trace" and r["load_kind"] == "trace" and r["completed"] == len(reqs)
+        assert "send error p50" in printed
+        # the client's own stamps: actual send - scheduled send
+        # on an idle host here p50 ~1 ms (the event loop's timer), p99 4-8.5 ms (chunks of other streams parsed
+        # first); a host that keeps the client off the CPU delays any client's sends: measured again then
+        assert 0 <= r["send_error_ms_p50"] <= 2.0 and r["send_error_ms_p99"] <= 10.0, r["send_error_ms_p99"]
+        starts = np.array(r["start_times"]) * 1000
+        sched = np.array([q.at_ms for q in reqs])
+        assert np.percentile(np.abs(starts - sched), 99) <= 10.0
+        # the server's: its receive times keep the trace's gaps (both on CLOCK_MONOTONIC)
+        truth = httpx.get(f"{paced}/truth", timeout=10).json()
+        last = {p.text: i for i, p in enumerate(prompts)}  # the server keeps a repeated prompt's last request
+        assert set(truth) == set(last) and len(last) > 0.9 * len(reqs)
+        order = sorted(last.values())
+        recv_ms = np.array([truth[prompts[i].text]["recv_ns"] for i in order]) / 1e6
+        due_ms = sched[order]
+        offset = recv_ms - due_ms  # the two clocks' origins differ by a constant: its median
+        # the server stamps a request in a new thread of a Python process writing other streams (the GIL): its
+        # own stamps lag now and then (idle host: p90 4-6 ms, p99 13-21 ms); a client that queued requests
+        # behind answers would be 100s of ms off
+        spread = np.abs(offset - np.median(offset))
+        assert np.percentile(spread, 90) <= 10.0 and np.percentile(spread, 99) <= 30.0, spread
+        # lengths: what the server received (counted again) and wrote
+        assert [tok.count(prompts[i].text) for i in order] == [reqs[i].input_tokens for i in order]
+        assert [len(truth[prompts[i].text]["writes_ns"]) for i in order] == [reqs[i].output_tokens for i in order]
+        assert r["input_lens"] == [q.input_tokens for q in reqs] and r["output_lens"] == [q.output_tokens for q in reqs]
+
+    measured_on_a_free_cpu(attempt, paced)
 
 
 def test_bad_trace_line_fails_before_any_request(paced, tmp_path, capsys):
