@@ -28,15 +28,19 @@ def config(name: str):
     return RunConfig.model_validate(yaml.safe_load((ROOT / "configs" / name).read_text()))
 
 
-def variant_build(config_name: str = "demo.yaml", variant: str | None = None):
+def variant_build(config_name: str = "demo.yaml", variant: str | None = None, engine_name: str | None = None):
     """A variant of configs/<config_name> (default: its reference) built as the nightly builds it, into the
-    nightly's build cache: (engine, variant, model spec, artifact)."""
+    nightly's build cache: (engine, variant, model spec, artifact). engine_name: served by that engine instead (its
+    engine_args dropped), e.g. the demo's reference on llama-cpp-python's server ("llama.cpp") where a benchmark
+    reads that server's own log."""
     import tasks.loader  # noqa: F401  (registers the built-in engines, as every entry point does)
     from tasks.core.runinfo import build_cache_dir
     from tasks.engines.base import engine_for
 
     cfg = config(config_name)
     v = cfg.reference if variant is None else next(x for x in cfg.variants if x.name == variant)
+    if engine_name is not None and engine_name != v.engine:
+        v = v.model_copy(update={"engine": engine_name, "engine_args": {}})
     engine = engine_for(v.engine)
     return engine, v, cfg.models[v.model], engine.build(v, cfg.models[v.model], build_cache_dir())
 
@@ -50,6 +54,7 @@ def variant_server(
     timeout_s: float = 120,
     n_threads: int | None = None,
     stock_llama_server: bool = False,
+    engine_name: str | None = None,
 ) -> Iterator[tuple]:
     """A variant served exactly as the nightly serves it, its log at `log`: (url, served model name, artifact).
     verbose (llama.cpp): the server also prints its own timings of every request (`server_timings` reads them);
@@ -57,7 +62,9 @@ def variant_server(
     own `python -m llama_cpp.server` instead of the nightly's (tasks/engines/llama_cpp_server.py)."""
     from tasks.engines.launcher import free_port, serving
 
-    engine, v, model, art = variant_build(config_name, variant)
+    if verbose or n_threads is not None or stock_llama_server:
+        engine_name = "llama.cpp"  # options of llama-cpp-python's server
+    engine, v, model, art = variant_build(config_name, variant, engine_name)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = engine.server_command(art, v, model, "127.0.0.1", port)
@@ -75,8 +82,10 @@ def variant_server(
 
 @contextmanager
 def demo_server(log_dir: Path, verbose: bool = False) -> Iterator[tuple[str, str, Path]]:
-    """The demo's reference variant served by llama.cpp exactly as the nightly serves it: (url, model, gguf)."""
-    with variant_server(log_dir / "llama_cpp.server.log", verbose=verbose) as (url, model, art):
+    """The demo's reference weights served by llama.cpp through llama-cpp-python's server, as the nightly serves a
+    llama.cpp variant (the demo itself serves them through llama-server now): (url, model, gguf)."""
+    log = log_dir / "llama_cpp.server.log"
+    with variant_server(log, verbose=verbose, engine_name="llama.cpp") as (url, model, art):
         yield url, model, art.path
 
 

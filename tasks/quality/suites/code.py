@@ -329,7 +329,7 @@ def parses(source: str, name: str) -> bool:
 
 
 # Engines whose server this host starts from a model it holds: only they may run the code suite unconfined.
-UNCONFINED_ENGINES = frozenset({"llama.cpp", "vllm", "tensorrt-llm"})
+UNCONFINED_ENGINES = frozenset({"llama.cpp", "llama-server", "vllm", "tensorrt-llm"})
 
 
 def unconfined_refused(sandbox: str, engine: str | None, base_url: str | None = None) -> str | None:
