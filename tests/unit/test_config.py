@@ -21,8 +21,9 @@ def demo() -> dict:
 def test_demo_config_is_valid(demo):
     cfg = parse_config(demo)
     assert [v.name for v in cfg.variants] == ["q4_1", "q4_1-2t", "q2_k", "q4_1-spec"]
-    assert cfg.decision.margin_points == 2.0 and cfg.variant("q4_1-2t").engine_args == {"n_threads": 2}
-    assert cfg.reference.name == "q4_1"
+    assert cfg.decision.margin_points == 2.0
+    assert cfg.variant("q4_1-2t").engine_args == {"parallel": 2, "n_threads": 2}
+    assert cfg.reference.name == "q4_1" and cfg.reference.engine == "llama-server"  # batching at concurrency 2
     assert cfg.models["smollm2-135m"].local_path().is_file()  # located in the installed wheel
 
 
@@ -55,7 +56,8 @@ def _set(d, path, value):
             "eagle",
             "speculative.method: 'eagle' is not supported by llama.cpp",
         ),
-        (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
+        (("variants", 3, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not a llama.cpp option"),
+        (("variants", 0, "engine_args"), {"n_thread": 2}, "engine_args.n_thread: not an option of llama-server"),
         (("quality", "primary"), "helm.accuracy", "quality.primary: suite 'helm'"),
         (
             ("quality", "primary"),
