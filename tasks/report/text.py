@@ -254,6 +254,31 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
+def concurrency_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """Per variant with closed-loop steps at more than one concurrency: output tok/s, its ratio to the lowest
+    concurrency's and mean TPOT at each (an engine that batches gains throughput and each request's TPOT rises; one
+    that queues keeps both flat and TTFT grows)."""
+    rows = con.execute(
+        "select variant, concurrency, output_throughput, tpot_ms_mean from perf_summary "
+        "where run_id = ? and coalesce(load_kind, 'concurrency') = 'concurrency' and concurrency is not null "
+        "and output_throughput > 0 order by variant, concurrency",
+        [run_id],
+    ).fetchall()
+    steps: dict[str, list[tuple[int, float, float | None]]] = {}
+    for variant, c, tok_s, tpot in rows:
+        steps.setdefault(variant, []).append((c, tok_s, tpot))
+    lines = []
+    for variant, vs in steps.items():
+        if len(vs) < 2:
+            continue
+        base = vs[0][1]
+        cells = [f"c{c} {tok_s:.1f} tok/s ({tok_s / base:.2f}x), TPOT {_fmt(tpot, '.1f')} ms" for c, tok_s, tpot in vs]
+        lines.append(f"{variant}: " + "; ".join(cells))
+    if lines:
+        lines.insert(0, "Output throughput by concurrency (closed-loop steps; x: over the lowest concurrency):")
+    return lines
+
+
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
     path = _warehouse_path(con)
@@ -290,6 +315,8 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
         *host_noise_lines(con, run_id),
         "",
     ]
+    knee = concurrency_lines(con, run_id)
+    lines += [*knee, ""] if knee else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)
     if plan:

@@ -146,6 +146,12 @@ def test_format_report(db: Path) -> None:
         "energy NULL for q2_k: RAPL not readable: permission denied"
     ]
     assert lines[-2:] == [f"- {Q2_K}", f"- {Q8_0}"]
+    # the batching knee: each variant's closed-loop steps by concurrency, throughput over its lowest's
+    knee = lines.index("Output throughput by concurrency (closed-loop steps; x: over the lowest concurrency):")
+    assert lines[knee + 1 : knee + 3] == [
+        "q2_k: c1 65.0 tok/s (1.00x), TPOT 14.0 ms; c4 156.0 tok/s (2.40x), TPOT 24.0 ms",
+        "q4_1: c1 50.0 tok/s (1.00x), TPOT 19.0 ms; c4 120.0 tok/s (2.40x), TPOT 29.0 ms",
+    ]
 
 
 def test_report_empty_warehouse(tmp_path: Path) -> None:
