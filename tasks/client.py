@@ -562,7 +562,20 @@ async def stream_request(
     stream = _SseStream(rec, kind, t_send)
     deadline = asyncio.timeout(deadline_s)
     try:
-        error = await _post_and_read(client, url, body, deadline, stream)
+        try:
+            error = await _post_and_read(client, url, body, deadline, stream)
+        except aiohttp.ServerDisconnectedError:
+            if stream.responded:
+                raise
+            # No answer at all: the pooled connection was one the server had closed. llama-server closes each
+            # connection after a streamed answer while its headers say keep-alive, and a request sent before its FIN
+            # arrives fails within a millisecond without reaching it (seen on 7 of 24 requests of a demo step). As
+            # curl and urllib3 do, it is sent again on a new connection, and timed from that send.
+            t_send = time.perf_counter_ns()
+            rec.start_ms = (t_send - origin_ns) / 1e6
+            stream.t_send = t_send
+            deadline = asyncio.timeout(deadline_s)
+            error = await _post_and_read(client, url, body, deadline, stream)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
         if not stream.done:  # after [DONE] (draining the body's end) nothing is lost
             return _fail(rec, *_cut_short(err, rec, deadline, deadline_s))
@@ -580,10 +593,22 @@ class _SseStream:
     """One streamed answer as read so far: the record it fills as events come (chunk times, TTFT of the answer),
     and the text, reasoning, usage and ending the events carried."""
 
-    __slots__ = ("rec", "kind", "t_send", "parts", "reasoning_parts", "usage", "finish_reason", "done", "t_end")
+    __slots__ = (
+        "rec",
+        "kind",
+        "t_send",
+        "responded",
+        "parts",
+        "reasoning_parts",
+        "usage",
+        "finish_reason",
+        "done",
+        "t_end",
+    )
 
     def __init__(self, rec: RequestRecord, kind: str, t_send: int):
         self.rec, self.kind, self.t_send = rec, kind, t_send
+        self.responded = False  # the server's status line came
         self.parts: list[str] = []
         self.reasoning_parts: list[str] = []
         self.usage: dict[str, int] = {}
@@ -639,6 +664,7 @@ async def _post_and_read(
     """POST one streaming request under its deadline and read its SSE answer into `stream`; the error that fails
     the request (an HTTP error status, not an SSE stream, a byte cap passed, a malformed event), or None."""
     async with deadline, client.post(url, json=body) as resp:
+        stream.responded = True
         if resp.status != 200:
             raw = await resp.content.read(MAX_ERROR_BODY_BYTES)
             return f"HTTP {resp.status}: {' '.join(raw.decode(errors='replace').split())[:200]}"
