@@ -20,6 +20,9 @@ comma-separated key=value pairs (defaults in PACE):
     finish=30                    as llama.cpp and vLLM end a stream: the last token's chunk has no
                                  finish_reason, a chunk with empty text and finish_reason follows
                                  30 ms later (its write time is the truth's `finish_ns`)
+    close=1                      as llama-server does: the connection is closed after the answer although
+                                 the response says keep-alive, and only once the client has sent its
+                                 next request on it (so that request always finds it closed, never answered)
     heavy=2,pad=150000           chunk 2 carries a JSON array of 150,000 zeros: parsing it takes
                                  ~20 ms, so a client that stamped chunks after parsing shows it
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -59,6 +63,7 @@ PACE = {
     "finish": -1.0,
     "heavy": -1,
     "pad": 150000,
+    "close": 0,
 }
 
 _TRUTH: dict[str, dict] = {}
@@ -189,6 +194,13 @@ class Handler(BaseHTTPRequestHandler):
                 "finish_ns": finish,
                 "done_ns": done,
             }
+        if p["close"]:
+            self.wfile.flush()
+            # wait for the client's next request on this connection (or its close), then end the connection
+            # unread: the request finds it closed (FIN), as one sent to llama-server just after an answer does
+            self.connection.recv(1, socket.MSG_PEEK)
+            self.connection.shutdown(socket.SHUT_WR)
+            self.close_connection = True
 
 
 @contextmanager

@@ -13,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks.engines.base import EngineUnavailable
-from tasks.engines.vllm import vllm_python
 from tests.helpers import q, run_nightly, smollm2
+from tests.helpers.engines import vllm_missing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
-try:
-    vllm_python()
-    MISSING = None
-except EngineUnavailable as err:
-    MISSING = str(err)
+MISSING = vllm_missing()
 
 SMOL = smollm2()
 CONFIG = {

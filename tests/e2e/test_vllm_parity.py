@@ -14,21 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from tasks.engines.base import EngineUnavailable, engine_for
+from tasks.engines.base import engine_for
 from tasks.engines.tokenizer import open_tokenizer
-from tasks.engines.vllm import vllm_python
 from tasks.loader import parse_config
 from tasks.quality.base import SuiteContext, suite_for
 from tests.helpers import smollm2
+from tests.helpers.engines import vllm_missing
 from tests.helpers.suites import suite_context
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
-try:
-    vllm_python()
-    MISSING = None
-except EngineUnavailable as err:
-    MISSING = str(err)
+MISSING = vllm_missing()
 
 CONFIG = {
     "models": {"smol": smollm2(max_context=1024)},

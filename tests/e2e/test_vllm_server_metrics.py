@@ -21,19 +21,15 @@ import pytest
 from flows.cli import main
 from tasks import client
 from tasks.core.runinfo import build_cache_dir
-from tasks.engines.base import EngineUnavailable, engine_for
+from tasks.engines.base import engine_for
 from tasks.engines.prometheus import parse_prometheus, sum_series
-from tasks.engines.vllm import vllm_python
 from tasks.loader import parse_config
 from tests.helpers import smollm2
+from tests.helpers.engines import vllm_missing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
-try:
-    vllm_python()
-    MISSING = None
-except EngineUnavailable as err:
-    MISSING = str(err)
+MISSING = vllm_missing()
 
 CONFIG = {
     "models": {"smol": smollm2()},

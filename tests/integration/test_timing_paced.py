@@ -141,6 +141,16 @@ def test_a_chunk_is_stamped_when_read_not_after_parsing(paced):
     measured_on_a_free_cpu(attempt, paced)
 
 
+def test_a_connection_closed_after_its_answer_costs_no_request(paced):
+    """The paced server closes each connection after its answer once the next request was sent on it, although its
+    headers said keep-alive (close=1, as llama-server does): that request is sent again on a new connection, so
+    every request is answered, and timed from the send the server answered (TTFT within a few ms of its own)."""
+    pairs = measure(paced, "ttft=10,itl=5,jitter=0,close=1", "completions", f"close-{time.monotonic_ns()}", n=6)
+    assert [r.status for r, _ in pairs] == ["ok"] * 6, [r.error for r, _ in pairs]
+    late = [r.ttft_ms - (ms(t["writes_ns"][0]) - ms(t["recv_ns"])) for r, t in pairs]
+    assert min(late) >= 0 and np.median(late) < 5.0, late
+
+
 def test_done_after_a_pause_ends_e2el_not_the_chunks(paced):
     ((r, t),) = measure(paced, "ttft=20,itl=10,jitter=0,done=150", "completions", "done-late", n=1)
     last_chunk = r.start_ms + r.chunk_offsets_ms[-1]

@@ -20,9 +20,9 @@ def demo() -> dict:
 
 def test_demo_config_is_valid(demo):
     cfg = parse_config(demo)
-    assert [v.name for v in cfg.variants] == ["q4_1", "q4_1-2t", "q2_k", "q4_1-spec"]
+    assert [v.name for v in cfg.variants] == ["q4_1", "q4_1-2s", "q2_k", "q4_1-spec"]
     assert cfg.decision.margin_points == 2.0
-    assert cfg.variant("q4_1-2t").engine_args == {"parallel": 2, "n_threads": 2}
+    assert cfg.variant("q4_1-2s").engine_args == {"parallel": 2}
     assert cfg.reference.name == "q4_1" and cfg.reference.engine == "llama-server"  # batching at concurrency 2
     assert cfg.models["smollm2-135m"].local_path().is_file()  # located in the installed wheel
 
@@ -37,11 +37,11 @@ def _set(d, path, value):
 @pytest.mark.parametrize(
     "path,value,expect",
     [
-        (("variants", 1, "engine"), "llamacpp", "variants[1] (q4_1-2t).engine: unknown engine 'llamacpp'"),
+        (("variants", 1, "engine"), "llamacpp", "variants[1] (q4_1-2s).engine: unknown engine 'llamacpp'"),
         (("variants", 2, "quantization"), "q9_z", "variants[2] (q2_k).quantization: 'q9_z' is not supported"),
         (("perf", "concurrency"), [0, 2], "perf.concurrency.0:"),
         (("perf", "concurrency"), [], "perf.concurrency:"),
-        (("variants", 2, "name"), "q4_1-2t", "variants: duplicate name 'q4_1-2t'"),
+        (("variants", 2, "name"), "q4_1-2s", "variants: duplicate name 'q4_1-2s'"),
         (("variants", 0, "reference"), False, "variants: no variant has reference: true"),
         (("variants", 1, "reference"), True, "variants: 2 variants have reference: true"),
         (

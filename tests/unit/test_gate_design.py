@@ -89,10 +89,10 @@ def test_adaptive_looks_keep_the_fixed_designs_power_at_their_maximum():
 def test_the_demo_plan_warns_for_q2_k_only_and_check_prints_every_variant(capsys):
     cfg = load_config(DEMO)
     plans = {p.variant: p for p in plan_config(cfg)}
-    assert set(plans) == {"q4_1-2t", "q2_k", "q4_1-spec"}
+    assert set(plans) == {"q4_1-2s", "q2_k", "q4_1-spec"}
     assert plans["q2_k"].discordance == 0.05 and plans["q2_k"].fix() is not None
-    assert plans["q4_1-2t"].discordance == 0.01 and plans["q4_1-2t"].fix() is None
-    assert (plans["q4_1-2t"].first, plans["q4_1-2t"].last) == (40, 240)
+    assert plans["q4_1-2s"].discordance == 0.01 and plans["q4_1-2s"].fix() is None
+    assert (plans["q4_1-2s"].first, plans["q4_1-2s"].last) == (40, 240)
     assert main(["check", str(DEMO)]) == 0
     out = capsys.readouterr().out.splitlines()
     gates = [line for line in out if line.startswith("gate arithmetic.accuracy")]
@@ -103,6 +103,6 @@ def test_the_demo_plan_warns_for_q2_k_only_and_check_prints_every_variant(capsys
 
 def test_a_measured_discordance_replaces_the_assumption():
     cfg = load_config(DEMO)
-    plan = plan_gate(cfg, "arithmetic.accuracy", Assumed(0.0, "measured: 0 of 480 pairs over 2 nights"), "q4_1-2t")
+    plan = plan_gate(cfg, "arithmetic.accuracy", Assumed(0.0, "measured: 0 of 480 pairs over 2 nights"), "q4_1-2s")
     assert plan.power == pytest.approx(1.0) and plan.n_needed == n_for_power(0.0, 0.0, -0.02, 0.95, first=40)
     assert "measured: 0 of 480 pairs" in plan.line()
