@@ -182,8 +182,8 @@ def test_fault_unconfined_code_for_a_hosted_variant_is_refused_at_config_load(mo
     n = len(cfg["quality"]["suites"]) - 1
     assert str(e.value) == (
         f"quality.suites[{n}] (code-unconfined).params.sandbox: 'none' would run code written by engine "
-        "openai-compatible unconfined on this host; allowed only for llama.cpp, tensorrt-llm, "
-        "vllm; remove sandbox: none (variant hosted)"
+        "openai-compatible unconfined on this host; allowed only for llama-server, llama.cpp, "
+        "tensorrt-llm, vllm; remove sandbox: none (variant hosted)"
     )
     cfg["quality"]["suites"][n]["variants"] = [v["name"] for v in cfg["variants"] if v["name"] != "hosted"]
     assert parse_config(cfg).quality.suites[n].params == {"sandbox": "none"}  # local engines only: allowed
