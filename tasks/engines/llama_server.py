@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -32,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.core.config import ModelSpec, Variant
 from tasks.engines.base import Artifact, check_args
 from tasks.engines.llama_cpp import KV_TYPES, LlamaCpp, decode_threads, host_cores
-from tasks.engines.prometheus import sum_series
+from tasks.engines.prometheus import by_names, sum_series
+from tasks.tools.llama_build import installed_server
 
 BINARY_ENV = "TRADEOFF_LLAMA_SERVER"
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
@@ -64,7 +64,7 @@ def server_binary() -> Path | None:
     given = os.environ.get(BINARY_ENV)
     if given:
         return Path(given)
-    built = Path(sys.prefix) / "llama-server" / "llama-server"
+    built = installed_server()
     if built.exists():
         return built
     found = shutil.which("llama-server")
@@ -177,7 +177,7 @@ class LlamaServer(LlamaCpp):
             "spec_draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
             "spec_accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
         }
-        out = {k: v for k, name in names.items() if (v := sum_series(samples, name)) is not None}
+        out = by_names(samples, names)
         # its prompt_tokens_total leaves out tokens reused from the cache; tradeoff's (vLLM's) counts every one
         computed = sum_series(samples, "llamacpp:prompt_tokens_total")
         if computed is not None:

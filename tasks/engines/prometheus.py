@@ -76,3 +76,8 @@ def sum_series(samples: list[tuple[str, dict[str, str], float]], name: str) -> f
     """Sum of every series of metric `name` (e.g. over engines or labels); None when absent."""
     vals = [v for n, _, v in samples if n == name and math.isfinite(v)]
     return sum(vals) if vals else None
+
+
+def by_names(samples: list[tuple[str, dict[str, str], float]], names: dict[str, str]) -> dict[str, float]:
+    """{tradeoff's name: the sum of the engine metric it maps to} for each `names` entry the samples carry."""
+    return {k: v for k, name in names.items() if (v := sum_series(samples, name)) is not None}

@@ -36,7 +36,7 @@ from tasks.engines.artifacts import decode_bytes, serving_digest
 from tasks.engines.base import Artifact, Engine, EngineUnavailable, build_key, check_args, gpu_visible, project_root
 from tasks.engines.hub import calibration_command, download_command, is_local_data
 from tasks.engines.llama_cpp import FTYPES, LlamaCpp
-from tasks.engines.prometheus import sum_series
+from tasks.engines.prometheus import by_names
 
 LAUNCHER = TOOLS / "vllm_launch.py"
 CONVERTER = TOOLS / "hf_from_gguf.py"
@@ -459,7 +459,7 @@ class Vllm(Engine):
             "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
             "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
         }
-        out = {k: v for k, name in names.items() if (v := sum_series(samples, name)) is not None}
+        out = by_names(samples, names)
         if "kv_cache_usage_pct" in out:
             out["kv_cache_usage_pct"] *= 100.0  # vLLM reports a fraction despite the name
         return out

@@ -115,6 +115,11 @@ def build_key(requirement: str, args: tuple[str, ...]) -> str:
     return hashlib.sha256(tag.encode()).hexdigest()[:16]
 
 
+def installed_server(prefix: Path | None = None) -> Path:
+    """Where `build` puts llama-server in a venv (the binary; its shared libraries beside it)."""
+    return Path(prefix or sys.prefix) / SERVER_DIR / SERVER_BINARY
+
+
 def record_path(prefix: Path | None = None) -> Path:
     return Path(prefix or sys.prefix) / RECORD_NAME
 
@@ -197,7 +202,6 @@ def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict
         build_server(src, tmp / "cmake", tmp / "server", jobs)
         t2 = time.monotonic()
         print(f"llama.cpp: wheel {t1 - t0:.0f} s, llama-server {t2 - t1:.0f} s more", flush=True)
-        (tmp / "build-times.json").write_text(json.dumps({"wheel_s": round(t1 - t0), "server_s": round(t2 - t1)}))
         # what a later setup reuses: the wheel and the server (the sources and the CMake folder go)
         shutil.rmtree(tmp / "src")
         shutil.rmtree(tmp / "sdist")
@@ -208,7 +212,7 @@ def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict
     else:
         print(f"reusing {wheels[-1].name} and llama-server built by this script with the same flags ({wheel_dir})")
     _run([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-cache-dir", str(wheels[-1])])
-    server_dir = Path(sys.prefix) / SERVER_DIR
+    server_dir = installed_server().parent
     shutil.rmtree(server_dir, ignore_errors=True)
     shutil.copytree(wheel_dir / "server", server_dir, symlinks=True)
     record = {
@@ -217,7 +221,7 @@ def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict
         "cmake_args": list(args),
         "key": key,
         "wheel": wheels[-1].name,
-        "server": str(server_dir / SERVER_BINARY),
+        "server": str(installed_server()),
         "machine": platform.machine(),
     }
     record_path().write_text(json.dumps(record, indent=2) + "\n")
@@ -276,7 +280,7 @@ def check() -> list[str]:
             f"not the portable flags {' '.join(cmake_args(False))}; run `make setup` again"
         )
     lib_dir = library_dir()
-    server_dir = Path(sys.prefix) / SERVER_DIR
+    server_dir = installed_server().parent
     if lib_dir is None:
         problems.append("llama_cpp is not installed in this environment")
     if not (server_dir / SERVER_BINARY).exists():
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llama.cpp build: {problem}", file=sys.stderr)
     if not problems:
         lib_dir = library_dir()
-        where = f"{lib_dir} and {Path(sys.prefix) / SERVER_DIR}"
+        where = f"{lib_dir} and {installed_server().parent}"
         print(f"llama.cpp build: portable ({' '.join(cmake_args(False))}); no AVX-512/AMX instructions in {where}")
     return 1 if problems else 0
 
