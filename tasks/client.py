@@ -564,13 +564,15 @@ async def stream_request(
     try:
         try:
             error = await _post_and_read(client, url, body, deadline, stream)
-        except aiohttp.ServerDisconnectedError:
-            if stream.responded:
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+            if stream.responded or isinstance(err, aiohttp.ClientConnectorError):
                 raise
             # No answer at all: the pooled connection was one the server had closed. llama-server closes each
             # connection after a streamed answer while its headers say keep-alive, and a request sent before its FIN
-            # arrives fails within a millisecond without reaching it (seen on 7 of 24 requests of a demo step). As
-            # curl and urllib3 do, it is sent again on a new connection, and timed from that send.
+            # arrives fails within a millisecond without reaching it: "Server disconnected" (7 of 24 requests of a
+            # demo step) or, when the close comes while the body is written, "Can not write request body" (1 of 16
+            # at concurrency 4, now and then). As curl and urllib3 do, it is sent again on a new connection, once,
+            # and timed from that send; a connection that cannot be made at all is not tried again.
             t_send = time.perf_counter_ns()
             rec.start_ms = (t_send - origin_ns) / 1e6
             stream.t_send = t_send
