@@ -124,6 +124,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         recv = time.perf_counter_ns()
         req = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not self.path.endswith("/completions"):  # e.g. a client asking for a tokenizer endpoint: none here
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
         chat = self.path.endswith("/chat/completions")
         key = req["messages"][-1]["content"] if chat else req["prompt"]
         p = pace(req.get("model", ""))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import sys
 import time
@@ -407,6 +408,20 @@ def _request_rate(run: StepRun) -> float | None:
     return len(ok) / (span_ms / 1000.0) if span_ms > 0 else None
 
 
+@contextlib.contextmanager
+def frozen_heap():
+    """Keep the garbage collector's full passes off a step's schedule: what the process holds before the step (a
+    tokenizer, a flow's state, a test suite's objects) is collected once and then frozen (gc.freeze: no later
+    collection walks it), so a collection during the step walks only the step's own new objects. A full pass over
+    a large heap stops every coroutine for milliseconds: a scheduled send then leaves late."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def run_load(
     base_url: str,
     model: str,
@@ -446,91 +461,92 @@ async def run_load(
     streaming: dict[int, RequestRecord] | None = {} if watch is not None else None  # sent, not yet returned
 
     # timeout_s bounds each wait for bytes (as before: per read, not per request).
-    async with stream_session(base_url, slots, timeout_s) as client:
-        origin = time.perf_counter_ns()
-        deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
+    with frozen_heap():
+        async with stream_session(base_url, slots, timeout_s) as client:
+            origin = time.perf_counter_ns()
+            deadline = origin + int(max_duration_s * 1e9) if max_duration_s else None
 
-        def late() -> bool:
-            return stop.is_set() or (deadline is not None and time.perf_counter_ns() >= deadline)
+            def late() -> bool:
+                return stop.is_set() or (deadline is not None and time.perf_counter_ns() >= deadline)
 
-        async def one(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+            async def one(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+                try:
+                    return await send(k, p, at_s)
+                finally:
+                    ended_s[k] = (time.perf_counter_ns() - origin) / 1e9
+                    returned[k].set()
+
+            async def send(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
+                nonlocal outstanding
+                i = first_index + k
+                if p.after is not None:
+                    await returned[p.after].wait()
+                    at_s = max(at_s, (ended_s[p.after] or 0.0) + p.think_s)
+                if max_duration_s and at_s >= max_duration_s:
+                    return None  # due after the time limit: never sent (and not waited for)
+                wait = at_s - (time.perf_counter_ns() - origin) / 1e9
+                if wait > 0:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)  # its time, or a stopping rule ended the step
+                if stop.is_set():
+                    return None
+                outstanding += 1
+                try:
+                    async with sem or contextlib.nullcontext():
+                        if late():
+                            return None
+                        body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
+                        rec = await stream_request(
+                            client,
+                            url,
+                            body,
+                            kind,
+                            i,
+                            origin,
+                            count_tokens,
+                            p.tokens,
+                            p.tokens_source,
+                            repeat,
+                            deadline_s,
+                            streaming,
+                        )
+                finally:
+                    outstanding -= 1
+                    if streaming is not None:
+                        streaming.pop(i, None)
+                if offsets_s is not None:
+                    rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
+                rec.session_id, rec.turn = p.session_id, p.turn
+                if watch is not None and rec.ttft_ms is not None:
+                    watch.ttfts.append((rec.start_ms / 1000.0, rec.ttft_ms))
+                if on_record:
+                    on_record(rec)
+                return rec
+
+            async def monitor() -> None:
+                while watch is not None:
+                    await asyncio.sleep(WATCH_INTERVAL_S)
+                    now_s = (time.perf_counter_ns() - origin) / 1e9
+                    watch.in_flight.append((now_s, outstanding))
+                    # the longest a sent request has waited for its first token so far (0: none waits)
+                    waits = [now_s - r.start_ms / 1000.0 for r in (streaming or {}).values() if not r.chunk_offsets_ms]
+                    watch.oldest_wait.append((now_s, max(waits, default=0.0) * 1000.0))
+                    for rule in rules:
+                        reason = rule.check(watch, now_s)
+                        if reason:
+                            watch.stop_reason, watch.stopped_at_s = f"{rule.name}: {reason}", now_s
+                            watch.saturated = watch.saturated or rule.name == OVER_SATURATION
+                            stop.set()
+                            return
+
+            watcher = asyncio.create_task(monitor())
+            offsets = offsets_s or [0.0] * len(prompts)
             try:
-                return await send(k, p, at_s)
+                done = await asyncio.gather(*(one(k, p, t) for k, (p, t) in enumerate(zip(prompts, offsets))))
             finally:
-                ended_s[k] = (time.perf_counter_ns() - origin) / 1e9
-                returned[k].set()
-
-        async def send(k: int, p: Prompt, at_s: float) -> RequestRecord | None:
-            nonlocal outstanding
-            i = first_index + k
-            if p.after is not None:
-                await returned[p.after].wait()
-                at_s = max(at_s, (ended_s[p.after] or 0.0) + p.think_s)
-            if max_duration_s and at_s >= max_duration_s:
-                return None  # due after the time limit: never sent (and not waited for)
-            wait = at_s - (time.perf_counter_ns() - origin) / 1e9
-            if wait > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), wait)  # its time, or a stopping rule ended the step
-            if stop.is_set():
-                return None
-            outstanding += 1
-            try:
-                async with sem or contextlib.nullcontext():
-                    if late():
-                        return None
-                    body = request_body(kind, model, p.text, p.output_len or max_tokens, force)
-                    rec = await stream_request(
-                        client,
-                        url,
-                        body,
-                        kind,
-                        i,
-                        origin,
-                        count_tokens,
-                        p.tokens,
-                        p.tokens_source,
-                        repeat,
-                        deadline_s,
-                        streaming,
-                    )
-            finally:
-                outstanding -= 1
-                if streaming is not None:
-                    streaming.pop(i, None)
-            if offsets_s is not None:
-                rec.scheduled_ms = at_s * 1000.0  # when it was due: start_ms - scheduled_ms is the send error
-            rec.session_id, rec.turn = p.session_id, p.turn
-            if watch is not None and rec.ttft_ms is not None:
-                watch.ttfts.append((rec.start_ms / 1000.0, rec.ttft_ms))
-            if on_record:
-                on_record(rec)
-            return rec
-
-        async def monitor() -> None:
-            while watch is not None:
-                await asyncio.sleep(WATCH_INTERVAL_S)
-                now_s = (time.perf_counter_ns() - origin) / 1e9
-                watch.in_flight.append((now_s, outstanding))
-                # the longest a sent request has waited for its first token so far (0: none waits)
-                waits = [now_s - r.start_ms / 1000.0 for r in (streaming or {}).values() if not r.chunk_offsets_ms]
-                watch.oldest_wait.append((now_s, max(waits, default=0.0) * 1000.0))
-                for rule in rules:
-                    reason = rule.check(watch, now_s)
-                    if reason:
-                        watch.stop_reason, watch.stopped_at_s = f"{rule.name}: {reason}", now_s
-                        watch.saturated = watch.saturated or rule.name == OVER_SATURATION
-                        stop.set()
-                        return
-
-        watcher = asyncio.create_task(monitor())
-        offsets = offsets_s or [0.0] * len(prompts)
-        try:
-            done = await asyncio.gather(*(one(k, p, t) for k, (p, t) in enumerate(zip(prompts, offsets))))
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
     return [r for r in done if r is not None]
 
 

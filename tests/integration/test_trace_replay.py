@@ -58,12 +58,13 @@ def test_perf_trace_keeps_schedule_and_lengths(paced, tmp_path, capsys):
         assert r["scenario"] == "trace" and r["load_kind"] == "trace" and r["completed"] == len(reqs)
         assert "send error p50" in printed
         # the client's own stamps: actual send - scheduled send
-        # on an idle host here p50 ~1 ms (the event loop's timer), p99 4-8.5 ms (chunks of other streams parsed
-        # first); a host that keeps the client off the CPU delays any client's sends: measured again then
-        assert 0 <= r["send_error_ms_p50"] <= 2.0 and r["send_error_ms_p99"] <= 10.0, r["send_error_ms_p99"]
+        # on an idle host here p50 0.7-0.8 ms (the event loop's timer: epoll waits whole milliseconds), p99
+        # 1.5-2.5 ms with the heap frozen during the step (tasks.perf.sweep.frozen_heap); a host that keeps the
+        # client off the CPU delays any client's sends: measured again then
+        assert 0 <= r["send_error_ms_p50"] <= 2.0 and r["send_error_ms_p99"] <= 5.0, r["send_error_ms_p99"]
         starts = np.array(r["start_times"]) * 1000
         sched = np.array([q.at_ms for q in reqs])
-        assert np.percentile(np.abs(starts - sched), 99) <= 10.0
+        assert np.percentile(np.abs(starts - sched), 99) <= 5.0
         # the server's: its receive times keep the trace's gaps (both on CLOCK_MONOTONIC)
         truth = httpx.get(f"{paced}/truth", timeout=10).json()
         last = {p.text: i for i, p in enumerate(prompts)}  # the server keeps a repeated prompt's last request
