@@ -185,7 +185,8 @@ def step_evidence(cfg) -> list[StepEvidence]:
     """Per configured step, the measured requests it gives (repeats pooled) against what the decision's percentile
     needs at its confidence (tasks.core.percentiles.min_requests): closed-loop steps (c<N>, the sweep's sync and
     max) give perf.num_prompts per repeat, rate steps (configured, the sweep's, the search's) what the decision
-    sized them to. Takes a RunConfig; [] without an SLO (the decision judges no step)."""
+    sized them to, a replayed trace its requests times its repeats. Takes a RunConfig; [] without an SLO (the
+    decision judges no step)."""
     from tasks.core.percentiles import min_requests
 
     perf, d = cfg.perf, cfg.decision
@@ -201,13 +202,19 @@ def step_evidence(cfg) -> list[StepEvidence]:
             out.append(StepEvidence(f"sweep1-{perf.sweep}", "open", rated, needs))
     if d.search is not None:
         out.append(StepEvidence("search", "open", rated, needs))
+    if perf.trace is not None:
+        from tasks.perf.trace import load_trace
+
+        t = perf.trace
+        out.append(StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), needs))
     return out
 
 
 def evidence_lines(cfg) -> tuple[list[str], str | None]:
     """`tradeoff check`'s lines about the decision's percentile claim, and why the config is refused (None: it is
     not): refused when no step it runs can show the percentile even with every request within the limits, since
-    the night would then end judging no variant on the SLO."""
+    the night would then end judging no variant on the SLO, and when a trace replayed beside other steps cannot
+    (a variant ships only when it serves the trace within the SLO: none could)."""
     steps = step_evidence(cfg)
     if not steps:
         return ["decision: no SLO, no percentile claim to size"], None
@@ -222,9 +229,18 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
         f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{need - s.gives} short'})"
         for s in steps
     ]
+    perf = cfg.perf
+    trace = next((s for s in steps if s.step == "trace"), None)
+    if trace is not None and not trace.enough and len(steps) > 1:
+        per_replay = trace.gives // perf.trace.repeats
+        return lines, (
+            f"the replayed trace gives {trace.gives} measured requests and p{d.percentile:g} at "
+            f"{d.confidence * 100:g} % needs {need}: no variant could show it serves the trace within the SLO, and "
+            f"beside other steps a variant ships only when it does; set perf.trace.repeats to "
+            f"{math.ceil(need / max(per_replay, 1))}, or ask a lower decision.percentile"
+        )
     if any(s.enough for s in steps):
         return lines, None
-    perf = cfg.perf
     per_repeat = math.ceil(need / perf.repeats)
     why = (
         f"no step can show p{d.percentile:g} at {d.confidence * 100:g} %: each gives at most "

@@ -337,6 +337,17 @@ def load_text(row: pd.Series) -> str:
     return f"{num(rate)} req/s sustained {inner}; the next rate, {num(nf_rate)} req/s ({nf}), {what}"
 
 
+def served_trace_text(row: pd.Series) -> str:
+    """A run that replayed a trace beside other steps ships only a variant that serves it within the SLO:
+    ', serves the replayed trace with 100 % of its 17 requests within the SLO'. '' otherwise."""
+    if not _v(row, "trace_required") or _v(row, "trace_slo_status") != "met":
+        return ""
+    return (
+        f", serves the replayed trace with {_v(row, 'trace_slo_attainment_pct'):.0f} % of its "
+        f"{_v(row, 'trace_n'):.0f} requests within the SLO"
+    )
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f} %"
 
@@ -479,10 +490,13 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
                 if ratio is not None
                 else f" ({ref['variant']} sustains no load under this SLO)"
             )
+            if _v(ref, "trace_required") and _v(ref, "trace_slo_status") != "met":
+                vs_ref += f" ({ref['variant']} does not serve the replayed trace within this SLO)"
         cost = _v(best, "usd_per_1m_output_tok")
         lines.append(
             f"Ship {chosen}{' (the reference)' if _v(best, 'is_reference') else ''}: "
-            f"{load_text(best)}{vs_ref} at {slo_text(best)}; {retention_text(best)}; {energy_text(best)}"
+            f"{load_text(best)}{vs_ref}{served_trace_text(best)} at {slo_text(best)}; {retention_text(best)}; "
+            f"{energy_text(best)}"
             + (f"; {cost:.3g} USD per 1M output tokens" if cost is not None else "")
             + f". Chosen on {optimise} ({_v(best, 'verdict_reason')})."
         )
@@ -502,6 +516,9 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
         ahead = f" is {AHEAD[optimise]}" + (f" ({ratio:.2f}x the {OBJECTIVE_UNIT[optimise]})" if ratio else "") + " but"
     if verdict == "failed":
         return f"{v} failed: {_v(row, 'verdict_reason').removeprefix('failed: ')}."
+    unserved = _v(row, "trace_required") and _v(row, "trace_slo_status") != "met"
+    if verdict in ("misses_slo", "not_enough_requests") and unserved and _v(row, "sustainable_scenario") is not None:
+        return f"{v}{ahead} {_v(row, 'verdict_reason')}."
     if verdict == "misses_slo":
         return f"{v} sustains no load under the SLO: {_v(row, 'slo_note')}."
     if verdict == "not_enough_requests":

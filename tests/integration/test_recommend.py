@@ -874,19 +874,18 @@ def test_retention_on_the_command_line_replaces_the_default_margin(tmp_path: Pat
 
 
 def test_under_a_trace_the_decision_is_the_trace_step_judged_as_a_rate_step(tmp_path: Path) -> None:
-    """A run that replayed a trace decides on its `trace` step alone (issue 34), by the rate steps' rules: 'fast'
-    serves it with every request within the limits and ships; the reference has 40 of 300 over the TTFT limit
-    (missed, 86.7 % attainment) though its closed-loop steps pass; 'sat' looks fine but was stopped as saturated:
-    not sustained. Each variant's attainment on the trace is worded in `tradeoff recommend`."""
+    """A run whose only steps replay a trace decides on its `trace` step (issue 34), by the rate steps' rules:
+    'fast' serves it with every request within the limits and ships; the reference has 40 of 300 over the TTFT
+    limit (missed, 86.7 % attainment); 'sat' looks fine but was stopped as saturated: not sustained. Each variant's
+    attainment on the trace is worded in `tradeoff recommend`."""
     from tasks.report.recommend import format_recommendation
 
     same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
-    closed = [step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 400))]
     trace = lambda ms, **kw: step("trace", N, 2.0, ms, rate=2.0, kind="trace", **kw)
     variants = {
-        "ref": {"ref": True, "accuracy": 0.5, "steps": [*closed, trace(ttfts(N - 40, 300) + ttfts(40, 2500))]},
-        "fast": {**same, "steps": [*closed, trace(ttfts(N, 200))]},
-        "sat": {**same, "steps": [*closed, trace(ttfts(N, 200), stop_reason="saturated at 12.0 s: ...")]},
+        "ref": {"ref": True, "accuracy": 0.5, "steps": [trace(ttfts(N - 40, 300) + ttfts(40, 2500))]},
+        "fast": {**same, "steps": [trace(ttfts(N, 200))]},
+        "sat": {**same, "steps": [trace(ttfts(N, 200), stop_reason="saturated at 12.0 s: ...")]},
     }
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "t1", variants, decision={}), db)
@@ -895,16 +894,54 @@ def test_under_a_trace_the_decision_is_the_trace_step_judged_as_a_rate_step(tmp_
         steps = {(r["variant"], r["scenario"]): r for r in rows(con, "select * from v_slo_steps")}
         text = format_recommendation(con, "t1")
     assert {v: r["load_basis"] for v, r in got.items()} == dict.fromkeys(variants, "trace")
+    assert not any(r["trace_required"] for r in got.values())
     fast, ref, sat = got["fast"], got["ref"], got["sat"]
     assert fast["verdict"] == "recommended" and fast["sustainable_scenario"] == "trace"
     assert fast["sustainable_req_s"] == pytest.approx(2.0, rel=0.02)  # the measured arrival rate of the trace
     assert fast["trace_slo_attainment_pct"] == 100.0 and fast["trace_slo_status"] == "met"
     assert ref["verdict"] == "misses_slo" and ref["trace_slo_status"] == "missed"
     assert ref["trace_slo_attainment_pct"] == pytest.approx(100 * 260 / 300)
-    assert steps[("ref", "c2")]["slo_met"] is True  # a closed-loop step that passes does not count under a trace
     assert sat["verdict"] == "misses_slo" and sat["trace_slo_status"] == "not_sustained"
     assert steps[("sat", "trace")]["slo_fail_reason"].startswith("saturated: saturated at 12.0 s")
-    assert steps[("fast", "trace")]["is_trace_step"] is True and steps[("fast", "c1")]["is_trace_step"] is False
+    assert steps[("fast", "trace")]["is_trace_step"] is True
     assert "Ship fast: serves the replayed trace at 2.00 req/s offered, 100 % of its requests within the SLO" in text
     assert "(ref does not serve the trace within this SLO)" in text and "best goodput on the trace among" in text
     assert "On the replayed trace (" in text and "ref 87 % of 300 requests within the SLO" in text
+
+
+def test_a_trace_beside_other_steps_is_a_requirement_and_the_other_steps_rank(tmp_path: Path) -> None:
+    """A run that replayed a trace beside closed-loop steps ranks by those (every variant that serves a trace has
+    the same goodput on it: its offered rate), and ships only a variant that serves the trace within the SLO: the
+    reference sustains c2 like the others but has 40 of 300 trace requests over the TTFT limit, 'sat' was stopped
+    as saturated on the trace, 'big' sustains c4 but its trace has too few requests for p99. 'fast' ships."""
+    from tasks.report.recommend import format_recommendation
+
+    same = {"accuracy": 0.5, "delta": delta(0.5, 0.5, (-0.001, 0.001))}
+    closed = [step("c1", 1, 0.5, ttfts(N, 300)), step("c2", 2, 0.9, ttfts(N, 400))]
+    trace = lambda ms, **kw: step("trace", len(ms), 2.0, ms, rate=2.0, kind="trace", **kw)
+    variants = {
+        "ref": {"ref": True, "accuracy": 0.5, "steps": [*closed, trace(ttfts(N - 40, 300) + ttfts(40, 2500))]},
+        "fast": {**same, "steps": [*closed, trace(ttfts(N, 200))]},
+        "sat": {**same, "steps": [*closed, trace(ttfts(N, 200), stop_reason="saturated at 12.0 s: ...")]},
+        "big": {**same, "steps": [*closed, step("c4", 4, 1.6, ttfts(N, 500)), trace(ttfts(20, 200))]},
+    }
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "t2", variants, decision={}), db)
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, "t2")
+        text = format_recommendation(con, "t2")
+    assert {v: (r["load_basis"], r["trace_required"]) for v, r in got.items()} == dict.fromkeys(
+        variants, ("concurrency", True)
+    )
+    fast, ref, sat, big = got["fast"], got["ref"], got["sat"], got["big"]
+    assert fast["verdict"] == "recommended" and fast["sustainable_scenario"] == "c2"
+    assert ref["sustainable_scenario"] == "c2" and ref["verdict"] == "misses_slo"
+    assert ref["verdict_reason"].startswith("does not serve the replayed trace within the SLO: p99 TTFT > 2000 ms")
+    assert sat["verdict"] == "misses_slo" and "saturated" in sat["verdict_reason"]
+    assert "sat does not serve the replayed trace within the SLO: saturated: saturated at 12.0 s" in text
+    assert big["sustainable_scenario"] == "c4" and big["beats_recommended"] is True
+    assert big["verdict"] == "not_enough_requests" and big["trace_slo_status"] == "not_enough_requests"
+    assert "Ship fast: at concurrency 2" in text
+    assert "(ref does not serve the replayed trace within this SLO), serves the replayed trace with 100 % of its" in text
+    assert "big is faster (1.78x the req/s) but does not serve the replayed trace within the SLO" in text
+    assert "On the replayed trace (" in text

@@ -98,7 +98,7 @@ def test_load_config_rejects_non_mapping(tmp_path):
 
 def _decision_config(perf: dict, decision: dict | None = None) -> dict:
     cfg = yaml.safe_load(DEMO.read_text())
-    cfg["perf"] = {**cfg["perf"], **perf}
+    cfg["perf"] = {**{k: v for k, v in cfg["perf"].items() if k != "trace"}, **perf}  # the demo's trace: below
     cfg["decision"] = decision or {}
     return cfg
 
@@ -123,6 +123,28 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
     lines, cannot = evidence_lines(cfg)
     assert lines[1:] == ["  c1 (closed loop): gives 12 (287 short)", "  r1 (open loop): gives 300 (enough)"]
     assert cannot is None
+
+
+def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_steps(tmp_path):
+    """Beside other steps a variant ships only when it serves the trace within the SLO (v_recommendation's
+    trace_required): a trace that cannot show the percentile would let none ship, so check says so first."""
+    from tasks.perf.slo import evidence_lines
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {i * 100}, "input_length": 8, "output_length": 4}}\n' for i in range(17)))
+    cfg = parse_config(_decision_config({"concurrency": [1], "trace": {"path": str(trace)}}, {"percentile": 75}))
+    lines, cannot = evidence_lines(cfg)
+    assert lines[1:] == ["  c1 (closed loop): gives 12 (enough)", "  trace (open loop): gives 17 (enough)"]
+    assert cannot is None
+    cfg = parse_config(_decision_config({"concurrency": [1], "trace": {"path": str(trace), "repeats": 2}}, {"percentile": 90}))
+    lines, cannot = evidence_lines(cfg)
+    assert lines[1:] == ["  c1 (closed loop): gives 12 (17 short)", "  trace (open loop): gives 34 (enough)"]
+    assert cannot is None
+    cfg = parse_config(_decision_config({"concurrency": [1], "num_prompts": 10, "trace": {"path": str(trace)}}, {"percentile": 90}))
+    lines, cannot = evidence_lines(cfg)
+    assert lines[-1] == "  trace (open loop): gives 17 (12 short)"
+    assert cannot.startswith("the replayed trace gives 17 measured requests and p90 at 95 % needs 29: no variant")
+    assert cannot.endswith("set perf.trace.repeats to 2, or ask a lower decision.percentile")
 
 
 def test_check_warns_on_a_config_that_would_judge_no_variant(tmp_path, capsys):

@@ -5,12 +5,17 @@
 --   slo_label, slo_percentile, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms   the SLO (v_decision)
 --   slo_confidence                 confidence of each percentile claim (v_decision)
 --   steps_measured, steps_meeting_slo
---   load_basis                     trace: the run replayed a request trace (perf.trace), and only its `trace` step
---                                  counts: the variant serves the team's own traffic within the SLO or not (the
---                                  same rules as a rate step), ranked on that traffic by goodput;
+--   load_basis                     trace: the run's only steps replay a request trace (perf.trace): the variant
+--                                  serves the team's own traffic within the SLO or not (the same rules as a rate
+--                                  step), ranked on that traffic by goodput;
 --                                  rate: the run has rate steps (Poisson arrivals), and only they give the
 --                                  sustainable load, ranked by offered rate (MLPerf's server scenario);
---                                  concurrency: neither, so closed-loop steps do, ranked by concurrency
+--                                  concurrency: neither, so closed-loop steps do, ranked by concurrency.
+--                                  A run that replayed a trace beside rate or closed-loop steps ranks by those
+--                                  (the load a variant sustains beyond the trace: every variant that serves a
+--                                  trace has the same goodput on it, its offered rate), and a variant ships only
+--                                  when it serves the trace within the SLO too (trace_required)
+--   trace_required                 the run replayed a trace beside other steps: its step must meet the SLO
 --   sustainable_scenario           the highest step of that basis that meets the SLO (v_slo_steps: shown within
 --                                  every limit, and sustained) with every lower step meeting it too; NULL: none
 --   sustainable_concurrency        its concurrency (requests in flight; a rate step's cap, or its request count)
@@ -98,12 +103,16 @@ step_counts as (
 ),
 
 -- the steps a sustainable load comes from: the rate steps when the run has any, else the closed-loop steps
--- (never the fixed-length `jitter` instrument), in load order
+-- (never the fixed-length `jitter` instrument), else a replayed trace's, in load order
 basis as (
     select
         run_id,
-        case when bool_or(is_trace_step) then 'trace' when bool_or(is_rate_step) then 'rate' else 'concurrency' end
-            as load_basis
+        case
+            when bool_or(is_rate_step) then 'rate'
+            when bool_or(not is_trace_step and scenario <> 'jitter') or not bool_or(is_trace_step) then 'concurrency'
+            else 'trace'
+        end as load_basis,
+        bool_or(is_trace_step) and bool_or(not is_trace_step and scenario <> 'jitter') as trace_required
     from steps
     group by run_id
 ),
@@ -223,6 +232,14 @@ assembled as (
         coalesce(c.steps_measured, 0) as steps_measured,
         coalesce(c.steps_meeting_slo, 0) as steps_meeting_slo,
         l.load_basis,
+        coalesce(bs.trace_required, false) as trace_required,
+        t.trace_slo_status,
+        t.trace_slo_attainment_pct,
+        t.trace_goodput_req_s,
+        t.trace_offered_req_s,
+        t.trace_n,
+        t.trace_send_error_ms_p99,
+        t.trace_fail_reason,
         b.scenario as sustainable_scenario,
         b.concurrency as sustainable_concurrency,
         b.request_rate as sustainable_request_rate,
@@ -340,6 +357,8 @@ assembled as (
     left join best as b on v.run_id = b.run_id and v.variant = b.variant
     left join next_failing as nf on v.run_id = nf.run_id and v.variant = nf.variant
     left join lowest as l on v.run_id = l.run_id and v.variant = l.variant
+    left join basis as bs on v.run_id = bs.run_id
+    left join trace_step as t on v.run_id = t.run_id and v.variant = t.variant
     left join gate_summary as g on v.run_id = g.run_id and v.variant = g.variant
     left join binding as bg on v.run_id = bg.run_id and v.variant = bg.variant
     left join efficiency_tokens as et on v.run_id = et.run_id and v.variant = et.variant
@@ -373,7 +392,9 @@ objectives as (
                                   else usd_per_1m_output_tok / load_ci_low_factor end
         end as objective_high,
         optimise in ('rate', 'tps') as higher_is_better,
-        status = 'ok' and sustainable_scenario is not null and gate = 'pass' as eligible
+        status = 'ok' and sustainable_scenario is not null and gate = 'pass'
+            and (not trace_required or coalesce(trace_slo_status, '') = 'met') as eligible,
+        trace_required and coalesce(trace_slo_status, '') <> 'met' as trace_unserved
     from assembled
 ),
 
@@ -432,6 +453,8 @@ chosen as (
         max(case when rank = 1 then objective end) over (partition by run_id) as recommended_objective,
         bool_or(status = 'ok') over (partition by run_id) as any_ok,
         bool_or(status = 'ok' and sustainable_scenario is not null) over (partition by run_id) as any_slo,
+        bool_or(status = 'ok' and sustainable_scenario is not null and not trace_unserved) over (partition by run_id)
+            as any_slo_and_trace,
         bool_or(status = 'ok' and sustainable_scenario is null and slo_status = 'not_enough_requests')
             over (partition by run_id) as any_too_few,
         bool_or(eligible) over (partition by run_id) as any_eligible
@@ -456,6 +479,7 @@ final as (
         steps_measured,
         steps_meeting_slo,
         load_basis,
+        trace_required,
         sustainable_scenario,
         sustainable_concurrency,
         sustainable_request_rate,
@@ -528,6 +552,8 @@ final as (
             when status <> 'ok' then 'failed'
             when sustainable_scenario is null and slo_status = 'not_enough_requests' then 'not_enough_requests'
             when sustainable_scenario is null then 'misses_slo'
+            when trace_unserved and trace_slo_status = 'not_enough_requests' then 'not_enough_requests'
+            when trace_unserved then 'misses_slo'
             when gate = 'fail' then 'fails_gate'
             when gate = 'not_enough_evidence' then 'not_enough_evidence'
             when objective is null then 'not_ranked'
@@ -537,6 +563,8 @@ final as (
         case
             when status <> 'ok' then 'failed: ' || coalesce(split_part(trim(error), chr(10), 1), 'no error recorded')
             when sustainable_scenario is null then slo_note
+            when trace_unserved then 'does not serve the replayed trace within the SLO: '
+                || coalesce(trace_fail_reason, 'no trace step measured')
             when gate = 'fail' then gate_metric || ': ' || gate_reason
             when gate = 'not_enough_evidence' then gate_metric || ': ' || gate_reason
                 || case
@@ -572,6 +600,7 @@ final as (
             when not any_slo and any_too_few then 'no variant shows the SLO met at any measured step (too few requests '
                 || 'for the percentile at some: n_needed_slo)'
             when not any_slo then 'no variant meets the SLO at any measured step'
+            when not any_slo_and_trace then 'no variant that sustains a load serves the replayed trace within the SLO'
             when not any_eligible then 'no variant that meets the SLO passes the quality gate'
             else 'no variant that passes has a ' || optimise || ' value'
         end as decision_note,
@@ -583,7 +612,6 @@ final as (
         trace_send_error_ms_p99,
         trace_fail_reason
     from chosen
-    left join trace_step as t using (run_id, variant)
 )
 
 select * from final
