@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.report.history import flips_frame
-from tasks.report.recommend import recommendation_frame, summary_lines
+from tasks.report.recommend import recommendation_frame, summary_lines, trace_lines
 from tasks.report.text import gate_plan_lines, host_noise_lines, quality_unit, takeaways, tradeoff_frame
 
 CSS = """
@@ -413,7 +413,7 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     df = recommendation_frame(con, run_id)
     if df.empty:
         return _note("no variants")
-    lines = summary_lines(df) + host_noise_lines(con, run_id)  # what else used the host, beside the claims
+    lines = summary_lines(df) + trace_lines(df) + host_noise_lines(con, run_id)  # what else used the host too
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
     plan = gate_plan_lines(con, run_id)
     if plan:

@@ -317,6 +317,10 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     ]
     knee = concurrency_lines(con, run_id)
     lines += [*knee, ""] if knee else []
+    from tasks.report.recommend import recommendation_frame, trace_lines  # recommend reads this module
+
+    served = trace_lines(recommendation_frame(con, run_id))  # SLO attainment on a replayed trace, per variant
+    lines += [*served, ""] if served else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)
     if plan:

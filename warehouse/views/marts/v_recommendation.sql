@@ -70,7 +70,9 @@
 --   recommended_variant            the run's recommendation (same on every row); NULL: none
 --   decision_note                  why there is none
 --   trace_slo_status, trace_slo_attainment_pct, trace_goodput_req_s, trace_offered_req_s, trace_n,
---   trace_send_error_ms_p99, trace_fail_reason   the replayed trace's step (v_slo_steps), met or not; NULL: no trace
+--   trace_send_error_ms_p99, trace_fail_reason   the replayed trace's step (v_slo_steps), met or not; NULL: no trace.
+--                                  trace_offered_req_s is its requests over the step's span (goodput's denominator:
+--                                  goodput <= it), not the arrival slope of v_slo_steps, which a burst skews
 
 with decision as (
     select * from v_decision
@@ -88,7 +90,7 @@ trace_step as (
         slo_status as trace_slo_status,
         slo_attainment_pct as trace_slo_attainment_pct,
         goodput_req_s as trace_goodput_req_s,
-        offered_req_s as trace_offered_req_s,
+        num_measured / nullif(duration_s, 0) as trace_offered_req_s,
         num_measured as trace_n,
         send_error_ms_p99 as trace_send_error_ms_p99,
         slo_fail_reason as trace_fail_reason

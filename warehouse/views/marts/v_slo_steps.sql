@@ -48,6 +48,7 @@
 --   slo_fail_reason                why not met, e.g. 'p99 TTFT > 2000 ms (7 of 300 over)' or
 --                                  'p99 TTFT <= 2000 ms not shown at 95 % (0 of 12 over, 0 allowed); 299 requests needed'
 --   goodput_req_s                  requests/s that met every limit of this SLO (requests, not a percentile)
+--   duration_s                     s, the step's measured span (perf_summary): goodput's denominator
 --   is_trace_step                  a request trace replayed at its own timestamps (017_traffic)
 --   slo_attainment_pct             %, measured requests that met every limit of this SLO (failed ones did not)
 --   saturated, stop_reason         the step was stopped early because its queue kept growing (tasks/perf/stopping.py)
@@ -377,6 +378,7 @@ final as (
                 case when needed_any is not null then needed_any || ' requests needed' end)
         end as slo_fail_reason,
         g.num_good / nullif(duration_s, 0) as goodput_req_s,
+        duration_s,
         is_trace_step,
         case when n > 0 then 100.0 * g.num_good / n end as slo_attainment_pct,
         saturated,
