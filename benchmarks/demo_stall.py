@@ -37,7 +37,9 @@ def newest_run(runs: Path, since: float) -> Path | None:
     return max(fresh, key=lambda p: p.stat().st_mtime) if fresh else None
 
 
-def stall_when_started(runs: Path, since: float, reference: str, after: int, busy_s: float, done: threading.Event) -> None:
+def stall_when_started(
+    runs: Path, since: float, reference: str, after: int, busy_s: float, done: threading.Event
+) -> None:
     """Wait for the reference's server log to show `after` started requests, then keep every core busy `busy_s`."""
     while not done.is_set():
         run = newest_run(runs, since)

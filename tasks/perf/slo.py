@@ -206,7 +206,9 @@ def step_evidence(cfg) -> list[StepEvidence]:
         from tasks.perf.trace import load_trace
 
         t = perf.trace
-        out.append(StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), needs))
+        out.append(
+            StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), needs)
+        )
     return out
 
 

@@ -942,6 +942,8 @@ def test_a_trace_beside_other_steps_is_a_requirement_and_the_other_steps_rank(tm
     assert big["sustainable_scenario"] == "c4" and big["beats_recommended"] is True
     assert big["verdict"] == "not_enough_requests" and big["trace_slo_status"] == "not_enough_requests"
     assert "Ship fast: at concurrency 2" in text
-    assert "(ref does not serve the replayed trace within this SLO), serves the replayed trace with 100 % of its" in text
+    assert (
+        "(ref does not serve the replayed trace within this SLO), serves the replayed trace with 100 % of its" in text
+    )
     assert "big is faster (1.78x the req/s) but does not serve the replayed trace within the SLO" in text
     assert "On the replayed trace (" in text

@@ -136,11 +136,15 @@ def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_st
     lines, cannot = evidence_lines(cfg)
     assert lines[1:] == ["  c1 (closed loop): gives 12 (enough)", "  trace (open loop): gives 17 (enough)"]
     assert cannot is None
-    cfg = parse_config(_decision_config({"concurrency": [1], "trace": {"path": str(trace), "repeats": 2}}, {"percentile": 90}))
+    cfg = parse_config(
+        _decision_config({"concurrency": [1], "trace": {"path": str(trace), "repeats": 2}}, {"percentile": 90})
+    )
     lines, cannot = evidence_lines(cfg)
     assert lines[1:] == ["  c1 (closed loop): gives 12 (17 short)", "  trace (open loop): gives 34 (enough)"]
     assert cannot is None
-    cfg = parse_config(_decision_config({"concurrency": [1], "num_prompts": 10, "trace": {"path": str(trace)}}, {"percentile": 90}))
+    cfg = parse_config(
+        _decision_config({"concurrency": [1], "num_prompts": 10, "trace": {"path": str(trace)}}, {"percentile": 90})
+    )
     lines, cannot = evidence_lines(cfg)
     assert lines[-1] == "  trace (open loop): gives 17 (12 short)"
     assert cannot.startswith("the replayed trace gives 17 measured requests and p90 at 95 % needs 29: no variant")
