@@ -7,7 +7,7 @@ process's tree, as another user's job would be. Then prints `tradeoff recommend`
 reference, what the host-noise guard saw and did (windows measured again, windows kept disturbed, the most CPU
 other processes used). Compare its first line with a quiet run's (`make demo`): the decision should be the same.
 
-Usage: .venv/bin/python benchmarks/demo_stall.py [--config configs/demo.yaml] [--busy-s 10] [--after 2]
+Usage: .venv/bin/python -m benchmarks.demo_stall [--config configs/demo.yaml] [--busy-s 10] [--after 2]
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from pathlib import Path
 import duckdb
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.noisy_neighbour import busy, stop
 
-from benchmarks.noisy_neighbour import busy, stop  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SLOT_STARTED = "launch_slot_"  # llama-server's log line for a request that took a slot
 

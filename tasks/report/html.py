@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from tasks.report.history import flips_frame
-from tasks.report.recommend import recommendation_frame, summary_lines, trace_lines
-from tasks.report.text import gate_plan_lines, host_noise_lines, quality_unit, takeaways, tradeoff_frame
+from tasks.report.recommend import recommendation_frame, summary_lines
+from tasks.report.text import gate_plan_lines, host_noise_lines, quality_unit, takeaways, trace_lines, tradeoff_frame
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;color:#222}

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _warehouse_path, host_noise_lines, md_escape
+from tasks.report.text import _warehouse_path, host_noise_lines, md_escape, trace_lines
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -617,30 +617,6 @@ def _needed_cell(r: pd.Series) -> str:
     if equal is None and observed is None:
         return ""
     return f"{'-' if equal is None else f'{equal:.0f}'} / {'-' if observed is None else f'{observed:.0f}'}"
-
-
-def trace_lines(df: pd.DataFrame) -> list[str]:
-    """Under a replayed trace, every variant's SLO attainment on it, best first: 'On the replayed trace (0.39 req/s
-    offered): q4_1 95 % of 21 requests within the SLO (goodput 0.37 req/s, met); ...'. None without a trace."""
-    t = df[df["trace_n"].notna()] if "trace_n" in df else df.iloc[0:0]
-    if t.empty:
-        return []
-    t = t.sort_values(["trace_slo_attainment_pct", "trace_goodput_req_s"], ascending=False, na_position="last")
-    offered = _v(t.iloc[0], "trace_offered_req_s")
-    parts = [
-        f"{r['variant']} {_fmt(_v(r, 'trace_slo_attainment_pct'), '.0f')} % of {_v(r, 'trace_n'):.0f} requests within "
-        f"the SLO (goodput {_fmt(_v(r, 'trace_goodput_req_s'), '.3f')} req/s, {_v(r, 'trace_slo_status')}"
-        + (
-            f": {_v(r, 'trace_fail_reason')}"
-            if _v(r, "trace_slo_status") != "met" and _v(r, "trace_fail_reason")
-            else ""
-        )
-        + ")"
-        for _, r in t.iterrows()
-    ]
-    err = t["trace_send_error_ms_p99"].dropna()
-    fidelity = f"; send-time error p99 at most {err.max():.1f} ms" if len(err) else ""
-    return [f"On the replayed trace ({_fmt(offered, '.3f')} req/s offered{fidelity}): " + "; ".join(parts) + "."]
 
 
 def _notes(df: pd.DataFrame) -> list[str]:
