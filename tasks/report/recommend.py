@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _warehouse_path, host_noise_lines, md_escape, trace_lines
+from tasks.report.text import _cell as _v
+from tasks.report.text import _fmt, _value, _warehouse_path, host_noise_lines, md_escape, trace_lines
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -271,19 +272,6 @@ def recommendation_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.Data
                  rank nulls last, objective desc nulls last, variant""",
         [run_id],
     ).df()
-
-
-def _value(x: Any) -> Any:
-    """A DataFrame cell with NaN/NA/None as None."""
-    import pandas as pd
-
-    if x is None or isinstance(x, str) or hasattr(x, "__len__"):  # lists and arrays are values
-        return x
-    return None if pd.isna(x) else x
-
-
-def _v(row: pd.Series, col: str) -> Any:
-    return _value(row.get(col))
 
 
 def slo_text(row: pd.Series) -> str:
@@ -549,11 +537,6 @@ def variant_line(row: pd.Series, best: pd.Series | None, optimise: str) -> str:
         f"{v} meets the SLO and passes the gate ({load_text(row)}; {retention_text(row)}); "
         f"{_v(row, 'verdict_reason').split('; ', 1)[-1]}."
     )
-
-
-def _fmt(x: Any, spec: str) -> str:
-    x = _value(x)
-    return "NULL" if x is None else format(x, spec)
 
 
 def _table(df: pd.DataFrame) -> str:

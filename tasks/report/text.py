@@ -33,8 +33,11 @@ def md_escape(text: str) -> str:
 
 
 def _value(x: Any) -> Any:
-    """A DataFrame cell with NaN/NaT/None as None, so a clause can test for a missing value."""
-    return None if x is None or (not isinstance(x, str) and pd.isna(x)) else x
+    """A DataFrame cell with NaN/NaT/NA/None as None, so a clause can test for a missing value (lists and arrays
+    are values)."""
+    if x is None or isinstance(x, str) or hasattr(x, "__len__"):
+        return x
+    return None if pd.isna(x) else x
 
 
 def _warehouse_path(con: duckdb.DuckDBPyConnection) -> str:

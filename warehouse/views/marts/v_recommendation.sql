@@ -394,10 +394,8 @@ objectives as (
                                   else usd_per_1m_output_tok / load_ci_low_factor end
         end as objective_high,
         optimise in ('rate', 'tps') as higher_is_better,
-        status = 'ok' and sustainable_scenario is not null and gate = 'pass'
-            and (not trace_required or coalesce(trace_slo_status, '') = 'met') as eligible,
-        trace_required and coalesce(trace_slo_status, '') <> 'met' as trace_unserved
-    from assembled
+        status = 'ok' and sustainable_scenario is not null and gate = 'pass' and not trace_unserved as eligible
+    from (select *, trace_required and coalesce(trace_slo_status, '') <> 'met' as trace_unserved from assembled)
 ),
 
 signed as (
