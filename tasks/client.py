@@ -430,6 +430,7 @@ MAX_RESPONSE_BYTES = 64 << 20
 
 
 MAX_ERROR_BODY_BYTES = 4096  # read of a non-200 body, of which 200 characters are kept
+STALE_CONNECTION_RESENDS = 3  # sends again of a request the server never answered (a pooled connection it had closed)
 
 
 class BadChunk(ValueError):
@@ -562,22 +563,28 @@ async def stream_request(
     stream = _SseStream(rec, kind, t_send)
     deadline = asyncio.timeout(deadline_s)
     try:
-        try:
-            error = await _post_and_read(client, url, body, deadline, stream)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
-            if stream.responded or isinstance(err, aiohttp.ClientConnectorError):
-                raise
+        for resend in range(STALE_CONNECTION_RESENDS + 1):
+            try:
+                error = await _post_and_read(client, url, body, deadline, stream)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+                if (
+                    stream.responded
+                    or isinstance(err, aiohttp.ClientConnectorError)
+                    or resend == STALE_CONNECTION_RESENDS
+                ):
+                    raise
             # No answer at all: the pooled connection was one the server had closed. llama-server closes each
             # connection after a streamed answer while its headers say keep-alive, and a request sent before its FIN
             # arrives fails within a millisecond without reaching it: "Server disconnected" (7 of 24 requests of a
             # demo step) or, when the close comes while the body is written, "Can not write request body" (1 of 16
-            # at concurrency 4, now and then). As curl and urllib3 do, it is sent again on a new connection, once,
-            # and timed from that send; a connection that cannot be made at all is not tried again.
+            # at concurrency 4, now and then). As curl and urllib3 do, it is sent again and timed from that send;
+            # the pool may hand out a second closed connection (each failed one leaves it), so a few times at most;
+            # a connection that cannot be made at all is not tried again.
             t_send = time.perf_counter_ns()
             rec.start_ms = (t_send - origin_ns) / 1e6
             stream.t_send = t_send
             deadline = asyncio.timeout(deadline_s)
-            error = await _post_and_read(client, url, body, deadline, stream)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
         if not stream.done:  # after [DONE] (draining the body's end) nothing is lost
             return _fail(rec, *_cut_short(err, rec, deadline, deadline_s))

@@ -123,12 +123,13 @@ def perf(server, tmp_path, concurrency: int, n: int, out_len: int) -> tuple[dict
     argv = ["perf", "--endpoint", server.base_url, "--model", server.served_model, "--output", str(out)]
     argv += ["--concurrency", str(concurrency), "--num-prompts", str(n), "--input-len", "64"]
     # one window, whatever else runs on the host: the server's counters see the same one
-    argv += ["--host-noise-retries", "0"]
+    argv += ["--host-noise-retries", "0", "--detailed"]
     before = metrics(server.base_url)
     assert main([*argv, "--output-len", str(out_len), "--warmup", "0", "--tokenizer", str(demo_gguf())]) == 0
     after = metrics(server.base_url)
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
-    assert row["completed"] == n and row["total_output_tokens"] == n * out_len
+    errors = [e for e in row.get("errors", []) if e]
+    assert row["completed"] == n and row["total_output_tokens"] == n * out_len, errors
     return row, {k: after[k] - before[k] for k in after}
 
 
