@@ -113,7 +113,8 @@ def interval(values: list[float], pct: float, level: float) -> tuple[float | Non
 
 def effective_requests(series: list[list[float]], alpha: float = 0.05) -> tuple[int, float | None]:
     """(n_eff, r): the requests a step's percentile claim may count when its requests are correlated, and the
-    lag-1 autocorrelation r it is computed from. Not yet used by the SLO check (docs/statistics.md).
+    lag-1 autocorrelation r it is computed from. tasks.perf.slo and v_slo_steps state it per step (n_effective);
+    the SLO claim does not yet use it (docs/statistics.md, 1c).
 
     `series` holds each repeat's latencies in send order (inf for a failed request). r is the lag-1
     autocorrelation of their ranks (pooled over the step, so heavy tails and failures weigh as ranks), summed over

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tasks.core.percentiles import allowed_over, missed_over, requests_needed
+from tasks.core.percentiles import allowed_over, effective_requests, missed_over, requests_needed
 from tasks.perf.metrics import RequestRecord
 
 LATENCIES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
@@ -83,6 +83,20 @@ def repeat_rates(measured: list[RequestRecord]) -> tuple[float | None, float]:
     return offered, achieved or 0.0
 
 
+def step_effective_requests(runs: list[list[RequestRecord]], limits: dict[str, float]) -> tuple[int, float | None]:
+    """(n_eff, r): what a step's requests are worth to its percentile claim when they are correlated
+    (tasks.core.percentiles.effective_requests on each limited latency, every repeat's requests in send order): the
+    fewest over the limits, with the autocorrelation that set it (the largest when none corrects)."""
+    ordered = [sorted(run, key=lambda r: (r.start_ms, r.index)) for run in runs]
+    n = sum(len(run) for run in ordered)
+    found = [effective_requests([[slo_latencies(r)[k] for r in run] for run in ordered if run]) for k in sorted(limits)]
+    if not found:
+        return n, None
+    n_eff = min(e for e, _ in found)
+    rs = [r for e, r in found if r is not None and e == n_eff] or [r for _, r in found if r is not None]
+    return n_eff, max(rs) if rs else None
+
+
 @dataclass(frozen=True)
 class SloCheck:
     status: str  # met | missed | not_enough_requests | not_sustained | no_requests
@@ -96,6 +110,10 @@ class SloCheck:
     n_needed: int | None = None  # requests needed for the claim (not_enough_requests)
     offered_req_s: float | None = None  # rate steps: the measured arrival rate (mean over repeats)
     achieved_req_s: float | None = None  # rate steps: the measured completion rate (mean over repeats)
+    # What the requests' correlation leaves of them (step_effective_requests): measured and stated, not yet used by
+    # the claim, which counts every request as independent (docs/statistics.md, 1c)
+    n_effective: int | None = None  # n, or fewer where the lag-1 autocorrelation is significant
+    autocorr: float | None = None  # the lag-1 rank autocorrelation that set n_effective (None: too few pairs)
 
     @property
     def met(self) -> bool:
@@ -119,6 +137,7 @@ def check_step(
     if not n:
         return SloCheck("no_requests", "no measured request", 0, 0, -1)
     lat = [slo_latencies(r) for r in measured]
+    n_eff, autocorr = step_effective_requests(measured_runs, limits)
     allowed, shown_above = allowed_over(n, percentile, confidence), missed_over(n, percentile, confidence)
     over = {k: sum(x[k] > limit for x in lat) for k, limit in limits.items()}
     pct = {k: linear_percentile([x[k] for x in lat], percentile) for k in limits}
@@ -164,6 +183,8 @@ def check_step(
         needed,
         offered,
         achieved,
+        n_eff,
+        autocorr,
     )
 
 

@@ -20,7 +20,15 @@ from pydantic import ValidationError
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
 from tasks.report.text import _cell as _v
-from tasks.report.text import _fmt, _value, _warehouse_path, host_noise_lines, md_escape, trace_lines
+from tasks.report.text import (
+    _fmt,
+    _value,
+    _warehouse_path,
+    correlation_line,
+    host_noise_lines,
+    md_escape,
+    trace_lines,
+)
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -648,7 +656,8 @@ def format_recommendation(
     lines = summary_lines(df) + trace_lines(df)
     if stability and len(df):
         lines.insert(1, stability_text(pick_stability(con, run_id, stability), _v(df.iloc[0], "recommended_variant")))
-    return "\n".join([head, "", *lines, *host_noise_lines(con, run_id), "", _table(df), *_notes(df)])
+    lines += host_noise_lines(con, run_id) + correlation_line(con, run_id, df)
+    return "\n".join([head, "", *lines, "", _table(df), *_notes(df)])
 
 
 def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
@@ -661,7 +670,8 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     df = recommendation_frame(con, run_id)
     said = [md_escape(s) for s in summary_lines(df)]  # a failed variant's sentence quotes its error
     lines = [f"**{said[0]}**", ""] + [
-        f"- {s}" for s in said[1:] + [md_escape(h) for h in host_noise_lines(con, run_id)]
+        f"- {s}"
+        for s in said[1:] + [md_escape(h) for h in host_noise_lines(con, run_id) + correlation_line(con, run_id, df)]
     ]
     lines += [
         "",

@@ -257,6 +257,37 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
+def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str, df: pd.DataFrame) -> list[str]:
+    """The variants whose sustainable step's requests are correlated (v_slo_steps.n_effective below num_measured):
+    what they are worth, and whether that many would still show the SLO percentile. The claim counts every request
+    as independent (docs/statistics.md, 1c); nothing when no step's requests are correlated."""
+    from tasks.core.percentiles import shown_within
+
+    steps = df[df["sustainable_scenario"].notna()] if "sustainable_scenario" in df else df.iloc[0:0]
+    parts = []
+    for _, r in steps.iterrows():
+        found = con.execute(
+            "select num_measured, n_effective, requests_autocorr, slo_percentile, slo_confidence, "
+            "greatest(coalesce(ttft_over, 0), coalesce(tpot_over, 0), coalesce(e2el_over, 0)) from v_slo_steps "
+            "where run_id = ? and variant = ? and scenario = ?",
+            [run_id, r["variant"], r["sustainable_scenario"]],
+        ).fetchall()
+        if not found or found[0][1] is None or found[0][1] >= found[0][0]:
+            continue
+        n, n_eff, autocorr, pct, conf, over = found[0]
+        holds = shown_within(over, n, n_eff, pct, conf)
+        parts.append(
+            f"{r['variant']} {r['sustainable_scenario']}: {n} requests worth {n_eff} (lag-1 r {autocorr:.2f}; "
+            f"{'would still show' if holds else 'too few to show'} p{pct:g} at {conf * 100:g} %)"
+        )
+    if not parts:
+        return []
+    return [
+        "correlated requests (in flight together, or a drift; the SLO claim counts them as independent, "
+        "docs/statistics.md 1c): " + "; ".join(parts)
+    ]
+
+
 def _cell(row: pd.Series, col: str) -> Any:
     return _value(row.get(col))
 

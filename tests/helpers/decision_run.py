@@ -4,6 +4,7 @@ latencies, quality deltas as the pipeline stores them, written as the flow write
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,12 +41,14 @@ def step(
     req_s_ci: tuple[float, float] | None = None,
     kind: str | None = None,
     stop_reason: str | None = None,
+    scrambled: bool = False,
 ) -> dict:
     """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
     requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
     arrive, after their latency). `reasoning`: {request index: ttft_answer_ms} of requests that reasoned first.
     `kind` 'trace': a replayed trace (its requests on `rate`'s schedule, no target rate stored); `stop_reason`: the
-    step was stopped early as saturated."""
+    step was stopped early as saturated. Requests are sent in the listed order (a list in rising order is then a
+    drift, its requests correlated); `scrambled`: in a fixed scramble of it (send_slots)."""
     return dict(
         scenario=scenario,
         concurrency=concurrency,
@@ -63,15 +66,31 @@ def step(
         req_s_ci=req_s_ci,
         kind=kind,
         stop_reason=stop_reason,
+        scrambled=scrambled,
     )
 
 
-def request_times(s: dict, i: int, n: int) -> dict:
-    """start_s, end_s and repeat of request i of n in step `s` (a rate step's schedule; closed-loop steps: none)."""
+def send_slots(n: int) -> list[int]:
+    """The send slot of each of a step's n listed requests (ok ones, then errors): a fixed scramble, slot s sending
+    the request listed at (s * a) mod n with a ~ 0.38 n coprime to n, so that a list written in rising order (a ramp
+    of TTFTs, the over-limit ones last) is not sent as a drift: its consecutive requests are negatively correlated,
+    as good as independent (v_slo_steps.n_effective = n)."""
+    if n < 3:
+        return list(range(n))
+    a = next(a for a in range(max(round(0.382 * n), 1), n) if math.gcd(a, n) == 1)
+    slots = [0] * n
+    for slot in range(n):
+        slots[slot * a % n] = slot
+    return slots
+
+
+def request_times(s: dict, i: int, n: int, slot: int) -> dict:
+    """start_s, end_s and repeat of listed request i of n, sent in `slot`, in step `s` (a rate step's schedule;
+    closed-loop steps: none, their send order is the request index)."""
     if not s["rate"]:
         return {}
     per = -(-n // s["repeats"])
-    rep, k = divmod(i, per)
+    rep, k = divmod(slot, per)
     start = k / s["rate"]
     latency = (s["ttft_ms"][i] if i < len(s["ttft_ms"]) else 0.0) / 1000 + 63 * s["tpot_ms"] / 1000
     end = start + latency if s["completion_rate"] is None else max(start + latency, (k + 1) / s["completion_rate"])
@@ -178,6 +197,7 @@ def write_decision_run(
         for s in v.get("steps", []):
             n_ok = len(s["ttft_ms"])
             n_all = n_ok + s["errors"]
+            slots = send_slots(n_all) if s.get("scrambled") else list(range(n_all))
             ci = dict(zip(("request_throughput_ci_low", "request_throughput_ci_high"), s["req_s_ci"] or ()))
             summary.append(
                 {
@@ -208,7 +228,7 @@ def write_decision_run(
                     "variant": name,
                     "scenario": s["scenario"],
                     "concurrency": s["concurrency"],
-                    "request_index": i,
+                    "request_index": slots[i],
                     "is_warmup": False,
                     "status": "ok",
                     "ttft_ms": t,
@@ -217,7 +237,7 @@ def write_decision_run(
                     "output_tokens": 64,
                     "chunk_offsets_ms": [t + k * s["tpot_ms"] for k in range(64)],
                     **({"reasoning_tokens": 10, "ttft_answer_ms": s["reasoning"][i]} if i in s["reasoning"] else {}),
-                    **request_times(s, i, n_all),
+                    **request_times(s, i, n_all, slots[i]),
                 }
                 for i, t in enumerate(s["ttft_ms"])
             ]
@@ -227,11 +247,11 @@ def write_decision_run(
                     "variant": name,
                     "scenario": s["scenario"],
                     "concurrency": s["concurrency"],
-                    "request_index": n_ok + i,
+                    "request_index": slots[n_ok + i],
                     "is_warmup": False,
                     "status": "error",
                     "error": "HTTP 503",
-                    **request_times(s, n_ok + i, n_all),
+                    **request_times(s, n_ok + i, n_all, slots[n_ok + i]),
                 }
                 for i in range(s["errors"])
             ]

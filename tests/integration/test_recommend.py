@@ -389,6 +389,8 @@ def assert_same_judgement(sql: dict, py, limits: dict[str, float]) -> None:
         assert sql[f"{k}_bound"] == (pytest.approx(b) if b is not None and math.isfinite(b) else None)
         p = py.percentiles_ms[k]
         assert sql[f"{k}_pctl"] == (pytest.approx(p) if p is not None and math.isfinite(p) else None)
+    assert sql["n_effective"] == py.n_effective
+    assert sql["requests_autocorr"] == (pytest.approx(py.autocorr) if py.autocorr is not None else None)
     if py.offered_req_s is not None:
         assert sql["offered_req_s"] == pytest.approx(py.offered_req_s)
         assert sql["achieved_req_s"] == pytest.approx(py.achieved_req_s)
@@ -426,6 +428,27 @@ def test_python_and_sql_judge_a_step_the_same(
         {"slo": limits, "percentile": percentile, "confidence": confidence},
     )
     assert_same_judgement(sql, py, limits)
+
+
+@pytest.mark.parametrize("n, over", [(29, 0), (60, 0), (120, 3), (45, 9)])
+def test_what_correlated_requests_are_worth_is_stated_in_python_and_sql(tmp_path: Path, n: int, over: int) -> None:
+    """A step whose requests drift (TTFT rising request after request, as under a neighbour's slow drift) is worth
+    fewer than its count: n_effective = n (1 - r) / (1 + r) (r: the lag-1 autocorrelation of their ranks), stated
+    beside the claim; the same latencies sent in a scrambled order are worth every request. Python and SQL agree on
+    both; the claim itself still counts n (docs/statistics.md, 1c), so both are judged alike."""
+    from tasks.core.percentiles import allowed_over, missed_over
+
+    ttft = [100.0 + i for i in range(n - over)] + [500.0 + i for i in range(over)]
+    limits = {"ttft_ms": 400.0}
+    decision = {"slo": limits, "percentile": 90.0}
+    drift, py = judged_both(tmp_path / "drift", step("c1", 1, 1.0, ttft), decision)
+    assert_same_judgement(drift, py, limits)
+    assert drift["requests_autocorr"] > 0.85 and drift["n_effective"] <= n / 10
+    scrambled, py = judged_both(tmp_path / "scrambled", step("c1", 1, 1.0, ttft, scrambled=True), decision)
+    assert_same_judgement(scrambled, py, limits)
+    assert scrambled["n_effective"] == n and scrambled["requests_autocorr"] < 0
+    expected = "met" if over <= allowed_over(n, 90.0, 0.95) else "missed" if over >= missed_over(n, 90.0, 0.95) else ""
+    assert drift["slo_status"] == scrambled["slo_status"] == (expected or "not_enough_requests")
 
 
 def test_the_counts_that_decide_agree_with_scipy_at_every_boundary(tmp_path: Path) -> None:
@@ -947,3 +970,20 @@ def test_a_trace_beside_other_steps_is_a_requirement_and_the_other_steps_rank(tm
     )
     assert "big is faster (1.78x the req/s) but does not serve the replayed trace within the SLO" in text
     assert "On the replayed trace (" in text
+
+
+def test_the_recommendation_says_when_its_steps_requests_are_correlated(tmp_path: Path) -> None:
+    """The shipped step's 300 requests drift (TTFT rising one after another): `tradeoff recommend` says what they
+    are worth and that so few would not show the p99; sent in a scrambled order, nothing is said."""
+    from tasks.report.recommend import format_recommendation
+
+    said = {}
+    for order in ("drift", "scrambled"):
+        db = tmp_path / f"{order}.duckdb"
+        s = step("c1", 1, 2.0, ttfts(N, 100), scrambled=order == "scrambled")
+        load_run(write_decision_run(tmp_path / order, "j1", {"ref": {"ref": True, "steps": [s]}}), db)
+        with open_warehouse(db, read_only=True) as con:
+            said[order] = [x for x in format_recommendation(con, "j1").splitlines() if x.startswith("correlated")]
+    (line,) = said["drift"]
+    assert f"ref c1: {N} requests worth " in line and "too few to show p99 at 95 %" in line
+    assert said["scrambled"] == []

@@ -9,6 +9,10 @@
 --     (then the order statistic X_(n - t), a one-sided upper confidence bound of the percentile, is within it);
 --   shown above it when over >= the smallest t with P(Binomial(n, q) >= t) <= 1 - c;
 --   otherwise not shown either way: not_enough_requests, with the requests needed (all further ones within).
+-- Correlated requests (requests in flight together share a batch; a neighbour's drift) carry less: where the lag-1
+-- autocorrelation of a limited latency's ranks is significant, they are worth n_eff = n (1 - r) / (1 + r)
+-- (tasks.core.percentiles.effective_requests). Stated per step (n_effective); the claim above does not yet use it
+-- (docs/statistics.md, section 1c).
 -- The binomial probabilities are summed here from lgamma terms (DuckDB has no binomial quantile); Python takes
 -- them from scipy (tasks/core/percentiles.py); both treat probabilities within 1e-9 of 1 - c as equal to it.
 -- TTFT is the time to the first answer token for a request that reasoned first (reasoning_tokens > 0), else to
@@ -53,6 +57,12 @@
 --   slo_attainment_pct             %, measured requests that met every limit of this SLO (failed ones did not)
 --   saturated, stop_reason         the step was stopped early because its queue kept growing (tasks/perf/stopping.py)
 --   send_error_ms_p99              ms, p99 of actual - scheduled send time (rate and trace steps)
+--   n_effective                    what the requests are worth when they are correlated: num_measured, or fewer
+--                                  where the lag-1 rank autocorrelation is above its 95 % critical value under
+--                                  independence (tasks.core.percentiles.effective_requests); stated, not yet used
+--                                  by slo_status, which counts num_measured
+--   requests_autocorr              that autocorrelation (the limited latency with the fewest n_effective); NULL:
+--                                  under 3 requests or 2 consecutive pairs
 
 with decision as (
     select run_id, slo_percentile, slo_confidence, min_rate_ratio, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
@@ -66,6 +76,7 @@ requests as (
         q.variant,
         q.scenario,
         coalesce(q.repeat, 0) as rep,
+        q.request_index as idx,
         q.status = 'ok' as ok,
         q.start_s,
         coalesce(q.end_s, q.start_s + q.e2el_ms / 1000.0) as end_s,
@@ -90,6 +101,66 @@ sorted as (
         list_sort(list(tpot)) as tpot_list,
         list_sort(list(e2el)) as e2el_list
     from requests
+    group by run_id, variant, scenario
+),
+
+-- correlated requests (tasks.core.percentiles.effective_requests): per limited latency, the lag-1 autocorrelation
+-- r of its ranks (average ranks over the step, +infinity included) over each repeat's consecutive requests in send
+-- order; n_eff = floor(n (1 - r) / (1 + r)) (at least 1) when r exceeds 1.6449 / sqrt(pairs), else n; the step
+-- states the fewest over its limits, with the r that set it (the largest when none corrects)
+metric_values as (
+    select r.run_id, r.variant, r.scenario, r.rep, r.start_s, r.idx, 'ttft' as metric, r.ttft as v
+    from requests as r join decision as d on r.run_id = d.run_id where d.slo_ttft_ms is not null
+    union all
+    select r.run_id, r.variant, r.scenario, r.rep, r.start_s, r.idx, 'tpot', r.tpot
+    from requests as r join decision as d on r.run_id = d.run_id where d.slo_tpot_ms is not null
+    union all
+    select r.run_id, r.variant, r.scenario, r.rep, r.start_s, r.idx, 'e2el', r.e2el
+    from requests as r join decision as d on r.run_id = d.run_id where d.slo_e2el_ms is not null
+),
+
+centred_ranks as (
+    select
+        *,
+        rank() over (partition by run_id, variant, scenario, metric order by v)
+            + (count(*) over (partition by run_id, variant, scenario, metric, v) - 1) / 2.0
+            - (count(*) over (partition by run_id, variant, scenario, metric) + 1) / 2.0 as c
+    from metric_values
+),
+
+metric_autocorr as (
+    select
+        run_id,
+        variant,
+        scenario,
+        metric,
+        count(*) as n,
+        count(c_prev) as pairs,
+        case when count(*) >= 3 and count(c_prev) >= 2 and sum(c * c) > 0 then sum(c * c_prev) / sum(c * c) end as r
+    from (
+        select *, lag(c) over (partition by run_id, variant, scenario, metric, rep order by coalesce(start_s, 0), idx)
+            as c_prev
+        from centred_ranks
+    )
+    group by run_id, variant, scenario, metric
+),
+
+metric_eff as (
+    select
+        *,
+        case when r > 1.6448536269514722 / sqrt(pairs) then greatest(1, floor(n * (1 - r) / (1 + r)))::bigint
+            else n end as n_eff
+    from metric_autocorr
+),
+
+step_eff as (
+    select
+        run_id,
+        variant,
+        scenario,
+        min(n_eff) as n_eff,
+        coalesce(max(r) filter (where n_eff = least_n), max(r)) as autocorr
+    from (select *, min(n_eff) over (partition by run_id, variant, scenario) as least_n from metric_eff)
     group by run_id, variant, scenario
 ),
 
@@ -138,6 +209,8 @@ judged as (
     select
         s.*,
         d.* exclude (run_id),
+        coalesce(e.n_eff, s.n) as n_eff,
+        e.autocorr,
         -- the 100th percentile: nothing shows it within a limit, one request over shows it above
         coalesce(t.allowed, -1) as allowed,
         coalesce(t.shown_above, 1) as shown_above,
@@ -146,6 +219,7 @@ judged as (
         case when d.slo_e2el_ms is not null then len(list_filter(s.e2el_list, lambda x: x > d.slo_e2el_ms)) end as e2el_over
     from sorted as s
     join decision as d on s.run_id = d.run_id
+    left join step_eff as e on s.run_id = e.run_id and s.variant = e.variant and s.scenario = e.scenario
     left join thresholds as t on s.n = t.n and d.slo_percentile = t.pct and d.slo_confidence = t.conf
 ),
 
@@ -266,7 +340,9 @@ checked as (
         d.slo_ttft_ms is null and d.slo_tpot_ms is null and d.slo_e2el_ms is null as no_slo,
         r.offered_req_s,
         r.achieved_req_s,
-        greatest(nt.n_needed, np.n_needed, ne.n_needed) as needed_any
+        greatest(nt.n_needed, np.n_needed, ne.n_needed) as needed_any,
+        j.n_eff,
+        j.autocorr
     from perf_summary as s
     join decision as d on s.run_id = d.run_id
     left join judged as j on s.run_id = j.run_id and s.variant = j.variant and s.scenario = j.scenario
@@ -383,7 +459,9 @@ final as (
         case when n > 0 then 100.0 * g.num_good / n end as slo_attainment_pct,
         saturated,
         stop_reason,
-        send_error_ms_p99
+        send_error_ms_p99,
+        n_eff as n_effective,
+        autocorr as requests_autocorr
     from statused
     left join good as g using (run_id, variant, scenario)
 )
