@@ -23,7 +23,15 @@ import pandas as pd
 
 from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
-from tasks.report.text import gate_plan_lines, host_noise_lines, quality_unit, takeaways, trace_lines, tradeoff_frame
+from tasks.report.text import (
+    correlation_line,
+    gate_plan_lines,
+    host_noise_lines,
+    quality_unit,
+    takeaways,
+    trace_lines,
+    tradeoff_frame,
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;color:#222}
@@ -413,7 +421,8 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     df = recommendation_frame(con, run_id)
     if df.empty:
         return _note("no variants")
-    lines = summary_lines(df) + trace_lines(df) + host_noise_lines(con, run_id)  # what else used the host too
+    # what else used the host too, and what correlated requests of a sustainable step are worth
+    lines = summary_lines(df) + trace_lines(df) + host_noise_lines(con, run_id) + correlation_line(con, run_id, df)
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
     plan = gate_plan_lines(con, run_id)
     if plan:

@@ -318,10 +318,11 @@ def trace_lines(df: pd.DataFrame) -> list[str]:
 
 
 def trace_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The run's rows of v_recommendation that trace_lines reads."""
+    """The run's rows of v_recommendation that trace_lines and correlation_line read."""
     return con.execute(
         "select variant, trace_n, trace_slo_attainment_pct, trace_goodput_req_s, trace_offered_req_s, "
-        "trace_slo_status, trace_fail_reason, trace_send_error_ms_p99 from v_recommendation where run_id = ?",
+        "trace_slo_status, trace_fail_reason, trace_send_error_ms_p99, sustainable_scenario from v_recommendation "
+        "where run_id = ?",
         [run_id],
     ).df()
 
@@ -389,7 +390,9 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     ]
     knee = concurrency_lines(con, run_id)
     lines += [*knee, ""] if knee else []
-    served = trace_lines(trace_frame(con, run_id))  # SLO attainment on a replayed trace, per variant
+    decided = trace_frame(con, run_id)
+    # SLO attainment on a replayed trace, per variant; what correlated requests of a sustainable step are worth
+    served = trace_lines(decided) + correlation_line(con, run_id, decided)
     lines += [*served, ""] if served else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)

@@ -975,7 +975,11 @@ def test_a_trace_beside_other_steps_is_a_requirement_and_the_other_steps_rank(tm
 def test_the_recommendation_says_when_its_steps_requests_are_correlated(tmp_path: Path) -> None:
     """The shipped step's 300 requests drift (TTFT rising one after another): `tradeoff recommend` says what they
     are worth and that so few would not show the p99; sent in a scrambled order, nothing is said."""
+    import html
+
+    from tasks.report.html import decision_section
     from tasks.report.recommend import format_recommendation
+    from tasks.report.text import format_report
 
     said = {}
     for order in ("drift", "scrambled"):
@@ -984,6 +988,9 @@ def test_the_recommendation_says_when_its_steps_requests_are_correlated(tmp_path
         load_run(write_decision_run(tmp_path / order, "j1", {"ref": {"ref": True, "steps": [s]}}), db)
         with open_warehouse(db, read_only=True) as con:
             said[order] = [x for x in format_recommendation(con, "j1").splitlines() if x.startswith("correlated")]
+            # the text report and the HTML report's decision section say the same
+            reports = [format_report(con, "j1"), html.unescape(decision_section(con, "j1"))]
+            assert [bool(said[order]) and said[order][0] in r for r in reports] == [order == "drift"] * 2
     (line,) = said["drift"]
     assert f"ref c1: {N} requests worth " in line and "too few to show p99 at 95 %" in line
     assert said["scrambled"] == []
