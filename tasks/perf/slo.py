@@ -87,9 +87,9 @@ def step_effective_requests(runs: list[list[RequestRecord]], limits: dict[str, f
     """(n_eff, r): what a step's requests are worth to its percentile claim when they are correlated
     (tasks.core.percentiles.effective_requests on each limited latency, every repeat's requests in send order): the
     fewest over the limits, with the autocorrelation that set it (the largest when none corrects)."""
-    ordered = [sorted(run, key=lambda r: (r.start_ms, r.index)) for run in runs]
+    ordered = [[slo_latencies(r) for r in sorted(run, key=lambda r: (r.start_ms, r.index))] for run in runs if run]
     n = sum(len(run) for run in ordered)
-    found = [effective_requests([[slo_latencies(r)[k] for r in run] for run in ordered if run]) for k in sorted(limits)]
+    found = [effective_requests([[x[k] for x in run] for run in ordered]) for k in sorted(limits)]
     if not found:
         return n, None
     n_eff = min(e for e, _ in found)

@@ -257,29 +257,26 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
-def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str, df: pd.DataFrame) -> list[str]:
+def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The variants whose sustainable step's requests are correlated (v_slo_steps.n_effective below num_measured):
     what they are worth, and whether that many would still show the SLO percentile. The claim counts every request
     as independent (docs/statistics.md, 1c); nothing when no step's requests are correlated."""
     from tasks.core.percentiles import shown_within
 
-    steps = df[df["sustainable_scenario"].notna()] if "sustainable_scenario" in df else df.iloc[0:0]
-    parts = []
-    for _, r in steps.iterrows():
-        found = con.execute(
-            "select num_measured, n_effective, requests_autocorr, slo_percentile, slo_confidence, "
-            "greatest(coalesce(ttft_over, 0), coalesce(tpot_over, 0), coalesce(e2el_over, 0)) from v_slo_steps "
-            "where run_id = ? and variant = ? and scenario = ?",
-            [run_id, r["variant"], r["sustainable_scenario"]],
-        ).fetchall()
-        if not found or found[0][1] is None or found[0][1] >= found[0][0]:
-            continue
-        n, n_eff, autocorr, pct, conf, over = found[0]
-        holds = shown_within(over, n, n_eff, pct, conf)
-        parts.append(
-            f"{r['variant']} {r['sustainable_scenario']}: {n} requests worth {n_eff} (lag-1 r {autocorr:.2f}; "
-            f"{'would still show' if holds else 'too few to show'} p{pct:g} at {conf * 100:g} %)"
-        )
+    rows = con.execute(
+        "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_autocorr, s.slo_percentile, "
+        "s.slo_confidence, greatest(coalesce(s.ttft_over, 0), coalesce(s.tpot_over, 0), coalesce(s.e2el_over, 0)) "
+        "from v_recommendation as r join v_slo_steps as s on s.run_id = r.run_id and s.variant = r.variant "
+        "and s.scenario = r.sustainable_scenario where r.run_id = ? and s.n_effective < s.num_measured "
+        "order by r.rank nulls last, r.variant",
+        [run_id],
+    ).fetchall()
+    parts = [
+        f"{variant} {scenario}: {n} requests worth {n_eff} (lag-1 r {autocorr:.2f}; "
+        f"{'would still show' if shown_within(over, n, n_eff, pct, conf) else 'too few to show'} p{pct:g} at "
+        f"{conf * 100:g} %)"
+        for variant, scenario, n, n_eff, autocorr, pct, conf, over in rows
+    ]
     if not parts:
         return []
     return [
@@ -318,11 +315,10 @@ def trace_lines(df: pd.DataFrame) -> list[str]:
 
 
 def trace_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The run's rows of v_recommendation that trace_lines and correlation_line read."""
+    """The run's rows of v_recommendation that trace_lines reads."""
     return con.execute(
         "select variant, trace_n, trace_slo_attainment_pct, trace_goodput_req_s, trace_offered_req_s, "
-        "trace_slo_status, trace_fail_reason, trace_send_error_ms_p99, sustainable_scenario from v_recommendation "
-        "where run_id = ?",
+        "trace_slo_status, trace_fail_reason, trace_send_error_ms_p99 from v_recommendation where run_id = ?",
         [run_id],
     ).df()
 
@@ -390,9 +386,8 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     ]
     knee = concurrency_lines(con, run_id)
     lines += [*knee, ""] if knee else []
-    decided = trace_frame(con, run_id)
     # SLO attainment on a replayed trace, per variant; what correlated requests of a sustainable step are worth
-    served = trace_lines(decided) + correlation_line(con, run_id, decided)
+    served = trace_lines(trace_frame(con, run_id)) + correlation_line(con, run_id)
     lines += [*served, ""] if served else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)
