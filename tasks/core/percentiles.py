@@ -111,45 +111,45 @@ def interval(values: list[float], pct: float, level: float) -> tuple[float | Non
     return lo, hi
 
 
-def effective_requests(series: list[list[float]], alpha: float = 0.05) -> tuple[int, float | None]:
-    """(n_eff, r): the requests a step's percentile claim may count when its requests are correlated, and the
-    lag-1 autocorrelation r it is computed from. tasks.perf.slo and v_slo_steps state it per step (n_effective);
-    the SLO claim does not yet use it (docs/statistics.md, 1c).
+# The farthest lag whose autocorrelation the design effect sums (v_slo_steps.sql's `lags` the same): Geyer's
+# sequence stops earlier on any step but one whose requests drift for over 64 requests in a row.
+MAX_LAG = 64
 
-    `series` holds each repeat's latencies in send order (inf for a failed request). r is the lag-1
-    autocorrelation of their ranks (pooled over the step, so heavy tails and failures weigh as ranks), summed over
-    each repeat's consecutive pairs. The order-statistic bound counts requests as independent; a step whose
-    requests follow a slow drift (a neighbour, a cache filling) shows fewer independent looks than requests, and
-    "0 of 299 over" then proves less than it says. For an AR(1)-like series the binomial count's variance grows
-    by (1 + r) / (1 - r), so the claim counts n_eff = n (1 - r) / (1 + r) requests (and the requests over a limit
-    scaled alike, rounded up). The correction applies only when r exceeds its one-sided 1 - alpha critical value
-    under independence (z / sqrt(pairs)): independent requests keep their n but for alpha of the steps. The
-    latencies' own correlation bounds that of the over-the-limit indicator from above (a thresholded Gaussian
-    AR(1) is less correlated than the series), so the correction errs on the safe side.
+
+def effective_requests(series: list[list[float]]) -> tuple[int, float | None]:
+    """(n_eff, deff): the requests a step's percentile claim counts when its requests are correlated, and the
+    design effect n / n_eff they are counted by. tasks.perf.slo and v_slo_steps count a step's requests so.
+
+    `series` holds each repeat's latencies in send order (inf for a failed request). The autocorrelation at lag k
+    is that of their ranks (pooled over the step, so heavy tails and failures weigh as ranks, and a repeat whose
+    level differs from the others' counts as correlated within itself), summed over each repeat's pairs k apart.
+    The design effect is Geyer's initial positive sequence estimator (Geyer 1992, as Stan's and ArviZ's effective
+    sample size): deff = -1 + 2 (G_0 + ... + G_m), G_j = rho_2j + rho_2j+1 (rho_0 = 1), summed while G_j > 0
+    (lags up to MAX_LAG; a lag without pairs is 0). It fits both shapes a step shows: requests in flight together
+    (a cluster of c is worth about one: rho_1 high, rho_2 near 0) and a neighbour's slow drift (an AR(1) with rho
+    0.9 is worth (1 - rho) / (1 + rho) of its count), where one lag's autocorrelation extrapolated would count a
+    cluster of 2 as a ninth. n_eff = floor(n / deff), at least 1, at most n (deff >= 1). No test of independence
+    comes first: below ~30 requests it cannot see a drift (benchmarks/slo_dependence.py measured 21 % false claims
+    with one), so independent requests lose some count by chance, the price of a safe claim.
     """
     lengths = [len(s) for s in series]
     n = sum(lengths)
-    pairs = sum(max(k - 1, 0) for k in lengths)
-    if n < 3 or pairs < 2:
+    if n < 3 or max(lengths, default=0) < 2:
         return n, None
     ranks = stats.rankdata(np.concatenate([np.asarray(s, dtype=float) for s in series]))
     centred = ranks - ranks.mean()
     den = float(np.sum(centred**2))
     if den == 0:
         return n, None
-    num, start = 0.0, 0
-    for k in lengths:
-        c = centred[start : start + k]
-        num += float(np.sum(c[:-1] * c[1:]))
-        start += k
-    r = num / den
-    if r <= float(stats.norm.ppf(1 - alpha)) / math.sqrt(pairs):
-        return n, r
-    return max(1, math.floor(n * (1 - r) / (1 + r))), r
-
-
-def shown_within(over: int, n: int, n_eff: int, pct: float, confidence: float) -> bool:
-    """Whether `over` of n requests over a limit show the pct-th percentile within it, counted as n_eff requests
-    (effective_requests): the over count scaled to n_eff (rounded up) against allowed_over(n_eff)."""
-    scaled = math.ceil(over * n_eff / n - 1e-12) if n else over
-    return scaled <= allowed_over(n_eff, pct, confidence)
+    parts = np.split(centred, np.cumsum(lengths)[:-1])
+    top = min(max(lengths) - 1, MAX_LAG)
+    rho = [1.0] + [sum(float(np.dot(c[:-k], c[k:])) for c in parts if len(c) > k) / den for k in range(1, top + 1)]
+    rho += [0.0] * (len(rho) % 2)
+    deff = -1.0
+    for j in range(0, len(rho), 2):
+        g = rho[j] + rho[j + 1]
+        if g <= 0:
+            break
+        deff += 2.0 * g
+    deff = max(deff, 1.0)
+    return max(1, min(n, math.floor(n / deff + EPS))), deff

@@ -11,6 +11,9 @@ as over every limit. For each limit (TTFT, TPOT, E2EL), `over` requests exceed i
 - otherwise `not_enough_requests`, with the requests needed (every further one within the limit), e.g. 299
   for p99 at 95 % with none over.
 The step is `missed` when any limit is, `met` when every limit is, else `not_enough_requests`.
+Correlated requests (two in flight together share a batch; a repeat's host state is shared by its requests) carry
+less than their count: the claim counts n_eff = n / deff of them (step_effective_requests: Geyer's initial positive
+sequence over the ranks' autocorrelations), each count of over scaled alike, rounded up (docs/statistics.md, 1c).
 
 TTFT is the time to the first *answer* token for a request that reasoned first (reasoning_tokens > 0; none
 came: a miss), else the time to the first token; TPOT of a one-token answer is 0, as for goodput.
@@ -84,17 +87,33 @@ def repeat_rates(measured: list[RequestRecord]) -> tuple[float | None, float]:
 
 
 def step_effective_requests(runs: list[list[RequestRecord]], limits: dict[str, float]) -> tuple[int, float | None]:
-    """(n_eff, r): what a step's requests are worth to its percentile claim when they are correlated
+    """(n_eff, deff): the requests a step's percentile claim counts when its requests are correlated
     (tasks.core.percentiles.effective_requests on each limited latency, every repeat's requests in send order): the
-    fewest over the limits, with the autocorrelation that set it (the largest when none corrects)."""
+    fewest over the limits, with the design effect that set it (None: too few requests to say)."""
     ordered = [[slo_latencies(r) for r in sorted(run, key=lambda r: (r.start_ms, r.index))] for run in runs if run]
     n = sum(len(run) for run in ordered)
     found = [effective_requests([[x[k] for x in run] for run in ordered]) for k in sorted(limits)]
-    if not found:
-        return n, None
-    n_eff = min(e for e, _ in found)
-    rs = [r for e, r in found if r is not None and e == n_eff] or [r for _, r in found if r is not None]
-    return n_eff, max(rs) if rs else None
+    deffs = [d for _, d in found if d is not None]
+    return min((e for e, _ in found), default=n), max(deffs, default=None)
+
+
+def counted_thresholds(n: int, n_eff: int, percentile: float, confidence: float) -> tuple[int, int]:
+    """(allowed, shown_above) in requests of n when the claim counts n_eff of them: `over` of n counts as
+    ceil(over n_eff / n), judged against allowed_over and missed_over at n_eff;
+    the same as allowed_over(n) and missed_over(n) when n_eff = n."""
+    if n_eff >= n:
+        return allowed_over(n, percentile, confidence), missed_over(n, percentile, confidence)
+    allowed = allowed_over(n_eff, percentile, confidence)
+    above = missed_over(n_eff, percentile, confidence)
+    return (allowed * n // n_eff if allowed >= 0 else -1), (above - 1) * n // n_eff + 1
+
+
+def needed_counted(over: int, n: int, n_eff: int, percentile: float, confidence: float) -> int:
+    """The requests a step with `over` of n over a limit needs, every further one within it, when its requests
+    count as n_eff of n: requests_needed of the counted over, scaled back by n / n_eff (rounded up)."""
+    counted = -(-over * n_eff // n) if n_eff < n else over
+    m = requests_needed(counted, percentile, confidence) or 0
+    return -(-m * n // n_eff) if n_eff < n else m
 
 
 @dataclass(frozen=True)
@@ -110,10 +129,8 @@ class SloCheck:
     n_needed: int | None = None  # requests needed for the claim (not_enough_requests)
     offered_req_s: float | None = None  # rate steps: the measured arrival rate (mean over repeats)
     achieved_req_s: float | None = None  # rate steps: the measured completion rate (mean over repeats)
-    # What the requests' correlation leaves of them (step_effective_requests): measured and stated, not yet used by
-    # the claim, which counts every request as independent (docs/statistics.md, 1c)
-    n_effective: int | None = None  # n, or fewer where the lag-1 autocorrelation is significant
-    autocorr: float | None = None  # the lag-1 rank autocorrelation that set n_effective (None: too few pairs)
+    n_effective: int | None = None  # the requests the claim counts (step_effective_requests); n when independent
+    design_effect: float | None = None  # n / n_effective's divisor, >= 1 (None: too few requests to say)
 
     @property
     def met(self) -> bool:
@@ -137,15 +154,15 @@ def check_step(
     if not n:
         return SloCheck("no_requests", "no measured request", 0, 0, -1)
     lat = [slo_latencies(r) for r in measured]
-    n_eff, autocorr = step_effective_requests(measured_runs, limits)
-    allowed, shown_above = allowed_over(n, percentile, confidence), missed_over(n, percentile, confidence)
+    n_eff, deff = step_effective_requests(measured_runs, limits)
+    allowed, shown_above = counted_thresholds(n, n_eff, percentile, confidence)
     over = {k: sum(x[k] > limit for x in lat) for k, limit in limits.items()}
     pct = {k: linear_percentile([x[k] for x in lat], percentile) for k in limits}
     ranked = {k: sorted(x[k] for x in lat) for k in limits}
     bounds = {k: ranked[k][n - allowed - 1] if allowed >= 0 else None for k in limits}
     missed = [k for k in limits if over[k] >= shown_above]
     undecided = [k for k in limits if allowed < over[k] < shown_above]
-    needed = max((requests_needed(over[k], percentile, confidence) or 0 for k in undecided), default=None) or None
+    needed = max((needed_counted(over[k], n, n_eff, percentile, confidence) for k in undecided), default=0) or None
     offered = achieved = None
     if rate_step:
         rates = [(o, a) for o, a in map(repeat_rates, measured_runs) if o is not None]
@@ -160,6 +177,8 @@ def check_step(
             f"p{percentile:g} {LATENCIES[k]} <= {limits[k]:g} ms not shown at {confidence * 100:g} % "
             f"({over[k]} of {n} over, {max(allowed, 0)} allowed)"
         )
+    if n_eff < n and (missed or undecided):
+        parts.append(f"requests correlated (design effect {deff:.2f}): counted as {n_eff} of {n}")
     if saturated:
         parts.append(f"saturated: {saturated}")
     elif not sustained:
@@ -184,7 +203,7 @@ def check_step(
         offered,
         achieved,
         n_eff,
-        autocorr,
+        deff,
     )
 
 
@@ -252,6 +271,11 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
         f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{need - s.gives} short'})"
         for s in steps
     ]
+    lines.append(
+        "  if its requests are independent: where they are correlated (in flight together, a repeat's shared host "
+        "state, a drift), a step's claim counts n / deff of them (deff: the design effect measured; a pair in one "
+        "batch counts about once)"
+    )
     perf = cfg.perf
     trace = next((s for s in steps if s.step == "trace"), None)
     if trace is not None and not trace.enough and len(steps) > 1:

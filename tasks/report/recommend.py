@@ -693,10 +693,12 @@ def pick_stability(
     con: duckdb.DuckDBPyConnection, run_id: str, resamples: int = STABILITY_RESAMPLES, seed: int = 0
 ) -> dict[str | None, int]:
     """How often each variant (None: none) is the pick when the perf side is measured again: `resamples` bootstrap
-    replicates of the run in which every step's measured requests are drawn anew with replacement within each
-    repeat (the quality side, the settings and everything else held as measured), each decided by v_recommendation
-    itself. The replicates are temp views that shadow this connection's tables (as the overrides shadow
-    v_decision): the run copied under the ids '<run>#<b>', perf_requests resampled; they are dropped after."""
+    replicates of the run in which every step's repeats are drawn anew with replacement, each with its requests as
+    measured (a cluster bootstrap: the requests of one repeat share its host state and batches, and the claim
+    counts them so, docs/statistics.md 1c; a step of one repeat is held as measured), the quality side, the
+    settings and everything else held as measured, each decided by v_recommendation itself. The replicates are
+    temp views that shadow this connection's tables (as the overrides shadow v_decision): the run copied under the
+    ids '<run>#<b>', perf_requests resampled; they are dropped after."""
     db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
     tables = [
         t
@@ -714,20 +716,20 @@ def pick_stability(
             if t == "perf_requests":
                 body = f"""
                     with base as (
-                        select *, row_number() over (partition by variant, scenario, repeat, is_warmup
-                                                     order by request_index) as i_,
-                               count(*) over (partition by variant, scenario, repeat, is_warmup) as m_
+                        select *, dense_rank() over (partition by variant, scenario
+                                                     order by coalesce(repeat, 0)) - 1 as k_
                         from "{db}".main.perf_requests where run_id = {run}),
+                    reps as (
+                        select variant, scenario, rep_, k_, count(*) over w as m_
+                        from (select distinct variant, scenario, coalesce(repeat, 0) as rep_, k_ from base)
+                        window w as (partition by variant, scenario)),
                     draws as (
-                        select r.b, k.variant, k.scenario, k.repeat, k.is_warmup, k.i_,
-                               case when k.is_warmup then k.i_
-                                    else hash({int(seed)}, r.b, k.variant, k.scenario, k.repeat, k.i_) % k.m_ + 1
-                               end as src
-                        from base as k cross join range({b}) as r(b))
-                    select s.* exclude (i_, m_) replace (s.run_id || '#' || d.b as run_id)
+                        select r.b, p.variant, p.scenario, p.rep_,
+                               hash({int(seed)}, r.b, p.variant, p.scenario, p.rep_) % p.m_ as src
+                        from reps as p cross join range({b}) as r(b))
+                    select s.* exclude (k_) replace (s.run_id || '#' || d.b as run_id, d.rep_ as repeat)
                     from draws as d join base as s
-                      on s.variant = d.variant and s.scenario = d.scenario and s.repeat is not distinct from d.repeat
-                     and s.is_warmup = d.is_warmup and s.i_ = d.src"""
+                      on s.variant = d.variant and s.scenario = d.scenario and s.k_ = d.src"""
             else:
                 body = (
                     f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
@@ -761,7 +763,7 @@ def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:
         f"{chosen} is the pick in {share(chosen)}" if chosen is not None else f"no variant is the pick in {share(None)}"
     )
     return (
-        f"Stability: {head} of {total} resamples of the perf requests (each step's requests drawn again, the "
+        f"Stability: {head} of {total} resamples of the perf requests (each step's repeats drawn again, the "
         f"quality side as measured)" + (f"; otherwise {rest}" if rest else "") + "."
     )
 

@@ -259,29 +259,24 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 
 def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The variants whose sustainable step's requests are correlated (v_slo_steps.n_effective below num_measured):
-    what they are worth, and whether that many would still show the SLO percentile. The claim counts every request
-    as independent (docs/statistics.md, 1c); nothing when no step's requests are correlated."""
-    from tasks.core.percentiles import shown_within
-
+    how many the SLO claim counted them as, and the design effect (docs/statistics.md, 1c); nothing when no
+    sustainable step's requests are correlated."""
     rows = con.execute(
-        "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_autocorr, s.slo_percentile, "
-        "s.slo_confidence, greatest(coalesce(s.ttft_over, 0), coalesce(s.tpot_over, 0), coalesce(s.e2el_over, 0)) "
+        "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_deff "
         "from v_recommendation as r join v_slo_steps as s on s.run_id = r.run_id and s.variant = r.variant "
         "and s.scenario = r.sustainable_scenario where r.run_id = ? and s.n_effective < s.num_measured "
         "order by r.rank nulls last, r.variant",
         [run_id],
     ).fetchall()
     parts = [
-        f"{variant} {scenario}: {n} requests worth {n_eff} (lag-1 r {autocorr:.2f}; "
-        f"{'would still show' if shown_within(over, n, n_eff, pct, conf) else 'too few to show'} p{pct:g} at "
-        f"{conf * 100:g} %)"
-        for variant, scenario, n, n_eff, autocorr, pct, conf, over in rows
+        f"{variant} {scenario}: {n} requests counted as {n_eff} (design effect {deff:.2f})"
+        for variant, scenario, n, n_eff, deff in rows
     ]
     if not parts:
         return []
     return [
-        "correlated requests (in flight together, or a drift; the SLO claim counts them as independent, "
-        "docs/statistics.md 1c): " + "; ".join(parts)
+        "correlated requests (in flight together, a repeat's shared host state, a drift; the SLO claim counts them "
+        "as fewer, docs/statistics.md 1c): " + "; ".join(parts)
     ]
 
 

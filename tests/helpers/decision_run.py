@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from tasks.core.config import DecisionSpec
@@ -41,14 +42,15 @@ def step(
     req_s_ci: tuple[float, float] | None = None,
     kind: str | None = None,
     stop_reason: str | None = None,
-    scrambled: bool = False,
+    drift: bool = False,
 ) -> dict:
     """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
     requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
     arrive, after their latency). `reasoning`: {request index: ttft_answer_ms} of requests that reasoned first.
     `kind` 'trace': a replayed trace (its requests on `rate`'s schedule, no target rate stored); `stop_reason`: the
-    step was stopped early as saturated. Requests are sent in the listed order (a list in rising order is then a
-    drift, its requests correlated); `scrambled`: in a fixed scramble of it (send_slots)."""
+    step was stopped early as saturated. Requests are sent in a fixed scramble of the listed order (send_slots), as
+    good as independent; `drift`: in the listed order (a list in rising order is then a drift, its requests
+    correlated)."""
     return dict(
         scenario=scenario,
         concurrency=concurrency,
@@ -66,18 +68,30 @@ def step(
         req_s_ci=req_s_ci,
         kind=kind,
         stop_reason=stop_reason,
-        scrambled=scrambled,
+        drift=drift,
     )
 
 
-def send_slots(n: int) -> list[int]:
+@lru_cache(maxsize=None)
+def send_slots(n: int, repeats: int = 1) -> list[int]:
     """The send slot of each of a step's n listed requests (ok ones, then errors): a fixed scramble, slot s sending
-    the request listed at (s * a) mod n with a ~ 0.38 n coprime to n, so that a list written in rising order (a ramp
-    of TTFTs, the over-limit ones last) is not sent as a drift: its consecutive requests are negatively correlated,
-    as good as independent (v_slo_steps.n_effective = n)."""
+    the request listed at (s * a) mod n with a coprime to n, so that a list written in rising order (a ramp of
+    TTFTs, the over-limit ones last) is not sent as a drift. The SLO check counts correlated requests as fewer
+    (v_slo_steps.n_effective); `a` is the first from ~0.38 n whose ramp, sent so and split into `repeats` (as
+    request_times does), counts as every request, so that these steps are judged on n."""
+    from tasks.core.percentiles import effective_requests
+
     if n < 3:
         return list(range(n))
-    a = next(a for a in range(max(round(0.382 * n), 1), n) if math.gcd(a, n) == 1)
+    per = -(-n // repeats)
+    first = None
+    for a in (a for a in range(max(round(0.382 * n), 1), n) if math.gcd(a, n) == 1):
+        sent = [slot * a % n for slot in range(n)]  # the listed index sent in each slot
+        first = first or a
+        if effective_requests([sent[i : i + per] for i in range(0, n, per)])[0] == n:
+            break
+    else:
+        a = first
     slots = [0] * n
     for slot in range(n):
         slots[slot * a % n] = slot
@@ -197,7 +211,7 @@ def write_decision_run(
         for s in v.get("steps", []):
             n_ok = len(s["ttft_ms"])
             n_all = n_ok + s["errors"]
-            slots = send_slots(n_all) if s.get("scrambled") else list(range(n_all))
+            slots = list(range(n_all)) if s.get("drift") else send_slots(n_all, s["repeats"] if s["rate"] else 1)
             ci = dict(zip(("request_throughput_ci_low", "request_throughput_ci_high"), s["req_s_ci"] or ()))
             summary.append(
                 {

@@ -390,7 +390,7 @@ def assert_same_judgement(sql: dict, py, limits: dict[str, float]) -> None:
         p = py.percentiles_ms[k]
         assert sql[f"{k}_pctl"] == (pytest.approx(p) if p is not None and math.isfinite(p) else None)
     assert sql["n_effective"] == py.n_effective
-    assert sql["requests_autocorr"] == (pytest.approx(py.autocorr) if py.autocorr is not None else None)
+    assert sql["requests_deff"] == (pytest.approx(py.design_effect) if py.design_effect is not None else None)
     if py.offered_req_s is not None:
         assert sql["offered_req_s"] == pytest.approx(py.offered_req_s)
         assert sql["achieved_req_s"] == pytest.approx(py.achieved_req_s)
@@ -431,24 +431,48 @@ def test_python_and_sql_judge_a_step_the_same(
 
 
 @pytest.mark.parametrize("n, over", [(29, 0), (60, 0), (120, 3), (45, 9)])
-def test_what_correlated_requests_are_worth_is_stated_in_python_and_sql(tmp_path: Path, n: int, over: int) -> None:
-    """A step whose requests drift (TTFT rising request after request, as under a neighbour's slow drift) is worth
-    fewer than its count: n_effective = n (1 - r) / (1 + r) (r: the lag-1 autocorrelation of their ranks), stated
-    beside the claim; the same latencies sent in a scrambled order are worth every request. Python and SQL agree on
-    both; the claim itself still counts n (docs/statistics.md, 1c), so both are judged alike."""
+def test_correlated_requests_count_as_fewer_in_python_and_sql(tmp_path: Path, n: int, over: int) -> None:
+    """A step whose requests drift (TTFT rising request after request, as under a neighbour's slow drift) carries
+    less than its count about the p90: the claim counts n_eff = n / deff of them (deff: Geyer's design effect of
+    their ranks) and the over count scaled alike. The same latencies sent in a scrambled order are judged on every
+    request. Python and SQL agree on both."""
     from tasks.core.percentiles import allowed_over, missed_over
 
     ttft = [100.0 + i for i in range(n - over)] + [500.0 + i for i in range(over)]
     limits = {"ttft_ms": 400.0}
     decision = {"slo": limits, "percentile": 90.0}
-    drift, py = judged_both(tmp_path / "drift", step("c1", 1, 1.0, ttft), decision)
-    assert_same_judgement(drift, py, limits)
-    assert drift["requests_autocorr"] > 0.85 and drift["n_effective"] <= n / 10
-    scrambled, py = judged_both(tmp_path / "scrambled", step("c1", 1, 1.0, ttft, scrambled=True), decision)
+    sql, py = judged_both(tmp_path / "drift", step("c1", 1, 1.0, ttft, drift=True), decision)
+    assert_same_judgement(sql, py, limits)
+    assert sql["requests_deff"] > 5 and sql["n_effective"] <= n / 5
+    # met, or missed (45, 9), on n independent requests; not shown either way on a few
+    assert sql["slo_status"] == "not_enough_requests" and sql["n_needed"] > n
+    assert f"counted as {sql['n_effective']} of {n}" in sql["slo_fail_reason"]
+    scrambled, py = judged_both(tmp_path / "scrambled", step("c1", 1, 1.0, ttft), decision)
     assert_same_judgement(scrambled, py, limits)
-    assert scrambled["n_effective"] == n and scrambled["requests_autocorr"] < 0
+    assert scrambled["n_effective"] == n and scrambled["requests_deff"] == 1.0
     expected = "met" if over <= allowed_over(n, 90.0, 0.95) else "missed" if over >= missed_over(n, 90.0, 0.95) else ""
-    assert drift["slo_status"] == scrambled["slo_status"] == (expected or "not_enough_requests")
+    assert scrambled["slo_status"] == (expected or "not_enough_requests")
+    assert "correlated" not in (scrambled["slo_fail_reason"] or "")
+
+
+def shuffled(xs: list[float]) -> list[float]:
+    """`xs` in the order step() sends a listed step (send_slots): as good as independent."""
+    from tests.helpers.decision_run import send_slots
+
+    slots = send_slots(len(xs))
+    return [xs[i] for i in sorted(range(len(xs)), key=slots.__getitem__)]
+
+
+def test_requests_in_flight_together_count_about_once(tmp_path: Path) -> None:
+    """Two requests of one batch share their latency (concurrency 2 on a batching engine): a step of 150 such pairs,
+    each pair's TTFT independent of the others', counts as about 150 (a lag-1 AR(1) extrapolation would count it as
+    about 100 / 3 and not show the p90 with 3 over); Python and SQL agree."""
+    ttft = [x for x in shuffled(ttfts(147, 100)) for _ in range(2)] + [900.0] * 6  # 3 pairs over the limit, last
+    limits = {"ttft_ms": 400.0}
+    sql, py = judged_both(tmp_path, step("c2", 2, 1.0, ttft, drift=True), {"slo": limits, "percentile": 90.0})
+    assert_same_judgement(sql, py, limits)
+    assert 1.4 < sql["requests_deff"] < 2.6 and 115 <= sql["n_effective"] <= 215
+    assert sql["slo_status"] == "met"
 
 
 def test_the_counts_that_decide_agree_with_scipy_at_every_boundary(tmp_path: Path) -> None:
@@ -728,9 +752,12 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
     """A nightly with a decision search against instruments/slo_server.py as a hosted endpoint: one request at a time,
     40 ms each, so 25 req/s at most. Under Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its
     waiting time (slo_server.md1_highest_rate) gives the highest rate whose p90 TTFT is within 240 ms: 19.99 req/s.
-    The run reports a sustainable rate no higher than the capacity and at least 80 % of that rate: by simulation
-    of the same search (benchmarks/slo_check.py, section 4) ~97 % of runs do. (A host loaded by other jobs stalls
-    the stub and the client, which only makes requests slower: the rate can land lower.)"""
+    The run reports a sustainable rate no higher than the capacity and at least 55 % of that rate (the sweep's 12
+    req/s shown, at least): by simulation of the same search (benchmarks/slo_check.py, section 4) all of 1,000
+    runs do, the median at 83 %, the 5th percentile at 66 %. Requests that wait in one queue are late together, and
+    the claim counts them as fewer (tasks.core.percentiles.effective_requests), which costs the search ~15 % of the
+    rate it can show. (A host loaded by other jobs stalls the stub and the client, which only makes requests
+    slower: the rate can land lower.)"""
     from instruments.slo_server import SEARCH_CASE as CASE
     from instruments.slo_server import md1_highest_rate, start_paced_stub
     from tests.helpers import run_nightly
@@ -798,7 +825,7 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
     assert all(not s["saturated"] for s in steps if s["request_rate"] < capacity * 0.9)  # none below capacity
     assert [s["scenario"] for s in steps if s["scenario"].startswith("search")]  # the search ran
     assert rec["load_basis"] == "rate" and rec["verdict"] == "recommended"
-    assert 0.8 * true_rate <= rec["sustainable_req_s"] <= capacity
+    assert 0.55 * true_rate <= rec["sustainable_req_s"] <= capacity
 
 
 def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> None:
@@ -973,24 +1000,62 @@ def test_a_trace_beside_other_steps_is_a_requirement_and_the_other_steps_rank(tm
 
 
 def test_the_recommendation_says_when_its_steps_requests_are_correlated(tmp_path: Path) -> None:
-    """The shipped step's 300 requests drift (TTFT rising one after another): `tradeoff recommend` says what they
-    are worth and that so few would not show the p99; sent in a scrambled order, nothing is said."""
+    """The shipped step's 300 requests come in pairs that share their latency (in flight together): `tradeoff
+    recommend` says how many the claim counted them as; sent in a scrambled order, nothing is said."""
     import html
 
     from tasks.report.html import decision_section
     from tasks.report.recommend import format_recommendation
     from tasks.report.text import format_report
 
+    decision = {"slo": {"ttft_ms": 400.0}, "percentile": 90.0}
     said = {}
-    for order in ("drift", "scrambled"):
+    for order in ("pairs", "scrambled"):
         db = tmp_path / f"{order}.duckdb"
-        s = step("c1", 1, 2.0, ttfts(N, 100), scrambled=order == "scrambled")
-        load_run(write_decision_run(tmp_path / order, "j1", {"ref": {"ref": True, "steps": [s]}}), db)
+        ttft = [x for x in shuffled(ttfts(N // 2, 100)) for _ in range(2)] if order == "pairs" else ttfts(N, 100)
+        s = step("c1", 1, 2.0, ttft, drift=order == "pairs")
+        load_run(write_decision_run(tmp_path / order, "j1", {"ref": {"ref": True, "steps": [s]}}, decision), db)
         with open_warehouse(db, read_only=True) as con:
             said[order] = [x for x in format_recommendation(con, "j1").splitlines() if x.startswith("correlated")]
             # the text report and the HTML report's decision section say the same
             reports = [format_report(con, "j1"), html.unescape(decision_section(con, "j1"))]
-            assert [bool(said[order]) and said[order][0] in r for r in reports] == [order == "drift"] * 2
-    (line,) = said["drift"]
-    assert f"ref c1: {N} requests worth " in line and "too few to show p99 at 95 %" in line
+            assert [bool(said[order]) and said[order][0] in r for r in reports] == [order == "pairs"] * 2
+    (line,) = said["pairs"]
+    assert f"ref c1: {N} requests counted as " in line and "(design effect " in line
     assert said["scrambled"] == []
+
+
+def test_stability_draws_whole_repeats(tmp_path: Path) -> None:
+    """`tradeoff recommend`'s stability line measures the perf side again by drawing each step's repeats anew (a
+    cluster bootstrap: a repeat's requests share its host state). `fast` is 4x the reference's rate, but one of its
+    3 repeats stalled (every TTFT over the limit), so it is not shown within the SLO and the reference ships. A
+    replicate shows `fast` within it only when the stalled repeat is not drawn: (2/3)^3 = 29.6 % of them. (Drawing
+    requests within each repeat, as before, kept the stalled repeat in every replicate: 0 %.)"""
+    from tasks.report.recommend import pick_stability
+
+    fine, stalled = [100.0] * 10, [900.0] * 10
+    variants = {
+        "ref": {
+            "ref": True,
+            "steps": [  # sustains 1 req/s, not 2
+                step("r1", 1, 1.0, [100.0] * 30, rate=1.0, repeats=3),
+                step("r2", 1, 2.0, [900.0] * 30, rate=2.0, repeats=3),
+            ],
+            "accuracy": 0.5,
+        },
+        "fast": {
+            "steps": [step("r4", 1, 4.0, fine + fine + stalled, rate=4.0, repeats=3, drift=True)],
+            "accuracy": 0.5,
+            "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0, lost=0, gained=0),
+        },
+    }
+    decision = {"slo": {"ttft_ms": 400.0}, "percentile": 50.0}
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "j1", variants, decision), db)
+    with open_warehouse(db, read_only=True) as con:
+        fast = rows(con, "select * from v_slo_steps where variant = 'fast'")[0]
+        assert fast["slo_status"] == "not_enough_requests" and "requests correlated" in fast["slo_fail_reason"]
+        assert by_variant(con, "j1")["ref"]["recommended_variant"] == "ref"
+        counts = pick_stability(con, "j1", 400)
+    assert set(counts) == {"ref", "fast"} and sum(counts.values()) == 400
+    assert 0.2 < counts["fast"] / 400 < 0.4

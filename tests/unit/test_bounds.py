@@ -47,24 +47,30 @@ def test_a_shared_list_is_counted_once_per_reference():
     assert data_problem({"a": loop}) == "config: nested deeper than 32 levels; flatten it"
 
 
-def test_effective_requests_keeps_independent_requests_and_shrinks_a_drifting_step():
-    """Issue 36, item 4: the lag-1 rank autocorrelation of a step's latencies (per repeat, in send order) shrinks the
-    requests a percentile claim counts, n (1 - r) / (1 + r), only when r is significant."""
+def test_effective_requests_counts_clusters_drifts_and_repeat_levels():
+    """Issue 36, item 4: the design effect of a step's latencies (Geyer's initial positive sequence over the ranks'
+    autocorrelations, per repeat in send order) keeps most of independent requests, counts a pair of requests in
+    flight together about once, a drift far less, and a step whose repeats sit at different levels as few."""
     import numpy as np
 
-    from tasks.core.percentiles import effective_requests, shown_within
+    from tasks.core.percentiles import effective_requests
+    from tasks.perf.slo import counted_thresholds
 
     rng = np.random.default_rng(3)
-    independent = [list(rng.lognormal(0, 0.3, 100)) for _ in range(3)]
-    n_eff, r = effective_requests(independent)
-    assert n_eff == 300 and abs(r) < 0.1
+    n_eff, deff = effective_requests([list(rng.lognormal(0, 0.3, 100)) for _ in range(3)])
+    assert n_eff >= 220 and 1.0 <= deff < 1.4
+    pairs = [list(np.repeat(rng.lognormal(0, 0.3, 50), 2) * (1 + 1e-3 * rng.random(100))) for _ in range(3)]
+    n_eff, deff = effective_requests(pairs)
+    assert 100 <= n_eff <= 180 and 1.6 < deff < 3.0  # about n / 2 (a lag-1 AR(1) extrapolation: n / 9)
     z = np.zeros(300)
     for t in range(1, 300):
         z[t] = 0.9 * z[t - 1] + np.sqrt(1 - 0.81) * rng.standard_normal()
-    n_eff, r = effective_requests([list(np.exp(0.3 * z))])
-    assert 0.7 < r < 0.97 and n_eff == int(300 * (1 - r) / (1 + r)) and n_eff < 60
-    # 0 of 299 over shows a p99 for independent requests, not for 299 drifting ones counted as n_eff
-    assert shown_within(0, 299, 299, 99.0, 0.95) and not shown_within(0, 299, n_eff, 99.0, 0.95)
-    # the over count is scaled with n: 1 of 473 shows it independent; counted as 300 it would be 1 of 300: no
-    assert shown_within(1, 473, 473, 99.0, 0.95) and not shown_within(1, 473, 300, 99.0, 0.95)
-    assert effective_requests([[1.0, 2.0]]) == (2, None)  # too few pairs to say
+    n_eff, deff = effective_requests([list(np.exp(0.3 * z))])
+    assert n_eff < 40 and deff > 7  # the truth: (1 - 0.9) / (1 + 0.9) of 300, 15
+    levels = [list(rng.lognormal(0, 0.05, 8) * level) for level in (1.0, 1.3, 1.7)]
+    assert effective_requests(levels)[0] <= 6  # three host states, not 24 independent requests
+    # 0 of 299 over shows a p99 counted as 299 independent requests, not counted as 30; and the over count is
+    # scaled with n: 1 of 473 shows it (1 allowed), counted as 300 it is 1 of 300 (none allowed)
+    assert counted_thresholds(299, 299, 99.0, 0.95)[0] == 0 and counted_thresholds(299, 30, 99.0, 0.95)[0] == -1
+    assert counted_thresholds(473, 473, 99.0, 0.95)[0] == 1 and counted_thresholds(473, 300, 99.0, 0.95)[0] == 0
+    assert effective_requests([[1.0, 2.0]]) == (2, None)  # too few requests to say

@@ -9,10 +9,10 @@
 --     (then the order statistic X_(n - t), a one-sided upper confidence bound of the percentile, is within it);
 --   shown above it when over >= the smallest t with P(Binomial(n, q) >= t) <= 1 - c;
 --   otherwise not shown either way: not_enough_requests, with the requests needed (all further ones within).
--- Correlated requests (requests in flight together share a batch; a neighbour's drift) carry less: where the lag-1
--- autocorrelation of a limited latency's ranks is significant, they are worth n_eff = n (1 - r) / (1 + r)
--- (tasks.core.percentiles.effective_requests). Stated per step (n_effective); the claim above does not yet use it
--- (docs/statistics.md, section 1c).
+-- Correlated requests (requests in flight together share a batch; a repeat's requests share its host state; a
+-- neighbour's drift) carry less: the claim counts n_eff = n / deff of them, deff the design effect of the limited
+-- latency's ranks (Geyer's initial positive sequence; tasks.core.percentiles.effective_requests), and `over` as
+-- ceil(over n_eff / n) (docs/statistics.md, section 1c).
 -- The binomial probabilities are summed here from lgamma terms (DuckDB has no binomial quantile); Python takes
 -- them from scipy (tasks/core/percentiles.py); both treat probabilities within 1e-9 of 1 - c as equal to it.
 -- TTFT is the time to the first answer token for a request that reasoned first (reasoning_tokens > 0), else to
@@ -57,12 +57,10 @@
 --   slo_attainment_pct             %, measured requests that met every limit of this SLO (failed ones did not)
 --   saturated, stop_reason         the step was stopped early because its queue kept growing (tasks/perf/stopping.py)
 --   send_error_ms_p99              ms, p99 of actual - scheduled send time (rate and trace steps)
---   n_effective                    what the requests are worth when they are correlated: num_measured, or fewer
---                                  where the lag-1 rank autocorrelation is above its 95 % critical value under
---                                  independence (tasks.core.percentiles.effective_requests); stated, not yet used
---                                  by slo_status, which counts num_measured
---   requests_autocorr              that autocorrelation (the limited latency with the fewest n_effective); NULL:
---                                  under 3 requests or 2 consecutive pairs
+--   n_effective                    the requests the percentile claim counts: num_measured / requests_deff, at
+--                                  least 1 (tasks.core.percentiles.effective_requests); num_measured when independent
+--   requests_deff                  the design effect (>= 1) of the limited latency with the fewest n_effective: what
+--                                  one request counts for; NULL: under 3 requests, or no repeat with 2
 
 with decision as (
     select run_id, slo_percentile, slo_confidence, min_rate_ratio, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
@@ -104,10 +102,11 @@ sorted as (
     group by run_id, variant, scenario
 ),
 
--- correlated requests (tasks.core.percentiles.effective_requests): per limited latency, the lag-1 autocorrelation
--- r of its ranks (average ranks over the step, +infinity included) over each repeat's consecutive requests in send
--- order; n_eff = floor(n (1 - r) / (1 + r)) (at least 1) when r exceeds 1.6449 / sqrt(pairs), else n; the step
--- states the fewest over its limits, with the r that set it (the largest when none corrects)
+-- correlated requests (tasks.core.percentiles.effective_requests): per limited latency, the autocorrelation at lag
+-- k of its ranks (average ranks over the step, +infinity included; centred on the step's mean) summed over each
+-- repeat's requests k apart in send order (k <= 64), over their sum of squares; Geyer's pair sums
+-- g_j = rho_2j + rho_2j+1 (rho_0 = 1) are added while positive: deff = max(1, -1 + 2 sum g_j); n_eff =
+-- floor(n / deff), within 1..n; the step counts the fewest over its limits, with the largest deff
 metric_values as (
     select r.run_id, r.variant, r.scenario, r.rep, r.start_s, r.idx, 'ttft' as metric, r.ttft as v
     from requests as r join decision as d on r.run_id = d.run_id where d.slo_ttft_ms is not null
@@ -128,47 +127,77 @@ centred_ranks as (
     from metric_values
 ),
 
-metric_autocorr as (
+positioned as (
+    select *, row_number() over (partition by run_id, variant, scenario, metric, rep order by coalesce(start_s, 0), idx)
+        as pos
+    from centred_ranks
+),
+
+metric_den as (
+    select run_id, variant, scenario, metric, count(*) as n, sum(c * c) as den, max(pos) as longest
+    from positioned
+    group by run_id, variant, scenario, metric
+),
+
+lag_sums as (
+    select a.run_id, a.variant, a.scenario, a.metric, b.pos - a.pos as k, sum(a.c * b.c) as s
+    from positioned as a
+    join positioned as b
+        on a.run_id = b.run_id and a.variant = b.variant and a.scenario = b.scenario and a.metric = b.metric
+        and a.rep = b.rep and b.pos > a.pos and b.pos - a.pos <= 64
+    group by a.run_id, a.variant, a.scenario, a.metric, b.pos - a.pos
+),
+
+pair_sums as (
     select
-        run_id,
-        variant,
-        scenario,
-        metric,
-        count(*) as n,
-        count(c_prev) as pairs,
-        case when count(*) >= 3 and count(c_prev) >= 2 and sum(c * c) > 0 then sum(c * c_prev) / sum(c * c) end as r
+        m.run_id,
+        m.variant,
+        m.scenario,
+        m.metric,
+        p.j,
+        (case when p.j = 0 then 1.0 else coalesce(l0.s, 0) / m.den end) + coalesce(l1.s, 0) / m.den as g
+    from metric_den as m
+    cross join range(0, 33) as p(j)
+    left join lag_sums as l0
+        on m.run_id = l0.run_id and m.variant = l0.variant and m.scenario = l0.scenario and m.metric = l0.metric
+        and l0.k = 2 * p.j
+    left join lag_sums as l1
+        on m.run_id = l1.run_id and m.variant = l1.variant and m.scenario = l1.scenario and m.metric = l1.metric
+        and l1.k = 2 * p.j + 1
+    where m.n >= 3 and m.longest >= 2 and m.den > 0
+),
+
+metric_deff as (
+    select run_id, variant, scenario, metric, greatest(1.0, -1 + 2 * sum(g) filter (where j < stop_j)) as deff
     from (
-        select *, lag(c) over (partition by run_id, variant, scenario, metric, rep order by coalesce(start_s, 0), idx)
-            as c_prev
-        from centred_ranks
+        select *, coalesce(min(j) filter (where g <= 0) over (partition by run_id, variant, scenario, metric), 33)
+            as stop_j
+        from pair_sums
     )
     group by run_id, variant, scenario, metric
 ),
 
-metric_eff as (
-    select
-        *,
-        case when r > 1.6448536269514722 / sqrt(pairs) then greatest(1, floor(n * (1 - r) / (1 + r)))::bigint
-            else n end as n_eff
-    from metric_autocorr
-),
-
 step_eff as (
     select
-        run_id,
-        variant,
-        scenario,
-        min(n_eff) as n_eff,
-        coalesce(max(r) filter (where n_eff = least_n), max(r)) as autocorr
-    from (select *, min(n_eff) over (partition by run_id, variant, scenario) as least_n from metric_eff)
-    group by run_id, variant, scenario
+        m.run_id,
+        m.variant,
+        m.scenario,
+        min(case when d.deff is null then m.n
+            else greatest(1, least(m.n, floor(m.n / d.deff + 1e-9)))::bigint end) as n_eff,
+        max(d.deff) as deff
+    from metric_den as m
+    left join metric_deff as d
+        on m.run_id = d.run_id and m.variant = d.variant and m.scenario = d.scenario and m.metric = d.metric
+    group by m.run_id, m.variant, m.scenario
 ),
 
--- P(Binomial(n, q) = j) for j up to 10 standard deviations above the mean (beyond it the tail is < 1e-20)
+-- P(Binomial(n, q) = j) for j up to 10 standard deviations above the mean (beyond it the tail is < 1e-20), at the
+-- requests the claim counts
 combos as (
-    select distinct s.n, d.slo_percentile as pct, d.slo_confidence as conf
+    select distinct coalesce(e.n_eff, s.n) as n, d.slo_percentile as pct, d.slo_confidence as conf
     from sorted as s
     join decision as d on s.run_id = d.run_id
+    left join step_eff as e on s.run_id = e.run_id and s.variant = e.variant and s.scenario = e.scenario
     where d.slo_percentile < 100
 ),
 
@@ -205,30 +234,50 @@ thresholds as (
     group by n, pct, conf
 ),
 
-judged as (
+-- over of n counts as ceil(over n_eff / n): in requests of n, the thresholds at n_eff are allowed n // n_eff and
+-- (shown_above - 1) n // n_eff + 1 (tasks.perf.slo.counted_thresholds; the same as at n when n_eff = n)
+counted as (
     select
         s.*,
         d.* exclude (run_id),
         coalesce(e.n_eff, s.n) as n_eff,
-        e.autocorr,
+        e.deff,
         -- the 100th percentile: nothing shows it within a limit, one request over shows it above
-        coalesce(t.allowed, -1) as allowed,
-        coalesce(t.shown_above, 1) as shown_above,
+        coalesce(t.allowed, -1) as allowed_eff,
+        coalesce(t.shown_above, 1) as shown_above_eff,
         case when d.slo_ttft_ms is not null then len(list_filter(s.ttft_list, lambda x: x > d.slo_ttft_ms)) end as ttft_over,
         case when d.slo_tpot_ms is not null then len(list_filter(s.tpot_list, lambda x: x > d.slo_tpot_ms)) end as tpot_over,
         case when d.slo_e2el_ms is not null then len(list_filter(s.e2el_list, lambda x: x > d.slo_e2el_ms)) end as e2el_over
     from sorted as s
     join decision as d on s.run_id = d.run_id
     left join step_eff as e on s.run_id = e.run_id and s.variant = e.variant and s.scenario = e.scenario
-    left join thresholds as t on s.n = t.n and d.slo_percentile = t.pct and d.slo_confidence = t.conf
+    left join thresholds as t on coalesce(e.n_eff, s.n) = t.n and d.slo_percentile = t.pct and d.slo_confidence = t.conf
 ),
 
--- the requests each undecided count needs: the fewest m with P(Binomial(m, q) <= over) <= 1 - c
+judged as (
+    select
+        *,
+        case when allowed_eff >= 0 then allowed_eff * n // n_eff else -1 end as allowed,
+        (shown_above_eff - 1) * n // n_eff + 1 as shown_above,
+        (ttft_over * n_eff + n - 1) // n as ttft_counted,
+        (tpot_over * n_eff + n - 1) // n as tpot_counted,
+        (e2el_over * n_eff + n - 1) // n as e2el_counted
+    from counted
+),
+
+-- the requests each undecided count needs: the fewest m with P(Binomial(m, q) <= over) <= 1 - c, over the count
+-- as the claim counts it (scaled back by n / n_eff, rounded up, where requests are correlated)
 undecided as (
-    select distinct over, slo_percentile as pct, slo_confidence as conf
-    from judged
-    cross join unnest([ttft_over, tpot_over, e2el_over]) as u(over)
-    where over is not null and over > allowed and over < shown_above and slo_percentile < 100
+    select distinct counted as over, pct, conf
+    from (
+        select ttft_over as o, ttft_counted as counted, allowed, shown_above, slo_percentile as pct, slo_confidence as conf
+        from judged
+        union all
+        select tpot_over, tpot_counted, allowed, shown_above, slo_percentile, slo_confidence from judged
+        union all
+        select e2el_over, e2el_counted, allowed, shown_above, slo_percentile, slo_confidence from judged
+    )
+    where o is not null and o > allowed and o < shown_above and pct < 100
 ),
 
 needed as (
@@ -340,21 +389,21 @@ checked as (
         d.slo_ttft_ms is null and d.slo_tpot_ms is null and d.slo_e2el_ms is null as no_slo,
         r.offered_req_s,
         r.achieved_req_s,
-        greatest(nt.n_needed, np.n_needed, ne.n_needed) as needed_any,
+        (greatest(nt.n_needed, np.n_needed, ne.n_needed) * j.n + j.n_eff - 1) // j.n_eff as needed_any,
         j.n_eff,
-        j.autocorr
+        j.deff
     from perf_summary as s
     join decision as d on s.run_id = d.run_id
     left join judged as j on s.run_id = j.run_id and s.variant = j.variant and s.scenario = j.scenario
     left join step_rates as r on s.run_id = r.run_id and s.variant = r.variant and s.scenario = r.scenario
     left join needed as nt
-        on nt.over = j.ttft_over and j.ttft_over > j.allowed and j.ttft_over < j.shown_above
+        on nt.over = j.ttft_counted and j.ttft_over > j.allowed and j.ttft_over < j.shown_above
         and nt.pct = d.slo_percentile and nt.conf = d.slo_confidence
     left join needed as np
-        on np.over = j.tpot_over and j.tpot_over > j.allowed and j.tpot_over < j.shown_above
+        on np.over = j.tpot_counted and j.tpot_over > j.allowed and j.tpot_over < j.shown_above
         and np.pct = d.slo_percentile and np.conf = d.slo_confidence
     left join needed as ne
-        on ne.over = j.e2el_over and j.e2el_over > j.allowed and j.e2el_over < j.shown_above
+        on ne.over = j.e2el_counted and j.e2el_over > j.allowed and j.e2el_over < j.shown_above
         and ne.pct = d.slo_percentile and ne.conf = d.slo_confidence
 ),
 
@@ -445,6 +494,9 @@ final as (
                     slo_percentile, slo_tpot_ms, slo_confidence * 100, tpot_over, n, greatest(allowed, 0)) end,
                 case when e2el_undecided then printf('p%g E2EL <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
                     slo_percentile, slo_e2el_ms, slo_confidence * 100, e2el_over, n, greatest(allowed, 0)) end,
+                case when n_eff < n and (coalesce(ttft_missed or ttft_undecided, false)
+                    or coalesce(tpot_missed or tpot_undecided, false) or coalesce(e2el_missed or e2el_undecided, false)) then
+                    printf('requests correlated (design effect %.2f): counted as %d of %d', deff, n_eff, n) end,
                 case when saturated then 'saturated: ' || coalesce(stop_reason, 'stopped early') end,
                 case when (is_rate_step or is_trace_step) and not saturated and not coalesce(sustained, false) then
                     case when offered_req_s is null then 'not sustained: no arrival rate (under 2 requests)'
@@ -461,7 +513,7 @@ final as (
         stop_reason,
         send_error_ms_p99,
         n_eff as n_effective,
-        autocorr as requests_autocorr
+        deff as requests_deff
     from statused
     left join good as g using (run_id, variant, scenario)
 )
