@@ -25,6 +25,11 @@ comma-separated key=value pairs (defaults in PACE):
                                  next request on it (so that request always finds it closed, never answered)
     heavy=2,pad=150000           chunk 2 carries a JSON array of 150,000 zeros: parsing it takes
                                  ~20 ms, so a client that stamped chunks after parsing shows it
+    slow_from=5,slow_count=5,slow_ms=600
+                                 a stall: the server's requests number 5 to 9 (0-based, in the order they
+                                 came, counted over every model) get their first chunk 600 ms later
+    sticky=1                     a prompt stalled once stalls every time it comes again (a stall that
+                                 returns when the same requests are measured again)
 
 GET /truth returns what was sent, per prompt (completions: `prompt`; chat: the last message's
 content): {"recv_ns", "writes_ns": [...] (each chunk's write began), "written_ns": [...] (it
@@ -64,10 +69,16 @@ PACE = {
     "heavy": -1,
     "pad": 150000,
     "close": 0,
+    "slow_from": -1,
+    "slow_count": 0,
+    "slow_ms": 0.0,
+    "sticky": 0,
 }
 
 _TRUTH: dict[str, dict] = {}
 _LOCK = threading.Lock()
+_RECEIVED = [0]  # completions requests received so far (the stall's clock)
+_STALLED: set[str] = set()  # prompts stalled so far (sticky=1)
 
 
 def pace(model: str) -> dict:
@@ -133,11 +144,18 @@ class Handler(BaseHTTPRequestHandler):
         key = req["messages"][-1]["content"] if chat else req["prompt"]
         p = pace(req.get("model", ""))
         n = int(req.get("max_tokens") or 8)
+        with _LOCK:
+            ordinal = _RECEIVED[0]
+            _RECEIVED[0] += 1
+            stalled = 0 <= p["slow_from"] <= ordinal < p["slow_from"] + p["slow_count"]
+            stalled = stalled or (p["sticky"] and key in _STALLED)
+            if stalled:
+                _STALLED.add(key)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        targets = [recv + ttft_ms(p, key) * 1e6]
+        targets = [recv + (ttft_ms(p, key) + (p["slow_ms"] if stalled else 0.0)) * 1e6]
         for g in gaps_ms(p, n, key):
             targets.append(targets[-1] + g * 1e6)
         writes, written, kinds = [], [], []

@@ -350,15 +350,16 @@ def measure(
     )
     idle = idle_baseline(scope, spec.idle_baseline_s)  # the server up and idle, before the first request
     guard = host_guard(spec, target)
-    summarized: dict[str, int] = {}  # scenario -> repeats its summary covers
+    summarized: dict[str, list] = {}  # scenario -> the windows its summary covers (one measured again replaces one)
 
     def summarize_new(scenarios: list[Scenario]) -> None:
         for sc in scenarios:
-            if summarized.get(sc.step.label) != len(sc.runs):
+            done = summarized.get(sc.step.label, [])
+            if len(done) != len(sc.runs) or any(a is not b for a, b in zip(done, sc.runs)):
                 sc.summary = summarize_scenario(
                     spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle, built_by
                 )
-                summarized[sc.step.label] = len(sc.runs)
+                summarized[sc.step.label] = list(sc.runs)
         if on_scenario:
             on_scenario(scenarios)
 

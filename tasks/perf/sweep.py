@@ -31,7 +31,7 @@ import gc
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable, Sequence
 
@@ -44,6 +44,7 @@ from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
+from tasks.perf.outliers import outlier_repeats
 from tasks.perf.stopping import OVER_SATURATION, LoadWatch, StopRule, stop_rules
 from tasks.perf.workload import Prompt, Workload
 
@@ -332,7 +333,8 @@ def run_perf(
     warn: Callable[[str], None] | None = None,
 ) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
-    With `guard`, a window disturbed by other processes on the host is measured again (see run_step).
+    With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
+    of a fixed step that stands apart from the others is measured again after them (measure_outliers_again).
 
     `trace`: the trace's prompts (tasks.perf.trace), replayed as the step `trace` after the fixed steps.
 
@@ -347,6 +349,15 @@ def run_perf(
     )
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
+    made: dict[tuple[str, int], tuple[list[Prompt], int, int]] = {}  # (step, repeat): its prompts, first index, seed
+
+    def again(step: Step, repeat: int) -> StepRun:
+        prompts, first, seed = made[(step.label, repeat)]
+        return run_step(
+            spec, step, repeat, prompts, base_url, model, force, count_tokens, first, seed, None,
+            energy_off_reason, meter_opener, guard, warn,
+        )  # fmt: skip
+
     with _Progress(progress) as bar:
         for repeat in range(max(spec.repeats, spec.trace.repeats if spec.trace else 0)):
             i = 0
@@ -365,6 +376,8 @@ def run_perf(
                     n = step_prompts(spec, step)
                     prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
                 tracker = bar.track(f"{step.label} ({repeat + 1}/{times})", n - spec.warmup_requests)
+                first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
+                made[(step.label, repeat)] = (prompts, first, seed)
                 sc.runs.append(
                     run_step(
                         spec,
@@ -375,7 +388,7 @@ def run_perf(
                         model,
                         force,
                         count_tokens,
-                        sum(len(r.warmup) + len(r.measured) for r in sc.runs),
+                        first,
                         seed,
                         tracker,
                         energy_off_reason,
@@ -397,7 +410,50 @@ def run_perf(
                 if on_scenario:
                     on_scenario(list(scenarios.values()))
                 i += 1
+        if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
+            on_scenario(list(scenarios.values()))
     return list(scenarios.values())
+
+
+def measure_outliers_again(
+    scenarios: dict[str, Scenario],
+    again: Callable[[Step, int], StepRun],
+    guard: HostGuard | None,
+    warn: Callable[[str], None] | None,
+) -> bool:
+    """Each fixed step's repeats that stand apart from its others (tasks.perf.outliers) measured once more, now,
+    after every repeat of the variant (later than the minute that stalled), while the guard's re-measuring budget
+    lasts: the new window replaces the old, which its `remeasured` names; one that stands apart again, or that no
+    budget is left for, is kept and marked `disturbed` (a new StepRun either way, so that its summary is made
+    again). Whether any window was replaced."""
+    replaced = False
+    for sc in scenarios.values():
+        if sc.step is JITTER_STEP or sc.step.kind not in ("concurrency", "rate"):
+            continue
+        for i, why in sorted(outlier_repeats([run.measured for run in sc.runs]).items()):
+            old = sc.runs[i]
+            if guard is None or guard.spent_s >= guard.budget_s:
+                sc.runs[i] = replace(old, disturbed=old.disturbed or f"{why}; no re-measuring time left")
+                replaced = True
+                if warn:
+                    warn(f"{sc.step.label} repeat {old.repeat}: {why}; kept: no re-measuring time left")
+                continue
+            t0 = time.perf_counter()
+            guard.rule.wait_quiet(guard.engine_pids)
+            new = again(sc.step, old.repeat)
+            guard.spent_s += time.perf_counter() - t0
+            new.remeasured = old.remeasured + [f"{why}, measured again after the other repeats"] + new.remeasured
+            sc.runs[i] = new
+            replaced = True
+            still = outlier_repeats([run.measured for run in sc.runs]).get(i)
+            if still:
+                new.disturbed = new.disturbed or still
+            if warn:
+                warn(
+                    f"{sc.step.label} repeat {old.repeat}: {why}; measured again after the other repeats"
+                    + (f", and it stands apart again ({still}): kept, marked disturbed" if still else "")
+                )
+    return replaced
 
 
 def _request_rate(run: StepRun) -> float | None:
