@@ -116,12 +116,14 @@ def test_two_identical_variants_agree_whether_or_not_a_neighbour_was_busy_during
     assert loud["windows_remeasured"] >= 1 and "other processes used" in loud["host_noise_note"], loud
     assert any("window disturbed" in w and "measuring it again" in w for w in warnings), warnings
     assert loud["windows_kept"] == 2 and loud["host_noise_max_pct"] == 25.0
+    # speed: the median TPOT, the decode speed a busy neighbour made 17x slower. Output throughput over windows of
+    # 3 requests rests on their TTFTs too, and two quiet runs on a 2-core CI host read 62.8 vs 56.1 tok/s (stop 41)
     for a, b in ((loud, quiet), (quiet, quiet2)):
-        why = f"{a['output_throughput']:.1f} vs {b['output_throughput']:.1f} tok/s; "
-        why += f"{a['host_noise_note']} | {b['host_noise_note']}"
+        why = f"TPOT p50 {a['tpot_ms_p50']:.2f} vs {b['tpot_ms_p50']:.2f} ms ({a['output_throughput']:.1f} vs "
+        why += f"{b['output_throughput']:.1f} tok/s); {a['host_noise_note']} | {b['host_noise_note']}"
         if a["windows_disturbed"] or b["windows_disturbed"]:
             # a host busy beyond the re-measuring budget (other users on a shared host): the figures may differ,
             # but never silently: the kept window says it was disturbed, by how much
             assert "kept disturbed" in (a["host_noise_note"] or "") + (b["host_noise_note"] or ""), why
         else:
-            assert a["output_throughput"] == pytest.approx(b["output_throughput"], rel=0.10), why
+            assert a["tpot_ms_p50"] == pytest.approx(b["tpot_ms_p50"], rel=0.10), why
