@@ -500,6 +500,16 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("send_error_ms_max", F64, "ms", "actual - scheduled send time, largest; NULL: no schedule"),
             col("saturated", B, None, "the step's queue kept growing (in flight and TTFT rising): stopped early"),
             col("stop_reason", S, None, "the stopping rule that ended the step early and why; NULL: ran out"),
+            # 018_extend: a fixed step's claim gathered over looks (decision.extend; tasks/perf/extend.py)
+            col(
+                "slo_looks",
+                I64,
+                None,
+                "most looks at the step's SLO claim; each judged at 1 - (1 - confidence) / slo_looks",
+                between(1, 1000),
+            ),
+            col("repeats_added", I64, None, "repeats added to gather what the step's SLO claim lacked"),
+            col("extend_note", S, None, "what the extension did to the step, or why it added nothing more"),
         ),
         checks=(
             Check(

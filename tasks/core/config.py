@@ -597,6 +597,20 @@ class LoadSearchSpec(_Strict):
     )
 
 
+class ExtendSpec(_Strict):
+    """More repeats for a fixed step whose SLO percentile claim lacks requests, judged at corrected looks
+    (tasks/perf/extend.py)."""
+
+    budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant (s)")
+    looks: int = Field(
+        default=3,
+        ge=2,
+        le=20,
+        description="most looks at a step's claim, the first included; every look of a fixed step is judged at "
+        "1 - (1 - confidence) / looks (Bonferroni), so its claim keeps `confidence` whichever look it stops at",
+    )
+
+
 # The default quality gate: a variant may lose at most 2 points of a fraction metric (non-inferiority), with
 # 80 % power for an equal variant at ~520 paired items (2 % discordant) to ~1,050 (5 %); docs/decision.md says why
 # not MLPerf's 99 % retention (44,000 pairs at a 0.3 accuracy).
@@ -685,6 +699,9 @@ class DecisionSpec(_Strict):
         description="objective values this close to the best are a tie (%), broken on quality",
     )
     search: LoadSearchSpec | None = Field(default=None, description="add rate steps to find the sustainable load")
+    extend: ExtendSpec | None = Field(
+        default=None, description="add repeats to fixed steps whose percentile claim lacks requests, looks corrected"
+    )
 
     @model_validator(mode="after")
     def _retention_when_asked(self) -> "DecisionSpec":
@@ -706,10 +723,17 @@ class DecisionSpec(_Strict):
 
     def step_requests(self) -> int:
         """Measured requests a rate step needs, repeats pooled: min_requests, else the fewest that show the
-        percentile at `confidence` with none over a limit (tasks.core.percentiles)."""
+        percentile at the fixed steps' claim confidence with none over a limit (tasks.core.percentiles)."""
         from tasks.core.percentiles import min_requests
 
-        return self.min_requests or min_requests(self.percentile, self.confidence)
+        return self.min_requests or min_requests(self.percentile, self.fixed_step_confidence())
+
+    def fixed_step_confidence(self) -> float:
+        """The confidence a fixed step's claim is judged at: `confidence`, or with `extend` each of its looks'
+        (tasks.perf.extend.look_confidence)."""
+        from tasks.core.percentiles import look_confidence
+
+        return look_confidence(self.confidence, self.extend.looks if self.extend else 1)
 
 
 class RunConfig(_Strict):
@@ -736,6 +760,10 @@ class RunConfig(_Strict):
         repeats pool at least decision.step_requests() measured requests, and its stream starts with the decision's
         warm-up share (when perf sets none). Written into the config, so the run's recorded config carries them."""
         perf, d = self.perf, self.decision
+        if d.extend is not None and not d.slo_limits(perf):
+            raise ValueError(
+                "decision.extend: no SLO to gather requests for; set decision.slo or perf.slo, or drop decision.extend"
+            )
         if not d.slo_limits(perf) or not (perf.rates or perf.sweep or d.search is not None):
             return self
         per_repeat = max(perf.rate_measured(), math.ceil(d.step_requests() / perf.repeats))

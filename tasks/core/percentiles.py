@@ -153,3 +153,9 @@ def effective_requests(series: list[list[float]]) -> tuple[int, float | None]:
         deff += 2.0 * g
     deff = max(deff, 1.0)
     return max(1, min(n, math.floor(n / deff + EPS))), deff
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """The confidence each of `looks` planned looks at one claim is judged at so that together they keep
+    `confidence` (Bonferroni: the chance that any look claims falsely is at most 1 - confidence)."""
+    return 1.0 - (1.0 - confidence) / max(looks, 1)

@@ -22,7 +22,8 @@ from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
-from tasks.perf.load_search import search_load
+from tasks.perf.extend import StepExtension
+from tasks.perf.load_search import judge, search_load
 from tasks.perf.perf_run import measure_into, variant_target
 from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
 from tasks.quality.suite_loop import run_suites
@@ -54,9 +55,13 @@ def measure_perf(
     cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str, results_dir: Path
 ) -> dict:
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
-    search = partial(search_load, cfg) if cfg.decision.search is not None else None
+    d = cfg.decision
+    search = partial(search_load, cfg) if d.search is not None else None
+    extension = StepExtension(partial(judge, cfg=cfg), d.extend.looks, d.extend.budget_s) if d.extend else None
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
-    return measure_into(cfg.perf, target, run_id, variant.name, results_dir, search, warn=run_logger().warning)
+    return measure_into(
+        cfg.perf, target, run_id, variant.name, results_dir, search, warn=run_logger().warning, extension=extension
+    )
 
 
 @task(name="quality-suites", cache_policy=NONE)

@@ -26,6 +26,7 @@ import time
 from typing import Callable
 
 from tasks.core.config import LoadSearchSpec, RunConfig
+from tasks.core.percentiles import look_confidence
 from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
 from tasks.perf.slo import SloCheck, check_step
@@ -37,14 +38,14 @@ _SEED_OFFSET = 10_000
 
 
 def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
-    """One measured step judged as v_slo_steps judges it: the decision's SLO, percentile and confidence, and for a
-    rate step whether its load was sustained."""
+    """One measured step judged as v_slo_steps judges it: the decision's SLO, percentile and confidence (each look's
+    where the step has several: decision.extend), and for a rate step whether its load was sustained."""
     d = cfg.decision
     return check_step(
         [run.measured for run in sc.runs],
         d.slo_limits(cfg.perf) or {},
         d.percentile,
-        d.confidence,
+        look_confidence(d.confidence, sc.looks),
         is_rate_step(sc.step),
         d.min_rate_ratio,
         "; ".join(run.stop_reason for run in sc.runs if run.saturated and run.stop_reason) or None,

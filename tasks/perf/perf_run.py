@@ -21,6 +21,7 @@ from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, s
 from tasks.perf.energy import per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
+from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import HostGuard, NoiseRule, engine_process_ids
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
@@ -128,6 +129,7 @@ def summarize_scenario(
     reasons = [f"repeat {run.repeat}: {run.stop_reason}" for run in sc.runs if run.stop_reason]
     s["saturated"] = any(watched) if watched else None
     s["stop_reason"] = "; ".join(reasons)[:1000] if reasons else None
+    s.update(extend_columns(sc))
     mbu = (
         mbu_pct(s["tpot_ms_mean"], model_bytes, bandwidth.gb_s if bandwidth else None)
         if step.concurrency == 1
@@ -156,6 +158,11 @@ def summarize_scenario(
         }
     )
     return s
+
+
+def extend_columns(sc: Scenario) -> dict:
+    """The looks planned at the step's SLO claim and what decision.extend added to it (migration 018)."""
+    return {"slo_looks": sc.looks, "repeats_added": sc.repeats_added, "extend_note": sc.extend_note}
 
 
 def host_noise_columns(spec: PerfSpec, sc: Scenario) -> dict:
@@ -324,11 +331,13 @@ def measure(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
+    extension: StepExtension | None = None,
 ) -> list[Scenario]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
     far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
-    sweep (the decision's sustainable-load search). What the load generator shares the host with is
+    sweep (the decision's sustainable-load search), `extension` repeats to fixed steps whose claim lacks requests
+    (decision.extend), before the search. What the load generator shares the host with is
     `warn`ed about before the first request (tasks.perf.host_share)."""
     if target.on_host:
         for note in sharing_notes(target.cpu_threads):
@@ -360,6 +369,7 @@ def measure(
                     spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle, built_by
                 )
                 summarized[sc.step.label] = list(sc.runs)
+            sc.summary.update(extend_columns(sc))  # a note may change with no window added
         if on_scenario:
             on_scenario(scenarios)
 
@@ -377,6 +387,7 @@ def measure(
         trace=trace,
         guard=guard,
         warn=warn,
+        extension=extension,
     )
     if search is not None:
         scenarios += search(
@@ -406,6 +417,7 @@ def measure_into(
     results_dir: Path,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
+    extension: StepExtension | None = None,
 ) -> dict:
     """`measure`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step, repeat);
     returns a short summary for the run's log and the request counts the variant's failure check reads."""
@@ -431,7 +443,7 @@ def measure_into(
             results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios]
         )
 
-    scenarios = measure(spec, target, on_scenario=write, search=search, warn=warn)
+    scenarios = measure(spec, target, on_scenario=write, search=search, warn=warn, extension=extension)
     summaries = [sc.summary for sc in scenarios]
     return {
         "requests": sum(len(sc.records) for sc in scenarios),

@@ -233,13 +233,14 @@ def step_evidence(cfg) -> list[StepEvidence]:
     if not d.slo_limits(perf):
         return []
     needs = min_requests(d.percentile, d.confidence)
+    fixed = min_requests(d.percentile, d.fixed_step_confidence())  # decision.extend: every look corrected
     closed, rated = perf.repeats * perf.num_prompts, perf.repeats * perf.rate_measured()
-    out = [StepEvidence(f"c{c}", "closed", closed, needs) for c in perf.concurrency or []]
-    out += [StepEvidence(f"r{r:g}", "open", rated, needs) for r in perf.rates]
+    out = [StepEvidence(f"c{c}", "closed", closed, fixed) for c in perf.concurrency or []]
+    out += [StepEvidence(f"r{r:g}", "open", rated, fixed) for r in perf.rates]
     if perf.sweep is not None:
         out += [StepEvidence("sync", "closed", closed, needs), StepEvidence("max", "closed", closed, needs)]
         if perf.sweep:
-            out.append(StepEvidence(f"sweep1-{perf.sweep}", "open", rated, needs))
+            out.append(StepEvidence(f"sweep1-{perf.sweep}", "open", rated, fixed))
     if d.search is not None:
         out.append(StepEvidence("search", "open", rated, needs))
     if perf.trace is not None:
@@ -257,18 +258,27 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
     not): refused when no step it runs can show the percentile even with every request within the limits, since
     the night would then end judging no variant on the SLO, and when a trace replayed beside other steps cannot
     (a variant ships only when it serves the trace within the SLO: none could)."""
+    from tasks.core.percentiles import min_requests
+
     steps = step_evidence(cfg)
     if not steps:
         return ["decision: no SLO, no percentile claim to size"], None
     d = cfg.decision
-    need = steps[0].needs
+    need = min_requests(d.percentile, d.confidence)
     one_over = requests_needed(1, d.percentile, d.confidence)
     head = (
         f"decision: p{d.percentile:g} at {d.confidence * 100:g} % needs >= {need} measured requests per step with "
         f"none over a limit ({one_over} with one over)"
     )
+    if d.extend is not None:
+        head += (
+            f"; decision.extend: a fixed step (c<N>, r<R>, sweep rates) lacking requests gets more repeats within "
+            f"{d.extend.budget_s:g} s a variant, up to {d.extend.looks} looks, each judged at "
+            f"{d.fixed_step_confidence() * 100:.4g} % ({min_requests(d.percentile, d.fixed_step_confidence())} "
+            f"requests with none over)"
+        )
     lines = [head] + [
-        f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{need - s.gives} short'})"
+        f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{s.needs - s.gives} short'})"
         for s in steps
     ]
     lines.append(
@@ -288,6 +298,7 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
         )
     if any(s.enough for s in steps):
         return lines, None
+    need = min(s.needs for s in steps)
     per_repeat = math.ceil(need / perf.repeats)
     why = (
         f"no step can show p{d.percentile:g} at {d.confidence * 100:g} %: each gives at most "

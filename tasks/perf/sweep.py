@@ -41,6 +41,7 @@ from tasks.client import endpoint_url, request_body, stream_request, stream_sess
 from tasks.core.config import PerfSpec
 from tasks.core.lifecycle import run_async
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
+from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
@@ -81,6 +82,10 @@ class Scenario:
     step: Step
     runs: list[StepRun]
     summary: dict = field(default_factory=dict)
+    looks: int = 1  # most looks at its SLO claim (decision.extend: tasks.perf.extend), each at corrected confidence
+    looks_taken: int = 1
+    repeats_added: int = 0  # repeats measured to gather what its claim lacked
+    extend_note: str | None = None  # what the extension did, or why it did not
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -96,6 +101,12 @@ def is_rate_step(step: Step) -> bool:
 def step_prompts(spec: PerfSpec, step: Step) -> int:
     """Prompts one repeat of `step` sends: the one-by-one warm-up, then its stream (rate steps: warm-up share too)."""
     return spec.warmup_requests + (spec.stream_requests() if is_rate_step(step) else spec.num_prompts)
+
+
+def extendable(step: Step) -> bool:
+    """A fixed step (configured concurrency or rate, a sweep rate) that more repeats may be added to: its outliers
+    are measured again, and decision.extend judges every look of it at a corrected confidence."""
+    return step is not JITTER_STEP and step.kind in ("concurrency", "rate")
 
 
 def fixed_steps(spec: PerfSpec) -> list[Step]:
@@ -331,10 +342,13 @@ def run_perf(
     trace: list[Prompt] | None = None,
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
+    extension: StepExtension | None = None,
 ) -> list[Scenario]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
     of a fixed step that stands apart from the others is measured again after them (measure_outliers_again).
+    With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
+    looks corrected (tasks.perf.extend).
 
     `trace`: the trace's prompts (tasks.perf.trace), replayed as the step `trace` after the fixed steps.
 
@@ -358,6 +372,23 @@ def run_perf(
             energy_off_reason, meter_opener, guard, warn,
         )  # fmt: skip
 
+    index_of: dict[str, int] = {}  # step label -> its position, part of its prompts' seed
+
+    def first_time(step: Step, i: int, repeat: int, tracker: Callable[[RequestRecord], None] | None) -> StepRun:
+        seed = spec.seed * 1_000_003 + i * 1009 + repeat
+        sc = scenarios[step.label]
+        if step.kind == "trace":
+            prompts = workload(seed, spec.warmup_requests, True) + list(trace or [])
+        else:
+            n = step_prompts(spec, step)
+            prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
+        first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
+        made[(step.label, repeat)] = (prompts, first, seed)
+        return run_step(
+            spec, step, repeat, prompts, base_url, model, force, count_tokens, first, seed, tracker,
+            energy_off_reason, meter_opener, guard, warn,
+        )  # fmt: skip
+
     with _Progress(progress) as bar:
         for repeat in range(max(spec.repeats, spec.trace.repeats if spec.trace else 0)):
             i = 0
@@ -367,36 +398,13 @@ def run_perf(
                 if repeat >= times:
                     i += 1  # a trace is replayed trace.repeats times, every other step perf.repeats times
                     continue
-                seed = spec.seed * 1_000_003 + i * 1009 + repeat
-                sc = scenarios.setdefault(step.label, Scenario(step, []))
-                if step.kind == "trace":
-                    prompts = workload(seed, spec.warmup_requests, True) + list(trace or [])
-                    n = len(prompts)
-                else:
-                    n = step_prompts(spec, step)
-                    prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
-                tracker = bar.track(f"{step.label} ({repeat + 1}/{times})", n - spec.warmup_requests)
-                first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
-                made[(step.label, repeat)] = (prompts, first, seed)
-                sc.runs.append(
-                    run_step(
-                        spec,
-                        step,
-                        repeat,
-                        prompts,
-                        base_url,
-                        model,
-                        force,
-                        count_tokens,
-                        first,
-                        seed,
-                        tracker,
-                        energy_off_reason,
-                        meter_opener,
-                        guard,
-                        warn,
-                    )
-                )
+                if step.label not in scenarios:
+                    looks = extension.looks if extension is not None and extendable(step) else 1
+                    scenarios[step.label] = Scenario(step, [], looks=looks)
+                    index_of[step.label] = i
+                sc = scenarios[step.label]
+                n = len(trace or []) if step.kind == "trace" else step_prompts(spec, step) - spec.warmup_requests
+                sc.runs.append(first_time(step, i, repeat, bar.track(f"{step.label} ({repeat + 1}/{times})", n)))
                 if sweep_pending and step.label == "max":
                     # The sweep's rates lie between the measured synchronous and maximum request rates.
                     lo = _request_rate(scenarios["sync"].runs[0])
@@ -411,6 +419,9 @@ def run_perf(
                     on_scenario(list(scenarios.values()))
                 i += 1
         if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
+            on_scenario(list(scenarios.values()))
+        more = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
+        if extension is not None and extension.run(scenarios, more, spec.repeats, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
     return list(scenarios.values())
 
@@ -428,7 +439,7 @@ def measure_outliers_again(
     again). Whether any window was replaced."""
     replaced = False
     for sc in scenarios.values():
-        if sc.step is JITTER_STEP or sc.step.kind not in ("concurrency", "rate"):
+        if not extendable(sc.step):
             continue
         for i, why in sorted(outlier_repeats([run.measured for run in sc.runs]).items()):
             old = sc.runs[i]

@@ -24,7 +24,7 @@ from tasks.report.text import (
     _fmt,
     _value,
     _warehouse_path,
-    correlation_line,
+    claim_lines,
     host_noise_lines,
     md_escape,
     trace_lines,
@@ -656,7 +656,7 @@ def format_recommendation(
     lines = summary_lines(df) + trace_lines(df)
     if stability and len(df):
         lines.insert(1, stability_text(pick_stability(con, run_id, stability), _v(df.iloc[0], "recommended_variant")))
-    lines += host_noise_lines(con, run_id) + correlation_line(con, run_id)
+    lines += host_noise_lines(con, run_id) + claim_lines(con, run_id)
     return "\n".join([head, "", *lines, "", _table(df), *_notes(df)])
 
 
@@ -670,8 +670,7 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     df = recommendation_frame(con, run_id)
     said = [md_escape(s) for s in summary_lines(df)]  # a failed variant's sentence quotes its error
     lines = [f"**{said[0]}**", ""] + [
-        f"- {s}"
-        for s in said[1:] + [md_escape(h) for h in host_noise_lines(con, run_id) + correlation_line(con, run_id)]
+        f"- {s}" for s in said[1:] + [md_escape(h) for h in host_noise_lines(con, run_id) + claim_lines(con, run_id)]
     ]
     lines += [
         "",

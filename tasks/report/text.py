@@ -257,10 +257,11 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
-def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """The variants whose sustainable step's requests are correlated (v_slo_steps.n_effective below num_measured):
-    how many the SLO claim counted them as, and the design effect (docs/statistics.md, 1c); nothing when no
-    sustainable step's requests are correlated."""
+def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """How the SLO claims counted their requests: the variants whose sustainable step's requests are correlated
+    (v_slo_steps.n_effective below num_measured: what the claim counted them as, and the design effect;
+    docs/statistics.md, 1c), and the steps decision.extend added repeats to or could not (its note, with the
+    confidence every look was judged at). Nothing when there is neither."""
     rows = con.execute(
         "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_deff "
         "from v_recommendation as r join v_slo_steps as s on s.run_id = r.run_id and s.variant = r.variant "
@@ -272,12 +273,24 @@ def correlation_line(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
         f"{variant} {scenario}: {n} requests counted as {n_eff} (design effect {deff:.2f})"
         for variant, scenario, n, n_eff, deff in rows
     ]
-    if not parts:
-        return []
-    return [
-        "correlated requests (in flight together, a repeat's shared host state, a drift; the SLO claim counts them "
-        "as fewer, docs/statistics.md 1c): " + "; ".join(parts)
-    ]
+    out = []
+    if parts:
+        out.append(
+            "correlated requests (in flight together, a repeat's shared host state, a drift; the SLO claim counts "
+            "them as fewer, docs/statistics.md 1c): " + "; ".join(parts)
+        )
+    extended = con.execute(
+        "select variant, scenario, extend_note, slo_looks, claim_confidence from v_slo_steps "
+        "where run_id = ? and extend_note is not null order by variant, scenario",
+        [run_id],
+    ).fetchall()
+    if extended:
+        looks, conf = extended[0][3], extended[0][4]
+        out.append(
+            f"requests gathered for claims that lacked them (decision.extend: up to {looks} looks, each judged at "
+            f"{conf * 100:.4g} %): " + "; ".join(f"{v} {sc}: {note}" for v, sc, note, _, _ in extended)
+        )
+    return out
 
 
 def _cell(row: pd.Series, col: str) -> Any:
@@ -382,7 +395,7 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
     knee = concurrency_lines(con, run_id)
     lines += [*knee, ""] if knee else []
     # SLO attainment on a replayed trace, per variant; what correlated requests of a sustainable step are worth
-    served = trace_lines(trace_frame(con, run_id)) + correlation_line(con, run_id)
+    served = trace_lines(trace_frame(con, run_id)) + claim_lines(con, run_id)
     lines += [*served, ""] if served else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)

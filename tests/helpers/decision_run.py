@@ -43,6 +43,8 @@ def step(
     kind: str | None = None,
     stop_reason: str | None = None,
     drift: bool = False,
+    looks: int | None = None,
+    extend_note: str | None = None,
 ) -> dict:
     """One perf step: its measured requests' TTFTs (+ `errors` failed ones) and its summary figures. A rate step's
     requests arrive evenly at `rate` over `repeats` repeats and return at `completion_rate` (default: as they
@@ -50,7 +52,8 @@ def step(
     `kind` 'trace': a replayed trace (its requests on `rate`'s schedule, no target rate stored); `stop_reason`: the
     step was stopped early as saturated. Requests are sent in a fixed scramble of the listed order (send_slots), as
     good as independent; `drift`: in the listed order (a list in rising order is then a drift, its requests
-    correlated)."""
+    correlated). `looks`: the step's claim planned over that many looks (decision.extend: perf_summary.slo_looks),
+    `extend_note` what the extension did."""
     return dict(
         scenario=scenario,
         concurrency=concurrency,
@@ -69,6 +72,8 @@ def step(
         kind=kind,
         stop_reason=stop_reason,
         drift=drift,
+        looks=looks,
+        extend_note=extend_note,
     )
 
 
@@ -223,6 +228,8 @@ def write_decision_run(
                     "request_rate": None if s["kind"] == "trace" else s["rate"],
                     "saturated": s["stop_reason"] is not None if s["rate"] else None,
                     "stop_reason": s["stop_reason"],
+                    "slo_looks": s["looks"],
+                    "extend_note": s["extend_note"],
                     "num_requests": n_all,
                     "num_ok": n_ok,
                     "num_errors": s["errors"],

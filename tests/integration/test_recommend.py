@@ -366,15 +366,18 @@ def records_of(con, variant: str, scenario: str) -> list[list]:
 
 
 def judged_both(tmp_path: Path, s: dict, decision: dict, rate_step: bool = False) -> tuple[dict, object]:
-    """A run of one step `s` loaded: (its v_slo_steps row, tasks.perf.slo.check_step on the same stored requests)."""
+    """A run of one step `s` loaded: (its v_slo_steps row, tasks.perf.slo.check_step on the same stored requests, at
+    the confidence of each of the step's looks)."""
+    from tasks.core.percentiles import look_confidence
     from tasks.perf.slo import check_step
 
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "j1", {"ref": {"ref": True, "steps": [s]}}, decision=decision), db)
     d = DecisionSpec.model_validate(decision)
+    conf = look_confidence(d.confidence, s.get("looks") or 1)
     with open_warehouse(db, read_only=True) as con:
         (sql,) = rows(con, "select * from v_slo_steps")
-        py = check_step(records_of(con, "ref", s["scenario"]), d.slo.limits(), d.percentile, d.confidence, rate_step)
+        py = check_step(records_of(con, "ref", s["scenario"]), d.slo.limits(), d.percentile, conf, rate_step)
     return sql, py
 
 
@@ -428,6 +431,49 @@ def test_python_and_sql_judge_a_step_the_same(
         {"slo": limits, "percentile": percentile, "confidence": confidence},
     )
     assert_same_judgement(sql, py, limits)
+
+
+@pytest.mark.parametrize(
+    "n_ok, over, looks, status",
+    [(6, 0, 1, "met"), (6, 0, 3, "met"), (8, 1, 1, "met"), (8, 1, 3, "not_enough_requests"), (40, 2, 5, "met")],
+)
+def test_a_step_planned_over_looks_is_judged_at_each_looks_confidence(
+    tmp_path: Path, n_ok: int, over: int, looks: int, status: str
+) -> None:
+    """decision.extend: a fixed step whose claim may be looked at up to `looks` times is judged, at every look, at
+    1 - (1 - c) / looks: p50 at 95 % is shown by 8 requests with one over (P(Bin(8, 1/2) <= 1) = 3.5 %), at 98.3 %
+    (3 looks) it is not (10 needed). Python and SQL agree, and say the confidence they used."""
+    from tasks.core.percentiles import look_confidence
+
+    ttft = [100.0 + (i * 7) % 13 for i in range(n_ok - over)] + [500.0 + i for i in range(over)]
+    limits = {"ttft_ms": 400.0}
+    sql, py = judged_both(
+        tmp_path, step("c1", 1, 1.0, ttft, looks=looks), {"slo": limits, "percentile": 50.0, "confidence": 0.95}
+    )
+    assert_same_judgement(sql, py, limits)
+    conf = look_confidence(0.95, looks)
+    assert sql["slo_looks"] == looks and sql["claim_confidence"] == pytest.approx(conf)
+    assert sql["slo_status"] == status
+    if status != "met":
+        assert sql["slo_fail_reason"] == (
+            "p50 TTFT <= 400 ms not shown at 98.3333 % (1 of 8 over, 0 allowed); 10 requests needed"
+        )
+
+
+def test_the_report_says_what_the_extension_did(tmp_path: Path) -> None:
+    from tasks.report.text import claim_lines
+
+    note = "look 2 of 3: met after 2 added repeat(s) (8 requests had, 10 needed)"
+    s = step("c1", 1, 1.0, [100.0 + (i * 7) % 13 for i in range(12)], looks=3, extend_note=note)
+    db = tmp_path / "wh.duckdb"
+    decision = {"slo": {"ttft_ms": 400.0}, "percentile": 50.0}
+    load_run(write_decision_run(tmp_path / "runs", "x1", {"ref": {"ref": True, "steps": [s]}}, decision=decision), db)
+    with open_warehouse(db, read_only=True) as con:
+        lines = claim_lines(con, "x1")
+    assert lines == [
+        "requests gathered for claims that lacked them (decision.extend: up to 3 looks, each judged at 98.33 %): "
+        f"ref c1: {note}"
+    ]
 
 
 @pytest.mark.parametrize("n, over", [(29, 0), (60, 0), (120, 3), (45, 9)])

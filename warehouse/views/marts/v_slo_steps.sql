@@ -61,10 +61,26 @@
 --                                  least 1 (tasks.core.percentiles.effective_requests); num_measured when independent
 --   requests_deff                  the design effect (>= 1) of the limited latency with the fewest n_effective: what
 --                                  one request counts for; NULL: under 3 requests, or no repeat with 2
+--   slo_looks                      most looks planned at the step's claim (decision.extend; 1: none)
+--   claim_confidence               the confidence its claim is judged at: 1 - (1 - slo_confidence) / slo_looks
+--   repeats_added, extend_note     repeats added to gather what the claim lacked, and what was done or why not
 
 with decision as (
     select run_id, slo_percentile, slo_confidence, min_rate_ratio, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms
     from v_decision
+),
+
+-- the confidence each step's claim is judged at: a step with several planned looks (decision.extend) judges every
+-- look at 1 - (1 - c) / looks, so the claim keeps c whichever look it stopped at (tasks.core.percentiles.look_confidence)
+step_conf as (
+    select
+        s.run_id,
+        s.variant,
+        s.scenario,
+        greatest(coalesce(s.slo_looks, 1), 1) as slo_looks,
+        1 - (1 - d.slo_confidence) / greatest(coalesce(s.slo_looks, 1), 1) as conf
+    from perf_summary as s
+    join decision as d on s.run_id = d.run_id
 ),
 
 -- every measured request, its latencies as the SLO sees them (ms; +infinity: failed, or no figure)
@@ -194,9 +210,10 @@ step_eff as (
 -- P(Binomial(n, q) = j) for j up to 10 standard deviations above the mean (beyond it the tail is < 1e-20), at the
 -- requests the claim counts
 combos as (
-    select distinct coalesce(e.n_eff, s.n) as n, d.slo_percentile as pct, d.slo_confidence as conf
+    select distinct coalesce(e.n_eff, s.n) as n, d.slo_percentile as pct, c.conf
     from sorted as s
     join decision as d on s.run_id = d.run_id
+    join step_conf as c on s.run_id = c.run_id and s.variant = c.variant and s.scenario = c.scenario
     left join step_eff as e on s.run_id = e.run_id and s.variant = e.variant and s.scenario = e.scenario
     where d.slo_percentile < 100
 ),
@@ -240,6 +257,8 @@ counted as (
     select
         s.*,
         d.* exclude (run_id),
+        c.conf as claim_conf,
+        c.slo_looks,
         coalesce(e.n_eff, s.n) as n_eff,
         e.deff,
         -- the 100th percentile: nothing shows it within a limit, one request over shows it above
@@ -250,8 +269,9 @@ counted as (
         case when d.slo_e2el_ms is not null then len(list_filter(s.e2el_list, lambda x: x > d.slo_e2el_ms)) end as e2el_over
     from sorted as s
     join decision as d on s.run_id = d.run_id
+    join step_conf as c on s.run_id = c.run_id and s.variant = c.variant and s.scenario = c.scenario
     left join step_eff as e on s.run_id = e.run_id and s.variant = e.variant and s.scenario = e.scenario
-    left join thresholds as t on coalesce(e.n_eff, s.n) = t.n and d.slo_percentile = t.pct and d.slo_confidence = t.conf
+    left join thresholds as t on coalesce(e.n_eff, s.n) = t.n and d.slo_percentile = t.pct and c.conf = t.conf
 ),
 
 judged as (
@@ -270,12 +290,12 @@ judged as (
 undecided as (
     select distinct counted as over, pct, conf
     from (
-        select ttft_over as o, ttft_counted as counted, allowed, shown_above, slo_percentile as pct, slo_confidence as conf
+        select ttft_over as o, ttft_counted as counted, allowed, shown_above, slo_percentile as pct, claim_conf as conf
         from judged
         union all
-        select tpot_over, tpot_counted, allowed, shown_above, slo_percentile, slo_confidence from judged
+        select tpot_over, tpot_counted, allowed, shown_above, slo_percentile, claim_conf from judged
         union all
-        select e2el_over, e2el_counted, allowed, shown_above, slo_percentile, slo_confidence from judged
+        select e2el_over, e2el_counted, allowed, shown_above, slo_percentile, claim_conf from judged
     )
     where o is not null and o > allowed and o < shown_above and pct < 100
 ),
@@ -391,20 +411,24 @@ checked as (
         r.achieved_req_s,
         (greatest(nt.n_needed, np.n_needed, ne.n_needed) * j.n + j.n_eff - 1) // j.n_eff as needed_any,
         j.n_eff,
-        j.deff
+        j.deff,
+        coalesce(j.claim_conf, d.slo_confidence) as claim_confidence,
+        coalesce(j.slo_looks, 1) as slo_looks,
+        s.repeats_added,
+        s.extend_note
     from perf_summary as s
     join decision as d on s.run_id = d.run_id
     left join judged as j on s.run_id = j.run_id and s.variant = j.variant and s.scenario = j.scenario
     left join step_rates as r on s.run_id = r.run_id and s.variant = r.variant and s.scenario = r.scenario
     left join needed as nt
         on nt.over = j.ttft_counted and j.ttft_over > j.allowed and j.ttft_over < j.shown_above
-        and nt.pct = d.slo_percentile and nt.conf = d.slo_confidence
+        and nt.pct = d.slo_percentile and nt.conf = j.claim_conf
     left join needed as np
         on np.over = j.tpot_counted and j.tpot_over > j.allowed and j.tpot_over < j.shown_above
-        and np.pct = d.slo_percentile and np.conf = d.slo_confidence
+        and np.pct = d.slo_percentile and np.conf = j.claim_conf
     left join needed as ne
         on ne.over = j.e2el_counted and j.e2el_over > j.allowed and j.e2el_over < j.shown_above
-        and ne.pct = d.slo_percentile and ne.conf = d.slo_confidence
+        and ne.pct = d.slo_percentile and ne.conf = j.claim_conf
 ),
 
 statused as (
@@ -489,11 +513,11 @@ final as (
                 case when tpot_missed then printf('p%g TPOT > %g ms (%d of %d over)', slo_percentile, slo_tpot_ms, tpot_over, n) end,
                 case when e2el_missed then printf('p%g E2EL > %g ms (%d of %d over)', slo_percentile, slo_e2el_ms, e2el_over, n) end,
                 case when ttft_undecided then printf('p%g TTFT <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
-                    slo_percentile, slo_ttft_ms, slo_confidence * 100, ttft_over, n, greatest(allowed, 0)) end,
+                    slo_percentile, slo_ttft_ms, claim_confidence * 100, ttft_over, n, greatest(allowed, 0)) end,
                 case when tpot_undecided then printf('p%g TPOT <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
-                    slo_percentile, slo_tpot_ms, slo_confidence * 100, tpot_over, n, greatest(allowed, 0)) end,
+                    slo_percentile, slo_tpot_ms, claim_confidence * 100, tpot_over, n, greatest(allowed, 0)) end,
                 case when e2el_undecided then printf('p%g E2EL <= %g ms not shown at %g %% (%d of %d over, %d allowed)',
-                    slo_percentile, slo_e2el_ms, slo_confidence * 100, e2el_over, n, greatest(allowed, 0)) end,
+                    slo_percentile, slo_e2el_ms, claim_confidence * 100, e2el_over, n, greatest(allowed, 0)) end,
                 case when n_eff < n and (coalesce(ttft_missed or ttft_undecided, false)
                     or coalesce(tpot_missed or tpot_undecided, false) or coalesce(e2el_missed or e2el_undecided, false)) then
                     printf('requests correlated (design effect %.2f): counted as %d of %d', deff, n_eff, n) end,
@@ -513,7 +537,11 @@ final as (
         stop_reason,
         send_error_ms_p99,
         n_eff as n_effective,
-        deff as requests_deff
+        deff as requests_deff,
+        slo_looks,
+        claim_confidence,
+        repeats_added,
+        extend_note
     from statused
     left join good as g using (run_id, variant, scenario)
 )
