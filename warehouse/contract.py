@@ -510,6 +510,21 @@ TABLES_DECLARED: tuple[Table, ...] = (
             ),
             col("repeats_added", I64, None, "repeats added to gather what the step's SLO claim lacked"),
             col("extend_note", S, None, "what the extension did to the step, or why it added nothing more"),
+            # 019_gpu_neighbours: other processes on the engine's GPUs during the kept windows (NVML)
+            col(
+                "gpu_other_procs",
+                I64,
+                None,
+                "processes on the engine's GPUs other than the engine's and the load generator's: max, kept windows",
+                between(0, 1_000_000),
+            ),
+            col(
+                "gpu_other_sm_pct",
+                F64,
+                "%",
+                "their SM utilisation, % of a GPU (the most on any of the engine's): max over kept windows",
+                between(0, MAX_FINITE),
+            ),
         ),
         checks=(
             Check(

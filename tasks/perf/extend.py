@@ -1,7 +1,8 @@
 """Extending a step that lacks requests for its SLO claim, with the looks corrected (issue 36, item 3).
 
-A fixed step whose percentile claim is shown neither way (tasks.perf.slo: `not_enough_requests`, the requests it
-counts too few, e.g. correlated ones) gets more repeats after the variant's other windows, within a time budget
+A fixed step (a configured concurrency or rate, a sweep rate) or a replayed trace whose percentile claim is shown
+neither way (tasks.perf.slo: `not_enough_requests`, the requests it counts too few, e.g. correlated ones) gets more
+repeats after the variant's other windows (a trace is replayed again), within a time budget
 (decision.extend.budget_s), and is judged again: the perf twin of the adaptive quality suites. Judging a growing
 step again and stopping once it shows "meets" is a sequential test; uncorrected, every look is another chance of a
 false "meets". The correction is Bonferroni over the planned looks (decision.extend.looks, K, fixed before any
@@ -52,7 +53,6 @@ class StepExtension:
         self,
         scenarios: dict[str, Scenario],
         new_repeat: Callable[[Step, int], StepRun],
-        most_added: int,
         warn: Callable[[str], None] | None = None,
     ) -> bool:
         """Looks 2..`looks` at each extendable step (Scenario.looks > 1) still `not_enough_requests`: the repeats its
@@ -69,7 +69,8 @@ class StepExtension:
                 check = self.judge(sc)
                 if check.status != "not_enough_requests" or sc.looks_taken >= look:
                     continue
-                k = repeats_to_add(check.n_needed, check.n, check.n // len(sc.runs), most_added)
+                first_look = len(sc.runs) - sc.repeats_added  # a look adds at most as many repeats as the first had
+                k = repeats_to_add(check.n_needed, check.n, check.n // len(sc.runs), first_look)
                 est = k * sum(window_s(run) for run in sc.runs) / len(sc.runs)
                 if self.spent_s + est > self.budget_s:
                     changed = True  # nothing measured, but the note is new

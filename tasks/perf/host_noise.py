@@ -14,6 +14,13 @@ So every window records, from Linux's /proc, over exactly its span:
 - `steal_pct`: time the hypervisor gave another guest (/proc/stat steal), in % of one core;
 - `load1`: the 1-minute load average at the window's end (/proc/loadavg; it lags: context, not a test).
 Off Linux, or for an endpoint not on this host, the figures are None and `note` says why.
+On a GPU host (GpuWatch, NVML) also, on the engine's GPUs:
+- `gpu_other_procs`: processes with a context on them that are neither the engine's nor the load generator's
+  (nvmlDeviceGetComputeRunningProcesses and ...GraphicsRunningProcesses, at the window's start and end);
+- `gpu_other_sm_pct`: those processes' SM utilisation over the window (nvmlDeviceGetProcessUtilization's samples
+  since the window's start: the mean of each process's samples, summed over processes, the most on any GPU).
+NVML reports the host's process IDs; in a container with its own PID namespace they match none of the engine's, and
+the figures are then None with that note rather than counting the engine as a neighbour.
 
 `NoiseRule` is the stopping rule (STYLE 16) the sweep asks after each window: it has a name, reads the
 window's figures and says why the window is disturbed (others or steal above `max_pct`), or None. The
@@ -30,8 +37,9 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
@@ -99,14 +107,82 @@ class HostNoise:
     load1: float | None
     engine_cpu_pct: float | None = None  # the engine's own CPU, for context
     note: str | None = None
+    gpu_other_procs: int | None = None  # other processes on the engine's GPUs (None: no GPU watched, or unknown)
+    gpu_other_sm_pct: float | None = None  # their SM utilisation over the window, % of a GPU (most on any GPU)
+    gpu_note: str | None = None  # why the GPU figures are None on a watched GPU
 
     def describe(self) -> str:
         if self.other_cpu_pct is None:
-            return self.note or "host use unknown"
-        return (
-            f"other processes {self.other_cpu_pct:.0f} % of a core, steal {self.steal_pct:.0f} %, "
-            f"load {self.load1 if self.load1 is not None else float('nan'):.2f} over {self.window_s:.1f} s"
-        )
+            text = self.note or "host use unknown"
+        else:
+            text = (
+                f"other processes {self.other_cpu_pct:.0f} % of a core, steal {self.steal_pct:.0f} %, "
+                f"load {self.load1 if self.load1 is not None else float('nan'):.2f} over {self.window_s:.1f} s"
+            )
+        if self.gpu_other_procs is not None:
+            sm = "unknown" if self.gpu_other_sm_pct is None else f"{self.gpu_other_sm_pct:.0f} %"
+            text += f"; {self.gpu_other_procs} other process(es) on the engine's GPUs, SM {sm}"
+        elif self.gpu_note:
+            text += f"; {self.gpu_note}"
+        return text
+
+
+def _nvml_pids(nvml: Any, handle: Any) -> set[int]:
+    """PIDs with a compute or graphics context on the GPU (NVML's view: the host's PID namespace)."""
+    pids: set[int] = set()
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            pids |= {int(p.pid) for p in getattr(nvml, name)(handle)}
+        except Exception:  # noqa: BLE001 - not supported on this GPU or driver: the other list still counts
+            continue
+    return pids
+
+
+class GpuWatch:
+    """Other processes on the engine's GPUs over a window (module doc). `nvml` is pynvml (tests pass a stand-in),
+    `indices` the engine's GPUs by NVML index."""
+
+    def __init__(self, nvml: Any, indices: list[int]) -> None:
+        self.nvml = nvml
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        self._since_us = 0
+        self._pids0: list[set[int]] = []
+
+    def start(self) -> None:
+        self._since_us = int(time.time() * 1_000_000)
+        self._pids0 = [_nvml_pids(self.nvml, h) for h in self.handles]
+
+    def finish(self, engine: set[int], mine: set[int]) -> tuple[int | None, float | None, str | None]:
+        """(other processes, their SM % at most on any GPU, why None) over the window since `start`."""
+        seen = [a | _nvml_pids(self.nvml, h) for a, h in zip(self._pids0, self.handles)]
+        every = set().union(*seen) if seen else set()
+        if every and not every & engine:
+            return (
+                None,
+                None,
+                (
+                    "GPU processes not matched to the engine's (NVML's process IDs are another PID namespace's: a "
+                    "container?): other GPU processes not separated"
+                ),
+            )
+        others = every - engine - mine
+        worst = 0.0
+        for h, pids in zip(self.handles, seen):
+            theirs = pids - engine - mine
+            if not theirs:
+                continue
+            try:
+                samples = self.nvml.nvmlDeviceGetProcessUtilization(h, self._since_us)
+            except Exception as err:  # noqa: BLE001 - NOT_FOUND: no process ran on the SMs in the window
+                if "NotFound" not in type(err).__name__:
+                    return len(others), None, f"other GPU processes' utilisation not read: {type(err).__name__}"
+                samples = []
+            by_pid: dict[int, list[float]] = {}
+            for smp in samples:
+                if int(smp.pid) in theirs and smp.timeStamp >= self._since_us:
+                    by_pid.setdefault(int(smp.pid), []).append(float(smp.smUtil))
+            worst = max(worst, sum(sum(v) / len(v) for v in by_pid.values()))
+        return len(others), worst, None
 
 
 class HostWindow:
@@ -115,10 +191,17 @@ class HostWindow:
     `engine_pids` are the engine's root processes (the endpoint's listener); None or empty with `off_reason`
     set: the endpoint is not on this host and nothing is read."""
 
-    def __init__(self, engine_pids: set[int] | None = None, off_reason: str | None = None, proc: Path = PROC) -> None:
+    def __init__(
+        self,
+        engine_pids: set[int] | None = None,
+        off_reason: str | None = None,
+        proc: Path = PROC,
+        gpu: GpuWatch | None = None,
+    ) -> None:
         self.engine_pids = set(engine_pids or ())
         self.off_reason = off_reason
         self.proc = proc
+        self.gpu = None if off_reason else gpu
         self.noise = HostNoise(0.0, None, None, None, note=off_reason)
 
     def _read(self) -> tuple[float, tuple[int, int, int] | None, dict[int, int], dict[int, int]]:
@@ -129,6 +212,8 @@ class HostWindow:
 
     def __enter__(self) -> "HostWindow":
         self._start = None if self.off_reason else self._read()
+        if self.gpu is not None:
+            self.gpu.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -136,6 +221,12 @@ class HostWindow:
             return
         t0, h0, e0, s0 = self._start
         t1, h1, e1, s1 = self._read()
+        self._cpu(t0, h0, e0, s0, t1, h1, e1, s1)
+        if self.gpu is not None:
+            procs, sm, why = self.gpu.finish(set(e0) | set(e1) | self.engine_pids, set(s0) | set(s1))
+            self.noise = replace(self.noise, gpu_other_procs=procs, gpu_other_sm_pct=sm, gpu_note=why)
+
+    def _cpu(self, t0, h0, e0, s0, t1, h1, e1, s1) -> None:
         window = t1 - t0
         if h0 is None or h1 is None or window <= 0:
             self.noise = HostNoise(window, None, None, None, note="no /proc/stat on this host: host use not measured")
@@ -180,17 +271,20 @@ class NoiseRule:
     name: str = "host_noise"
 
     def judge(self, noise: HostNoise) -> str | None:
-        """Why the window is disturbed, or None (also when host use is unknown or the window too short to judge)."""
+        """Why the window is disturbed, or None (also when host use is unknown or the window too short to judge).
+        On a watched GPU, other processes' SM utilisation above `max_pct` % of the GPU disturbs it too."""
         if noise.window_s < self.min_window_s:
             return None
         worst = [
-            (what, v)
+            (what, v, "of a core")
             for what, v in (("other processes used", noise.other_cpu_pct), ("steal took", noise.steal_pct))
             if v is not None and v > self.max_pct
         ]
+        if noise.gpu_other_sm_pct is not None and noise.gpu_other_sm_pct > self.max_pct:
+            worst.append(("other processes used", noise.gpu_other_sm_pct, "of the engine's GPU's SMs"))
         if not worst:
             return None
-        return "; ".join(f"{what} {v:.0f} % of a core (> {self.max_pct:g} %)" for what, v in worst)
+        return "; ".join(f"{what} {v:.0f} % {unit} (> {self.max_pct:g} %)" for what, v, unit in worst)
 
     def wait_quiet(self, engine_pids: set[int], probe_s: float = 0.5) -> float:
         """Sleep in `probe_s` windows until one is quiet by this rule, at most `quiet_wait_s`; the seconds waited."""
@@ -215,9 +309,10 @@ class HostGuard:
     off_reason: str | None = None  # the endpoint is not on this host: nothing is read or judged
     budget_s: float = 120.0
     spent_s: float = 0.0
+    gpu: GpuWatch | None = None  # the engine's GPUs, watched for other processes (None: a CPU engine, no NVML)
 
     def window(self) -> HostWindow:
-        return HostWindow(self.engine_pids, self.off_reason)
+        return HostWindow(self.engine_pids, self.off_reason, gpu=self.gpu)
 
     def retry_reason(self, noise: HostNoise, attempt: int) -> str | None:
         """Why the window `attempt` (0: the first) is to be measured again, or None (quiet, or no retry left)."""

@@ -19,10 +19,18 @@ from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, server_tokenizer
 from tasks.perf.energy import per_token
-from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
+from tasks.perf.energy_scope import (
+    EnergyScope,
+    IdleBaseline,
+    engine_gpus,
+    idle_baseline,
+    idle_columns,
+    nvml_devices,
+    scope_for,
+)
 from tasks.perf.error_share import request_counts
 from tasks.perf.extend import StepExtension
-from tasks.perf.host_noise import HostGuard, NoiseRule, engine_process_ids
+from tasks.perf.host_noise import GpuWatch, HostGuard, NoiseRule, engine_process_ids
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
@@ -180,6 +188,7 @@ def host_noise_columns(spec: PerfSpec, sc: Scenario) -> dict:
     unknown = next((run.noise.note for run in sc.runs if run.noise and run.noise.other_cpu_pct is None), None)
     if not any(run.noise for run in sc.runs):
         unknown = "host use not recorded"
+    gpu_notes = sorted({run.noise.gpu_note for run in sc.runs if run.noise and run.noise.gpu_note})
     return {
         "host_other_cpu_pct": worst("other_cpu_pct"),
         "host_steal_pct": worst("steal_pct"),
@@ -188,17 +197,37 @@ def host_noise_columns(spec: PerfSpec, sc: Scenario) -> dict:
         "windows_kept": len(sc.runs),
         "windows_remeasured": sum(len(run.remeasured) for run in sc.runs),
         "windows_disturbed": sum(run.disturbed is not None for run in sc.runs),
-        "host_noise_note": "; ".join(events + ([unknown] if unknown else [])) or None,
+        "host_noise_note": "; ".join(events + ([unknown] if unknown else []) + gpu_notes) or None,
+        "gpu_other_procs": worst("gpu_other_procs"),
+        "gpu_other_sm_pct": worst("gpu_other_sm_pct"),
     }
 
 
-def host_guard(spec: PerfSpec, target: "Target") -> HostGuard:
-    """The host-noise rule of one variant's perf run: its threshold, retries and budget, and the engine's process
-    (the endpoint's listener on this host; nothing is read for an endpoint elsewhere)."""
+def host_guard(spec: PerfSpec, target: "Target", scope: EnergyScope | None = None) -> HostGuard:
+    """The host-noise rule of one variant's perf run: its threshold, retries and budget, the engine's process
+    (the endpoint's listener on this host; nothing is read for an endpoint elsewhere) and its GPUs (gpu_watch)."""
     rule = NoiseRule(spec.host_noise_max_pct, spec.host_noise_retries, spec.host_quiet_wait_s)
     if not target.on_host:
         return HostGuard(rule, set(), "endpoint is not on this host: host use not measured", spec.host_noise_budget_s)
-    return HostGuard(rule, engine_process_ids(urlparse(target.base_url).port), None, spec.host_noise_budget_s)
+    pids = engine_process_ids(urlparse(target.base_url).port)
+    return HostGuard(rule, pids, None, spec.host_noise_budget_s, gpu=gpu_watch(scope) if scope else None)
+
+
+def gpu_watch(scope: EnergyScope) -> GpuWatch | None:
+    """The engine's GPUs, watched for other processes during each window: those its energy is metered on (every GPU
+    NVML sees when the engine's are unknown); None for a CPU engine, one off this host, or a host without NVML."""
+    if scope.off_reason or scope.gpu_count == 0:
+        return None
+    try:
+        nvml = scope.nvml
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+        devices = nvml_devices(nvml)
+        gpus = devices if scope.gpu_count is None else engine_gpus(devices, scope.cuda_visible, scope.gpu_count)
+    except Exception:  # noqa: BLE001 - no driver or no such GPUs: the energy note says which
+        return None
+    return GpuWatch(nvml, [g.index for g in gpus]) if gpus else None
 
 
 def request_row(run_id: str, variant: str, step: Step, concurrency: int, r: RequestRecord) -> dict:
@@ -358,7 +387,7 @@ def measure(
         off_reason=None if target.on_host else "endpoint is not on this host; energy not measured"
     )
     idle = idle_baseline(scope, spec.idle_baseline_s)  # the server up and idle, before the first request
-    guard = host_guard(spec, target)
+    guard = host_guard(spec, target, scope)
     summarized: dict[str, list] = {}  # scenario -> the windows its summary covers (one measured again replaces one)
 
     def summarize_new(scenarios: list[Scenario]) -> None:

@@ -248,7 +248,7 @@ def step_evidence(cfg) -> list[StepEvidence]:
 
         t = perf.trace
         out.append(
-            StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), needs)
+            StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), fixed)
         )
     return out
 
@@ -272,8 +272,8 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
     )
     if d.extend is not None:
         head += (
-            f"; decision.extend: a fixed step (c<N>, r<R>, sweep rates) lacking requests gets more repeats within "
-            f"{d.extend.budget_s:g} s a variant, up to {d.extend.looks} looks, each judged at "
+            f"; decision.extend: a fixed step (c<N>, r<R>, sweep rates) or the trace lacking requests gets more "
+            f"repeats within {d.extend.budget_s:g} s a variant, up to {d.extend.looks} looks, each judged at "
             f"{d.fixed_step_confidence() * 100:.4g} % ({min_requests(d.percentile, d.fixed_step_confidence())} "
             f"requests with none over)"
         )

@@ -103,10 +103,16 @@ def step_prompts(spec: PerfSpec, step: Step) -> int:
     return spec.warmup_requests + (spec.stream_requests() if is_rate_step(step) else spec.num_prompts)
 
 
-def extendable(step: Step) -> bool:
-    """A fixed step (configured concurrency or rate, a sweep rate) that more repeats may be added to: its outliers
-    are measured again, and decision.extend judges every look of it at a corrected confidence."""
+def fixed_load(step: Step) -> bool:
+    """A fixed step (configured concurrency or rate, a sweep rate): its repeats are alike, so one that stands apart
+    from the others is measured again (measure_outliers_again)."""
     return step is not JITTER_STEP and step.kind in ("concurrency", "rate")
+
+
+def extendable(step: Step) -> bool:
+    """A step decision.extend may add repeats to (a fixed step, or a replayed trace: another replay), judging every
+    look of it at a corrected confidence (tasks.perf.extend)."""
+    return fixed_load(step) or step.kind == "trace"
 
 
 def fixed_steps(spec: PerfSpec) -> list[Step]:
@@ -421,7 +427,7 @@ def run_perf(
         if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
         more = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
-        if extension is not None and extension.run(scenarios, more, spec.repeats, warn) and on_scenario:
+        if extension is not None and extension.run(scenarios, more, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
     return list(scenarios.values())
 
@@ -439,7 +445,7 @@ def measure_outliers_again(
     again). Whether any window was replaced."""
     replaced = False
     for sc in scenarios.values():
-        if not extendable(sc.step):
+        if not fixed_load(sc.step):
             continue
         for i, why in sorted(outlier_repeats([run.measured for run in sc.runs]).items()):
             old = sc.runs[i]

@@ -293,15 +293,17 @@ def slo_text(row: pd.Series) -> str:
 def evidence_text(row: pd.Series) -> str:
     """What the sustainable step's claim rests on: '300 requests, 0 over a limit; 95 % upper bounds: p99 TTFT 480 ms,
     TPOT 19.9 ms'."""
-    n, over, conf = _v(row, "sustainable_n"), _v(row, "sustainable_over"), _v(row, "slo_confidence")
+    n, over = _v(row, "sustainable_n"), _v(row, "sustainable_over")
+    conf = _v(row, "sustainable_confidence") or _v(row, "slo_confidence")  # each look's, where looks were corrected
     bounds = [
         f"{name} {_v(row, f'sustainable_{k}_bound'):{'.1f' if k == 'tpot_ms' else '.0f'}} ms"
         for k, name in LIMIT_NAMES.items()
         if _v(row, f"slo_{k}") is not None and _v(row, f"sustainable_{k}_bound") is not None
     ]
     over_text = f"{over:.0f} over a limit" if over is not None else "no limit"
-    return f"{n:.0f} requests, {over_text}; {conf * 100:g} % upper bounds: p{_v(row, 'slo_percentile'):g} " + ", ".join(
-        bounds
+    return (
+        f"{n:.0f} requests, {over_text}; {conf * 100:.4g} % upper bounds: p{_v(row, 'slo_percentile'):g} "
+        + ", ".join(bounds)
     )
 
 

@@ -233,7 +233,8 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     against the threshold; nothing for runs recorded before 016."""
     rows = con.execute(
         "select variant, scenario, windows_kept, windows_remeasured, windows_disturbed, host_noise_note, "
-        "host_other_cpu_pct, host_steal_pct, host_noise_max_pct from perf_summary where run_id = ? "
+        "host_other_cpu_pct, host_steal_pct, host_noise_max_pct, gpu_other_procs, gpu_other_sm_pct "
+        "from perf_summary where run_id = ? "
         "and windows_kept is not null order by variant, scenario",
         [run_id],
     ).fetchall()
@@ -254,6 +255,14 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
         )
     else:
         out.append(f"host: other processes' CPU not measured ({next((r[5] for r in rows if r[5]), 'unknown')})")
+    gpu = [r for r in rows if r[9] is not None]
+    if gpu:
+        sm = [r[10] for r in gpu if r[10] is not None]
+        out.append(
+            f"host: on the engines' GPUs, at most {max(r[9] for r in gpu)} other process(es) in a kept window, using "
+            + (f"at most {max(sm):.0f} % of the SMs" if sm else "SMs not read")
+            + f" (over {threshold:g} % is disturbed)"
+        )
     return out
 
 

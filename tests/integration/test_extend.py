@@ -78,3 +78,12 @@ def test_no_repeat_is_added_past_the_budget():
     assert s["repeats_added"] == 0 and s["windows_kept"] == 2 and s["slo_looks"] == 3, s
     assert "look 3 of 3 not taken: 1 more repeat(s) would take" in s["extend_note"], s
     assert judge(sc).status == "not_enough_requests"
+
+
+def test_a_replayed_trace_is_extended_by_replaying_it_but_not_judged_an_outlier():
+    from tasks.perf.sweep import JITTER_STEP, Step, extendable, fixed_load
+
+    trace = Step("trace", "trace", 8)
+    assert extendable(trace) and not fixed_load(trace)  # another replay, but replays are not alike repeats
+    assert extendable(Step("c2", "concurrency", 2)) and fixed_load(Step("r1", "rate", None, 1.0))
+    assert not extendable(JITTER_STEP) and not extendable(Step("sync", "synchronous", 1))

@@ -30,6 +30,8 @@
 --   sustainable_ttft_ms_bound, sustainable_tpot_ms_bound, sustainable_e2el_ms_bound   ms, their upper
 --                                  confidence bounds (what the claim rests on)
 --   sustainable_n, sustainable_over  the step's measured requests and the most of them over any one limit
+--   sustainable_confidence         the confidence its claim was judged at (v_slo_steps.claim_confidence: below
+--                                  slo_confidence's share of error when its looks were corrected, decision.extend)
 --   sustainable_achieved_ratio     rate steps: achieved / offered rate there
 --   sustainable_is_lower_bound     the highest step measured still meets the SLO: the limit lies higher
 --   next_failing_scenario, next_failing_req_s, next_failing_status   the first step of the basis (by load) that
@@ -259,6 +261,7 @@ assembled as (
         b.e2el_ms_bound as sustainable_e2el_ms_bound,
         b.num_measured as sustainable_n,
         greatest(b.ttft_over, b.tpot_over, b.e2el_over) as sustainable_over,
+        b.claim_confidence as sustainable_confidence,
         b.achieved_ratio as sustainable_achieved_ratio,
         case when b.scenario is not null then nf.scenario is null end as sustainable_is_lower_bound,
         nf.scenario as next_failing_scenario,
@@ -497,6 +500,7 @@ final as (
         sustainable_e2el_ms_bound,
         sustainable_n,
         sustainable_over,
+        sustainable_confidence,
         sustainable_achieved_ratio,
         sustainable_is_lower_bound,
         next_failing_scenario,
