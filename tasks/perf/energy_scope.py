@@ -105,6 +105,16 @@ class EnergyScope:
     nvml: Any = None  # tests pass a stand-in for pynvml
     rapl_root: str = "/sys/class/powercap"
 
+    def engine_nvml(self) -> tuple[Any, list[GpuDevice]]:
+        """pynvml, initialised, and the engine's GPUs: the first `gpu_count` visible ones, every GPU NVML sees when
+        the count is unknown. Raises without a driver, NoEngineGpus when the engine's cannot be told apart."""
+        nvml = self.nvml
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+        devices = nvml_devices(nvml)
+        return nvml, devices if self.gpu_count is None else engine_gpus(devices, self.cuda_visible, self.gpu_count)
+
     def open_meter(self) -> tuple[object | None, str | None]:
         """(meter, None) or (None, why): NVML on the engine's GPUs, RAPL for a CPU engine."""
         if self.off_reason:
@@ -125,11 +135,7 @@ class EnergyScope:
             self.label = f"rapl {','.join(meter.devices)} (CPU engine)"
             return meter, None
         try:
-            nvml = self.nvml
-            if nvml is None:
-                import pynvml as nvml
-            nvml.nvmlInit()
-            gpus = engine_gpus(nvml_devices(nvml), self.cuda_visible, self.gpu_count)
+            nvml, gpus = self.engine_nvml()
             meter = _Nvml(nvml, [g.index for g in gpus])
         except NoEngineGpus as err:
             return None, str(err)

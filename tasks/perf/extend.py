@@ -27,7 +27,7 @@ Scenario = StepRun = Step = Any
 
 def repeats_to_add(needed: int | None, n: int, per_repeat: int, most: int) -> int:
     """Repeats the next look adds: those that bring the step to the requests it needs (every further one within the
-    limits), at least 1 and at most `most` (the configured repeats: a look at most doubles the first)."""
+    limits), at least 1 and at most `most` (the repeats of the step's first look: a look at most doubles it)."""
     short = max((needed or 0) - n, 0)
     return min(max(math.ceil(short / max(per_repeat, 1)), 1), max(most, 1))
 
@@ -67,7 +67,7 @@ class StepExtension:
         for look in range(2, self.looks + 1):
             for sc in steps:
                 check = self.judge(sc)
-                if check.status != "not_enough_requests" or sc.looks_taken >= look:
+                if check.status != "not_enough_requests":
                     continue
                 first_look = len(sc.runs) - sc.repeats_added  # a look adds at most as many repeats as the first had
                 k = repeats_to_add(check.n_needed, check.n, check.n // len(sc.runs), first_look)

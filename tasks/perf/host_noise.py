@@ -219,14 +219,16 @@ class HostWindow:
     def __exit__(self, *exc: object) -> None:
         if self._start is None:
             return
-        t0, h0, e0, s0 = self._start
-        t1, h1, e1, s1 = self._read()
-        self._cpu(t0, h0, e0, s0, t1, h1, e1, s1)
+        end = self._read()
+        self._cpu(self._start, end)
         if self.gpu is not None:
+            (_, _, e0, s0), (_, _, e1, s1) = self._start, end
             procs, sm, why = self.gpu.finish(set(e0) | set(e1) | self.engine_pids, set(s0) | set(s1))
             self.noise = replace(self.noise, gpu_other_procs=procs, gpu_other_sm_pct=sm, gpu_note=why)
 
-    def _cpu(self, t0, h0, e0, s0, t1, h1, e1, s1) -> None:
+    def _cpu(self, start: tuple, end: tuple) -> None:
+        """`noise` from the two _read()s: what the host's other processes used between them."""
+        (t0, h0, e0, s0), (t1, h1, e1, s1) = start, end
         window = t1 - t0
         if h0 is None or h1 is None or window <= 0:
             self.noise = HostNoise(window, None, None, None, note="no /proc/stat on this host: host use not measured")

@@ -19,15 +19,7 @@ from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, server_tokenizer
 from tasks.perf.energy import per_token
-from tasks.perf.energy_scope import (
-    EnergyScope,
-    IdleBaseline,
-    engine_gpus,
-    idle_baseline,
-    idle_columns,
-    nvml_devices,
-    scope_for,
-)
+from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
 from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import GpuWatch, HostGuard, NoiseRule, engine_process_ids
@@ -219,12 +211,7 @@ def gpu_watch(scope: EnergyScope) -> GpuWatch | None:
     if scope.off_reason or scope.gpu_count == 0:
         return None
     try:
-        nvml = scope.nvml
-        if nvml is None:
-            import pynvml as nvml
-        nvml.nvmlInit()
-        devices = nvml_devices(nvml)
-        gpus = devices if scope.gpu_count is None else engine_gpus(devices, scope.cuda_visible, scope.gpu_count)
+        nvml, gpus = scope.engine_nvml()
     except Exception:  # noqa: BLE001 - no driver or no such GPUs: the energy note says which
         return None
     return GpuWatch(nvml, [g.index for g in gpus]) if gpus else None
@@ -398,7 +385,8 @@ def measure(
                     spec, sc, force, target.model_bytes, bandwidth, target.model_bytes_method, scope, idle, built_by
                 )
                 summarized[sc.step.label] = list(sc.runs)
-            sc.summary.update(extend_columns(sc))  # a note may change with no window added
+            else:
+                sc.summary.update(extend_columns(sc))  # a note may change with no window added
         if on_scenario:
             on_scenario(scenarios)
 
