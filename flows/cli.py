@@ -40,6 +40,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}{trace}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"
     )
+    if cfg.perf.interleave:
+        print(
+            f"perf in {cfg.perf.repeats} interleaved rounds (perf.interleave): the variants served at once, round r "
+            "of each before round r + 1, the order reversed each round; their servers must fit this host together"
+        )
     print("\n".join(lines))
     if cannot:
         print(f"warning: {args.config}: the night would judge no variant on the SLO: {cannot}", file=sys.stderr)

@@ -13,6 +13,7 @@ skips the variants whose results are already complete and measures only the rest
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
@@ -23,12 +24,18 @@ from flows.variant import variant_flow
 from tasks.core.config import RunConfig, Variant
 from tasks.core.errors import ConfigError
 from tasks.core.lifecycle import raise_if_stopping, stop_requested
-from tasks.core.runinfo import RunPaths, make_run_paths
+from tasks.core.runinfo import RunPaths, build_cache_dir, make_run_paths
+from tasks.engines.base import Artifact, Endpoint, engine_for, ensure_alive
+from tasks.engines.scrape import scraping
 from tasks.orchestration.fanout import submit_variant, wait_for_runs
+from tasks.orchestration.gpu import gpu_slots
 from tasks.orchestration.prefect_tasks import (
+    build_variant,
     load_results_task,
+    measure_perf_rounds,
     notify_outcome,
     report_task,
+    start_endpoint,
     state_gate_plan,
     validate_results_task,
     write_run_row,
@@ -47,18 +54,59 @@ from tasks.orchestration.run_bookkeeping import (
 )
 from tasks.orchestration.run_outcome import run_outcome
 from tasks.orchestration.runlock import run_lock
+from tasks.orchestration.variant_bookkeeping import error_line
 
 
 def run_in_process(cfg: RunConfig, paths: RunPaths, todo: list[Variant], location: ResultsLocation) -> dict[str, str]:
-    """Each variant as a subflow, one after another (given the validated config); variant -> how its flow run ended."""
+    """Each variant as a subflow, one after another (given the validated config); variant -> how its flow run ended.
+    With perf.interleave, their perf sweeps are measured first, together in interleaved rounds (perf_in_rounds)."""
+    perf = perf_in_rounds(cfg, paths, todo) if cfg.perf.interleave and len(todo) > 1 else {}
     ended: dict[str, str] = {}
     for v in todo:
         state = variant_flow(
-            config=cfg, variant=v.name, run_id=paths.run_id, results_url=location.url, return_state=True
+            config=cfg,
+            variant=v.name,
+            run_id=paths.run_id,
+            results_url=location.url,
+            perf=perf.get(v.name),
+            return_state=True,
         )
         ended[v.name] = f"flow run {state.name}: {state.message or state.type.value}"
         report_variant(v.name, state.is_completed(), ended[v.name])
     return ended
+
+
+def perf_in_rounds(cfg: RunConfig, paths: RunPaths, todo: list[Variant]) -> dict[str, dict | str]:
+    """perf.interleave: every variant built and served at once (under one share of the GPU host's limit), their perf
+    sweeps measured in interleaved rounds (tasks.perf.rounds), the servers stopped; variant -> its perf summary, or
+    the error its sweep ended with. A variant that cannot be built or served here is left out: its own flow then
+    measures it alone, or records why it fails."""
+    log = get_run_logger()
+    with ExitStack() as stack:
+        stack.enter_context(gpu_slots(cfg.scale_out.engines_per_gpu, timeout_s=cfg.scale_out.variant_timeout_s))
+        served: list[tuple[Variant, Artifact, Endpoint]] = []
+        for v in todo:
+            engine = engine_for(v.engine)
+            try:
+                art = build_variant.with_options(task_run_name=f"build-{v.name}")(cfg, v, build_cache_dir())
+                # the same log as its flow's server (appended): the perf rounds' lines come first
+                endpoint = start_endpoint(cfg, v, art, paths.logs / f"{v.name}.server.log")
+            except Exception as err:  # noqa: BLE001 - the variant's own flow tries again and records why
+                raise_if_stopping()
+                log.warning("%s: not in the interleaved rounds (%s); its flow measures it alone", v.name, err)
+                continue
+            stack.callback(engine.stop, endpoint)
+            stack.enter_context(scraping(engine, endpoint, paths.results, paths.run_id, v.name)).phase("perf")
+            served.append((v, art, endpoint))
+        if len(served) < 2:
+            return {}  # nothing to interleave with: each flow measures its own
+        perf = measure_perf_rounds(cfg, paths.run_id, [(v, a, e.base_url) for v, a, e in served], paths.results)
+        for v, _, endpoint in served:
+            try:
+                ensure_alive(endpoint, "the perf sweep")
+            except Exception as err:  # noqa: BLE001 - a server that died mid-sweep fails its variant, not the run
+                perf[v.name] = error_line(err)
+    return perf
 
 
 def run_fanned_out(
@@ -66,6 +114,11 @@ def run_fanned_out(
 ) -> dict[str, str]:
     """One flow run per variant on the work pool, the reference's first; variant -> what its flow run ended with."""
     spec = cfg.scale_out
+    if cfg.perf.interleave:  # a work pool given as the flow's parameter, over a config that interleaves
+        get_run_logger().warning(
+            "perf.interleave does not apply on work pool %s: each variant's perf is measured alone on its host",
+            spec.work_pool,
+        )
     attempt = f"{flow_run.get_id() or 'local'}:{flow_run.get_run_count()}"
     ended: dict[str, str] = {}
     for wave in ([v for v in todo if v.reference], [v for v in todo if not v.reference]):

@@ -10,6 +10,7 @@ is published last: a row in the results location means the variant's results are
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -31,7 +32,7 @@ from tasks.orchestration.prefect_tasks import (
     publish_results,
     start_endpoint,
 )
-from tasks.orchestration.results import ResultsLocation
+from tasks.orchestration.results import PERF_TABLES, ResultsLocation
 from tasks.orchestration.variant_bookkeeping import (
     VariantFailed,
     artifact_key,
@@ -46,26 +47,38 @@ from warehouse.contract import write_table
 
 
 def measure_variant(
-    cfg: RunConfig, run_id: str, v: Variant, art: Artifact, ref_art: Artifact | None, paths: RunPaths, deadline: float
+    cfg: RunConfig,
+    run_id: str,
+    v: Variant,
+    art: Artifact,
+    ref_art: Artifact | None,
+    paths: RunPaths,
+    deadline: float,
+    perf: dict | str | None = None,
 ) -> dict:
     """Serve, perf sweep (engine metrics scraped alongside) and quality suites under this GPU host's limit.
 
-    The server always stops. Every step gets what is left of the variant's time budget.
+    `perf`: the sweep the nightly already measured in interleaved rounds (perf.interleave), or the error it ended
+    with; then only the quality suites run here (engine metrics are the perf rounds'). The server always stops.
+    Every step gets what is left of the variant's time budget.
     """
+    if isinstance(perf, str):
+        raise RuntimeError(f"perf sweep (interleaved rounds): {perf}")
     engine = engine_for(v.engine)
     left = lambda: max(1.0, deadline - time.monotonic())
     with gpu_slots(cfg.scale_out.engines_per_gpu, timeout_s=left()) as limit:
         endpoint = start_endpoint.with_options(timeout_seconds=left())(cfg, v, art, paths.logs / f"{v.name}.server.log")
         try:
-            with scraping(engine, endpoint, paths.results, run_id, v.name) as metrics:
-                metrics.phase("perf")
-                perf = measure_perf.with_options(timeout_seconds=left())(
-                    cfg, run_id, v, art, endpoint.base_url, paths.results
-                )
-                # A server that died mid-sweep: its errored requests are kept, the variant fails with its log tail.
-                ensure_alive(endpoint, "the perf sweep")
+            with scraping(engine, endpoint, paths.results, run_id, v.name) if perf is None else nullcontext() as m:
+                if perf is None:
+                    m.phase("perf")
+                    perf = measure_perf.with_options(timeout_seconds=left())(
+                        cfg, run_id, v, art, endpoint.base_url, paths.results
+                    )
+                    # A server that died mid-sweep: its errored requests are kept, the variant fails with its log tail.
+                    ensure_alive(endpoint, "the perf sweep")
+                    m.phase("quality")
                 check_perf(perf["request_counts"], cfg.perf.max_error_rate)  # failed requests fail the variant
-                metrics.phase("quality")
                 quality = measure_quality.with_options(timeout_seconds=left())(
                     cfg, run_id, v, art, ref_art, endpoint.base_url, paths.root / "quality" / v.name, paths.results
                 )
@@ -81,9 +94,11 @@ def variant_flow(
     variant: str,
     run_id: str | None = None,
     results_url: str | None = None,
+    perf: SkipJsonSchema[dict | str | None] = None,
 ) -> dict:
     """Build, serve and measure one VARIANT of CONFIG (a path on this host, the config mapping, or - from the
-    nightly in-process - the config it validated) into RUN_ID."""
+    nightly in-process - the config it validated) into RUN_ID. PERF: the nightly's interleaved rounds measured its
+    perf sweep already (perf.interleave): its summary, or the error it ended with."""
     t0 = time.monotonic()
     valid_run_id(run_id)  # flow parameters: checked before anything is read or written
     location = ResultsLocation.resolve(results_url) if results_url else None
@@ -95,7 +110,7 @@ def variant_flow(
     v = cfg.variant(variant)
     paths = make_run_paths(run_id or new_run_id(cfg.name))
     location = location or ResultsLocation.resolve(cfg.scale_out.location())
-    location.clear(paths, v.name)
+    location.clear(paths, v.name, keep=PERF_TABLES if perf is not None else ())
     if not v.reference:  # the quality deltas compare with the reference's results
         location.fetch(paths, variant=cfg.reference.name)
     host = gpu_host()
@@ -107,7 +122,7 @@ def variant_flow(
             task_run_name=f"build-{v.name}", timeout_seconds=cfg.scale_out.variant_timeout_s
         )(cfg, v, build_cache_dir())
         ref_art = art if v.reference else reference_artifact(cfg)
-        outcome = measure_variant(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s)
+        outcome = measure_variant(cfg, paths.run_id, v, art, ref_art, paths, t0 + cfg.scale_out.variant_timeout_s, perf)
         check_suites(outcome["quality"]["failed_suites"])  # measured and kept, but a failed suite fails the variant
     except Exception as err:  # noqa: BLE001 - any failure is the variant's, recorded in its row
         raise_if_stopping()  # but a stop that a library turned into its own error stops the run

@@ -525,6 +525,8 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "their SM utilisation, % of a GPU (the most on any of the engine's): max over kept windows",
                 between(0, MAX_FINITE),
             ),
+            # 020_interleave: the variants whose perf ran in interleaved rounds with this one (tasks/perf/rounds.py)
+            col("interleaved_with", S, None, "the other variants of the perf rounds (perf.interleave); NULL: alone"),
         ),
         checks=(
             Check(

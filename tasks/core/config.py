@@ -299,6 +299,11 @@ class PerfSpec(_Strict):
         default=0.0, ge=0, le=3_600, description="requests sent in a step's first seconds are excluded (s)"
     )
     repeats: int = Field(default=1, ge=1, le=100, description="times each step runs; CIs over repeats need >= 2")
+    interleave: bool = Field(
+        default=False,
+        description="the nightly serves every variant at once and measures their perf in interleaved rounds "
+        "(round r of each, in alternating order); in-process only, the servers must fit the host together",
+    )
     input_len: int = Field(default=64, ge=1, le=1_048_576, description="prompt length (tokens)")
     output_len: int = Field(
         default=32, ge=2, le=131_072, description="output length (tokens), forced where the engine can"
@@ -753,6 +758,15 @@ class RunConfig(_Strict):
     )
 
     _safe_name = field_validator("name")(safe_name)
+
+    @model_validator(mode="after")
+    def _interleave_in_process(self) -> "RunConfig":
+        if self.perf.interleave and self.scale_out.work_pool:
+            raise ValueError(
+                "perf.interleave: variants on a work pool run on their own hosts and cannot share rounds; "
+                "drop perf.interleave or scale_out.work_pool"
+            )
+        return self
 
     @model_validator(mode="after")
     def _size_rate_steps(self) -> "RunConfig":

@@ -7,6 +7,7 @@ import logging
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
+from typing import Generator
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -22,9 +23,12 @@ from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
+from tasks.orchestration.variant_bookkeeping import error_line
 from tasks.perf.extend import StepExtension
 from tasks.perf.load_search import judge, search_load
-from tasks.perf.perf_run import measure_into, variant_target
+from tasks.perf.perf_run import measure_into_rounds, variant_target
+from tasks.perf.rounds import interleave
+from tasks.perf.sweep import drain
 from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
 from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
@@ -50,17 +54,55 @@ def build_variant(cfg: RunConfig, variant: Variant, cache_dir: Path) -> Artifact
     return engine_for(variant.engine).build(variant, cfg.models[variant.model], cache_dir)
 
 
+def decision_hooks(cfg: RunConfig) -> tuple:
+    """What the decision adds to a perf run: its load search and its extension of steps that lack requests."""
+    d = cfg.decision
+    search = partial(search_load, cfg) if d.search is not None else None
+    extension = StepExtension(partial(judge, cfg=cfg), d.extend.looks, d.extend.budget_s) if d.extend else None
+    return search, extension
+
+
 @task(name="perf-sweep", cache_policy=NONE)
 def measure_perf(
     cfg: RunConfig, run_id: str, variant: Variant, artifact: Artifact, base_url: str, results_dir: Path
 ) -> dict:
     """The whole perf sweep; writes perf_requests and perf_power after each (step, repeat), perf_summary at the end."""
-    d = cfg.decision
-    search = partial(search_load, cfg) if d.search is not None else None
-    extension = StepExtension(partial(judge, cfg=cfg), d.extend.looks, d.extend.budget_s) if d.extend else None
+    return drain(variant_perf_rounds(cfg, run_id, variant, artifact, base_url, results_dir))
+
+
+@task(name="perf-rounds", cache_policy=NONE)
+def measure_perf_rounds(
+    cfg: RunConfig, run_id: str, served: list[tuple[Variant, Artifact, str]], results_dir: Path
+) -> dict[str, dict | str]:
+    """Every served variant's perf sweep in interleaved rounds (perf.interleave, tasks.perf.rounds), each written
+    as measure_perf writes it; variant -> its perf summary, or the error line its sweep ended with."""
+    names = [v.name for v, _, _ in served]
+    runs = {
+        v.name: variant_perf_rounds(cfg, run_id, v, art, url, results_dir, [n for n in names if n != v.name])
+        for v, art, url in served
+    }
+    log = run_logger()
+    log.info("perf in interleaved rounds: %s, each round's order reversed the next", ", ".join(runs))
+    return {name: out if isinstance(out, dict) else error_line(out) for name, out in interleave(runs).items()}
+
+
+def variant_perf_rounds(
+    cfg: RunConfig,
+    run_id: str,
+    variant: Variant,
+    artifact: Artifact,
+    base_url: str,
+    results_dir: Path,
+    interleaved_with: list[str] | None = None,
+) -> Generator[int, None, dict]:
+    """A variant's perf sweep as a generator of rounds (its endpoint read at the first)."""
+    search, extension = decision_hooks(cfg)
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
-    return measure_into(
-        cfg.perf, target, run_id, variant.name, results_dir, search, warn=run_logger().warning, extension=extension
+    log = run_logger().warning
+    return (
+        yield from measure_into_rounds(
+            cfg.perf, target, run_id, variant.name, results_dir, search, log, extension, interleaved_with
+        )
     )
 
 

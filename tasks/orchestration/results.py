@@ -116,20 +116,28 @@ class ResultsLocation:
             fs.get_file(remote, str(local))
         return len(names)
 
-    def clear(self, paths: RunPaths, variant: str) -> None:
-        """Delete the variant's result parts here and in the location, so a re-measure starts from nothing."""
+    def clear(self, paths: RunPaths, variant: str, keep: tuple[str, ...] = ()) -> None:
+        """Delete the variant's result parts here and in the location, so a re-measure starts from nothing; the
+        tables in `keep` stay (a perf sweep measured in the nightly's interleaved rounds, PERF_TABLES)."""
         for local in variant_files(paths, variant, logs=False):
-            if is_under(paths.root, local):  # a symlinked table folder: its target is not ours to clear
+            if is_under(paths.root, local) and local.parent.name not in keep:  # a symlinked table folder: not ours
                 local.unlink(missing_ok=True)
         if self.is_local_runs_dir(paths):
             return
         fs, root = self._run_root(paths.run_id)
         if fs.exists(f"{root}/results"):
             for remote in fs.find(f"{root}/results"):
-                if remote.endswith(f"/{variant}.parquet") and (
-                    not isinstance(fs, LocalFileSystem) or is_under(root, remote)
+                if (
+                    remote.endswith(f"/{variant}.parquet")
+                    and remote.rsplit("/", 2)[-2] not in keep
+                    and (not isinstance(fs, LocalFileSystem) or is_under(root, remote))
                 ):
                     fs.rm(remote)
+
+
+# The tables a perf sweep writes (the engine's own metrics sampled alongside it): what a variant measured in the
+# nightly's interleaved rounds keeps when its own flow then starts (flows.variant).
+PERF_TABLES = ("perf_requests", "perf_power", "perf_summary", "engine_metrics")
 
 
 def variant_files(paths: RunPaths, variant: str, logs: bool = True) -> list[Path]:

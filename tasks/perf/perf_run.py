@@ -9,7 +9,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generator
 from urllib.parse import urlparse
 
 from tasks.client import api_root, check_endpoint
@@ -28,7 +28,7 @@ from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
-from tasks.perf.sweep import Scenario, Step, StepRun, run_perf
+from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
 from tasks.perf.trace import load_trace, send_error_stats, trace_prompts
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
@@ -349,12 +349,26 @@ def measure(
     warn: Callable[[str], None] = warn_stderr,
     extension: StepExtension | None = None,
 ) -> list[Scenario]:
+    """measure_rounds, every round one after another: the perf run of one endpoint on its own."""
+    return drain(measure_rounds(spec, target, progress, on_scenario, search, warn, extension))
+
+
+def measure_rounds(
+    spec: PerfSpec,
+    target: Target,
+    progress: bool | None = False,
+    on_scenario: Callable[[list[Scenario]], None] | None = None,
+    search: Search | None = None,
+    warn: Callable[[str], None] = warn_stderr,
+    extension: StepExtension | None = None,
+) -> Generator[int, None, list[Scenario]]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
     far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
     sweep (the decision's sustainable-load search), `extension` repeats to fixed steps whose claim lacks requests
     (decision.extend), before the search. What the load generator shares the host with is
-    `warn`ed about before the first request (tasks.perf.host_share)."""
+    `warn`ed about before the first request (tasks.perf.host_share). A generator of rounds, as perf_rounds: the
+    nightly measures several variants' rounds in turn (tasks.perf.rounds); `measure` runs them all at once."""
     if target.on_host:
         for note in sharing_notes(target.cpu_threads):
             warn(note)
@@ -390,7 +404,7 @@ def measure(
         if on_scenario:
             on_scenario(scenarios)
 
-    scenarios = run_perf(
+    scenarios = yield from perf_rounds(
         spec,
         target.base_url,
         target.model,
@@ -436,8 +450,25 @@ def measure_into(
     warn: Callable[[str], None] = warn_stderr,
     extension: StepExtension | None = None,
 ) -> dict:
-    """`measure`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step, repeat);
-    returns a short summary for the run's log and the request counts the variant's failure check reads."""
+    """measure_into_rounds, every round one after another."""
+    return drain(measure_into_rounds(spec, target, run_id, variant, results_dir, search, warn, extension))
+
+
+def measure_into_rounds(
+    spec: PerfSpec,
+    target: Target,
+    run_id: str,
+    variant: str,
+    results_dir: Path,
+    search: Search | None = None,
+    warn: Callable[[str], None] = warn_stderr,
+    extension: StepExtension | None = None,
+    interleaved_with: list[str] | None = None,
+) -> Generator[int, None, dict]:
+    """`measure_rounds`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step,
+    repeat); returns a short summary for the run's log and the request counts the variant's failure check reads.
+    `interleaved_with`: the other variants whose rounds alternate with this one's (tasks.perf.rounds), recorded."""
+    rounds = {"interleaved_with": ", ".join(interleaved_with) if interleaved_with else None}
 
     def write(scenarios: list[Scenario]) -> None:
         write_table(
@@ -457,10 +488,15 @@ def measure_into(
             [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
         )
         write_table(
-            results_dir, "perf_summary", variant, [summary_row(run_id, variant, sc.summary) for sc in scenarios]
+            results_dir,
+            "perf_summary",
+            variant,
+            [summary_row(run_id, variant, {**sc.summary, **rounds}) for sc in scenarios],
         )
 
-    scenarios = measure(spec, target, on_scenario=write, search=search, warn=warn, extension=extension)
+    scenarios = yield from measure_rounds(
+        spec, target, on_scenario=write, search=search, warn=warn, extension=extension
+    )
     summaries = [sc.summary for sc in scenarios]
     return {
         "requests": sum(len(sc.records) for sc in scenarios),

@@ -33,7 +33,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence, TypeVar
 
 import numpy as np
 
@@ -334,7 +334,24 @@ def _run_window(
     )
 
 
-def run_perf(
+T = TypeVar("T")
+
+
+def drain(rounds: Generator[int, None, T]) -> T:
+    """Run a generator of rounds (perf_rounds, measure_rounds) to its end; what it returns."""
+    while True:
+        try:
+            next(rounds)
+        except StopIteration as done:
+            return done.value
+
+
+def run_perf(*args, **kwargs) -> list[Scenario]:
+    """perf_rounds, every round one after another: the perf run of one endpoint on its own."""
+    return drain(perf_rounds(*args, **kwargs))
+
+
+def perf_rounds(
     spec: PerfSpec,
     base_url: str,
     model: str,
@@ -349,8 +366,11 @@ def run_perf(
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
     extension: StepExtension | None = None,
-) -> list[Scenario]:
+) -> Generator[int, None, list[Scenario]]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
+    A generator: it yields the round (repeat) it has just measured once every step has had it, so a caller can
+    measure other endpoints' rounds in between (tasks.perf.rounds); the outlier re-measures and the extension
+    run after the last round, before it returns.
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
     of a fixed step that stands apart from the others is measured again after them (measure_outliers_again).
     With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
@@ -424,6 +444,7 @@ def run_perf(
                 if on_scenario:
                     on_scenario(list(scenarios.values()))
                 i += 1
+            yield repeat
         if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
         more = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)

@@ -233,7 +233,7 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     against the threshold; nothing for runs recorded before 016."""
     rows = con.execute(
         "select variant, scenario, windows_kept, windows_remeasured, windows_disturbed, host_noise_note, "
-        "host_other_cpu_pct, host_steal_pct, host_noise_max_pct, gpu_other_procs, gpu_other_sm_pct "
+        "host_other_cpu_pct, host_steal_pct, host_noise_max_pct, gpu_other_procs, gpu_other_sm_pct, interleaved_with "
         "from perf_summary where run_id = ? "
         "and windows_kept is not null order by variant, scenario",
         [run_id],
@@ -262,6 +262,12 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
             f"host: on the engines' GPUs, at most {max(r[9] for r in gpu)} other process(es) in a kept window, using "
             + (f"at most {max(sm):.0f} % of the SMs" if sm else "SMs not read")
             + f" (over {threshold:g} % is disturbed)"
+        )
+    rounds = sorted({v for v, *_, together in rows if together})
+    if rounds:
+        out.append(
+            f"host: perf measured in interleaved rounds (perf.interleave): {', '.join(rounds)}; round r of each "
+            "before round r + 1 of any, the order reversed each round, so a transient lands in one round of one variant"
         )
     return out
 

@@ -31,7 +31,16 @@ TINY = {
         # The server rejects this value at start-up: the variant must fail alone.
         {"name": "broken", "model": "smollm2-135m", "quantization": "q4_1", "engine_args": {"n_threads": "many"}},
     ],
-    "perf": {"concurrency": [1, 2], "num_prompts": 3, "warmup_requests": 1, "input_len": 32, "output_len": 8},
+    # perf.interleave: the variants that start are served together, their perf measured in alternating rounds
+    "perf": {
+        "concurrency": [1, 2],
+        "num_prompts": 3,
+        "warmup_requests": 1,
+        "input_len": 32,
+        "output_len": 8,
+        "repeats": 2,
+        "interleave": True,
+    },
     "quality": {
         "primary": "arithmetic.accuracy",
         "suites": [{"name": "arithmetic", "limit": 6}, {"name": "fidelity", "limit": 32}],
@@ -97,9 +106,9 @@ def test_tradeoff_view_has_measured_values_for_every_ok_variant(nightly_run):
 def test_every_request_is_stored_with_forced_output_length(nightly_run):
     summary, tmp = nightly_run
     ((n,),) = q(tmp / "wh.duckdb", "select count(*) from perf_requests")
-    assert n == 3 * 2 * (1 + 3)  # ok variants x scenarios x (warm-up + measured)
+    assert n == 3 * 2 * 2 * (1 + 3)  # ok variants x scenarios x repeats x (warm-up + measured)
     rows = q(tmp / "wh.duckdb", "select variant, scenario, num_ok, output_len_forced_by from perf_summary order by all")
-    assert len(rows) == 6 and all(r[2] == 3 and r[3] == "min_tokens" for r in rows)
+    assert len(rows) == 6 and all(r[2] == 2 * 3 and r[3] == "min_tokens" for r in rows)
     # min_tokens forces the output length: every request generated the asked 8 tokens, one chunk each
     rows = q(
         tmp / "wh.duckdb",
@@ -150,6 +159,28 @@ def test_series_are_keyed_on_what_was_measured(nightly_run):
     assert q(db, "select count(*) from v_history where known_cause is not null") == [(0,)]
     paired = q(db, "select count(*), count(distinct variant) from v_quality_flips where suite = 'arithmetic'")
     assert paired == [(12, 2)]  # 6 samples each of q2_k and q4_1-spec beside the reference's
+
+
+def test_perf_ran_in_interleaved_rounds_of_the_variants_that_started(nightly_run, capsys):
+    """The three variants that serve shared their rounds (the broken one could not start: its own flow failed it,
+    see above); each step rests on both rounds; the report says how perf was measured."""
+    summary, tmp = nightly_run
+    rows = q(
+        tmp / "wh.duckdb",
+        "select variant, scenario, interleaved_with, windows_kept from perf_summary "
+        f"where run_id = '{summary['run_id']}' order by variant, scenario",
+    )
+    assert [(v, sc) for v, sc, *_ in rows] == [(v, sc) for v in ("q2_k", "q4_1", "q4_1-spec") for sc in ("c1", "c2")]
+    together = {v: w for v, _, w, _ in rows}
+    assert together == {"q4_1": "q2_k, q4_1-spec", "q2_k": "q4_1, q4_1-spec", "q4_1-spec": "q4_1, q2_k"}
+    assert all(kept == 2 for *_, kept in rows), rows
+    from flows.cli import main
+
+    capsys.readouterr()
+    assert main(["report", "--run", summary["run_id"], "--warehouse", str(tmp / "wh.duckdb")]) == 0
+    assert (
+        "host: perf measured in interleaved rounds (perf.interleave): q2_k, q4_1, q4_1-spec" in capsys.readouterr().out
+    )
 
 
 def test_servers_are_stopped(nightly_run):

@@ -18,7 +18,7 @@ from tasks.core.config import GPU_SLOTS
 from tasks.core.errors import ConfigError
 from tasks.core.runinfo import RunPaths
 from tasks.loader import parse_config
-from tasks.orchestration.results import ResultsLocation
+from tasks.orchestration.results import PERF_TABLES, ResultsLocation
 from tests.helpers import ROOT
 from warehouse.contract import read_table, write_table
 
@@ -80,6 +80,19 @@ def test_results_location_publishes_fetches_and_clears_a_variant(tmp_path: Path)
     loc.clear(parent, "q2_k")
     assert not list(shared.rglob("*.parquet")) and not list(parent.results.rglob("*.parquet"))
     assert (shared / "logs" / "q2_k.server.log").exists()  # logs of earlier attempts are kept
+
+    # a variant whose perf the nightly measured in interleaved rounds keeps it when its own flow starts
+    loc.fetch(parent)
+    write_table(parent.results, "perf_summary", "q2_k", [{"run_id": "r1", "variant": "q2_k"}])
+    write_table(parent.results, "variants", "q2_k", [{"run_id": "r1", "variant": "q2_k", "status": "ok"}])
+    loc.publish(parent, "q2_k")
+    loc.clear(parent, "q2_k", keep=PERF_TABLES)
+    assert [p.relative_to(shared).as_posix() for p in shared.rglob("*.parquet")] == [
+        "results/perf_summary/q2_k.parquet"
+    ]
+    assert [p.relative_to(parent.results).as_posix() for p in parent.results.rglob("*.parquet")] == [
+        "perf_summary/q2_k.parquet"
+    ]
 
 
 def test_results_location_in_the_runs_folder_copies_nothing(tmp_path: Path, monkeypatch) -> None:

@@ -66,6 +66,7 @@ def _set(d, path, value):
         ),
         (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
         (("decision",), {"margin_points": 0}, "decision.margin_points:"),
+        (("scale_out",), {"work_pool": "gpus"}, "perf.interleave: variants on a work pool run on their own hosts"),
     ],
 )
 def test_bad_config_names_field_and_fix(demo, path, value, expect):

@@ -1,0 +1,42 @@
+"""Variants measured in interleaved rounds (perf.interleave; issue 36, item 2).
+
+Each variant's perf run is a generator of rounds (tasks.perf.sweep.perf_rounds: a round is every step once). Run one
+after another, a variant's whole sweep is one stretch of the night, and a transient on the host (another job's
+minute, a stall) lands in that variant's only window of a step, while slow drift (heat, a neighbour VM's evening)
+favours the variants measured first. Interleaved, round r of every variant runs before round r + 1 of any, in an
+order that reverses each round (A B, B A, A B: counterbalanced, so a linear drift costs every variant alike), and a
+transient lands in one round of one variant, which the outlier rule (tasks.perf.outliers) can then measure again.
+Anchors: Kalibera & Jones, "Rigorous benchmarking in reasonable time" (2013): repeat at the level that varies and
+randomise or alternate the order of the systems compared; hyperfine and pyperf compare commands by repeated,
+alternated runs rather than one long run each.
+
+A variant whose run fails stops there and the others go on; what it measured before is kept by its own writer.
+"""
+
+from __future__ import annotations
+
+from typing import Generator, TypeVar
+
+T = TypeVar("T")
+
+
+def round_order(names: list[str], r: int) -> list[str]:
+    """The order of round `r`: as given on even rounds, reversed on odd ones."""
+    return list(names) if r % 2 == 0 else list(reversed(names))
+
+
+def interleave(runs: dict[str, Generator[int, None, T]]) -> dict[str, T | Exception]:
+    """Each run's next round, in round_order, until every run has returned; name -> what it returned, or the
+    error that ended it. What a run does after its last round (re-measures, the load search) comes at its turn."""
+    out: dict[str, T | Exception] = {}
+    r = 0
+    while len(out) < len(runs):
+        for name in round_order([n for n in runs if n not in out], r):
+            try:
+                next(runs[name])
+            except StopIteration as done:
+                out[name] = done.value
+            except Exception as err:  # noqa: BLE001 - one variant's failure is its own; the others go on
+                out[name] = err
+        r += 1
+    return {name: out[name] for name in runs}
