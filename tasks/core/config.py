@@ -652,9 +652,9 @@ class DecisionSpec(_Strict):
         default=None,
         ge=1,
         le=1_000_000,
-        description="measured requests each rate step gets, repeats pooled; default the "
-        "fewest that show the percentile with none over a limit (299 for p99 "
-        "at 95 %); more gives power near the limit",
+        description="measured requests each rate step gets, repeats pooled; default the fewest that independent "
+        "requests, none over a limit, are counted as enough to show the percentile with 95 % of the time (299 "
+        "needed for p99 at 95 %: 439 in one repeat, one limited latency); more gives power near the limit",
     )
     warmup_share: float = Field(
         default=0.1,
@@ -726,12 +726,17 @@ class DecisionSpec(_Strict):
         slo = self.slo or perf.slo
         return slo.limits() if slo else None
 
-    def step_requests(self) -> int:
-        """Measured requests a rate step needs, repeats pooled: min_requests, else the fewest that show the
-        percentile at the fixed steps' claim confidence with none over a limit (tasks.core.percentiles)."""
-        from tasks.core.percentiles import min_requests
+    def step_requests(self, perf: PerfSpec) -> int:
+        """Measured requests a rate step needs, repeats pooled: min_requests, else the fewest with which a step of
+        independent requests, every one within the limits, is counted as enough to show the percentile at the fixed
+        steps' claim confidence 95 % of the time (tasks.core.percentiles.sized_requests: its design effect is
+        estimated, and scatters above 1), in perf.repeats repeats."""
+        from tasks.core.percentiles import sized_requests
 
-        return self.min_requests or min_requests(self.percentile, self.fixed_step_confidence())
+        latencies = len(self.slo_limits(perf) or {}) or 1
+        return self.min_requests or sized_requests(
+            self.percentile, self.fixed_step_confidence(), perf.repeats, latencies
+        )
 
     def fixed_step_confidence(self) -> float:
         """The confidence a fixed step's claim is judged at: `confidence`, or with `extend` each of its looks'
@@ -780,7 +785,8 @@ class RunConfig(_Strict):
             )
         if not d.slo_limits(perf) or not (perf.rates or perf.sweep or d.search is not None):
             return self
-        per_repeat = max(perf.rate_measured(), math.ceil(d.step_requests() / perf.repeats))
+        step = d.step_requests(perf)
+        per_repeat = max(perf.rate_measured(), math.ceil(step / perf.repeats))
         sized: dict[str, Any] = {"rate_requests": per_repeat} if per_repeat != perf.rate_measured() else {}
         if not perf.rate_warmup_share:
             sized["rate_warmup_share"] = d.warmup_share
@@ -788,7 +794,7 @@ class RunConfig(_Strict):
             self.perf = PerfSpec.model_validate({**perf.model_dump(), **sized})
         except ValidationError as err:
             raise ValueError(
-                f"perf: the decision's p{d.percentile:g} needs {d.step_requests()} requests per rate step "
+                f"perf: the decision's p{d.percentile:g} needs {step} requests per rate step "
                 f"({per_repeat} per repeat): {err.errors()[0]['msg'].removeprefix('Value error, ')}; "
                 f"ask a lower decision.percentile or fewer steps"
             ) from None

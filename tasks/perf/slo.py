@@ -215,40 +215,55 @@ class StepEvidence:
     loop: str  # closed | open
     gives: int  # measured requests, repeats pooled (at most: perf.warmup_s may drop some at a step's start)
     needs: int | None  # the fewest that show the percentile with none over a limit; None: p100, never
+    counted: int | None = None  # the fewest that independent requests are counted as `needs` with 95 % of the time
 
     @property
     def enough(self) -> bool:
         return self.needs is not None and self.gives >= self.needs
 
+    def said(self) -> str:
+        """`tradeoff check`'s words for it: short, enough, or enough only when its requests are counted whole."""
+        if not self.enough:
+            return f"{self.needs - self.gives} short"
+        if self.counted is not None and self.gives < self.counted:
+            return f"enough only when counted whole: {self.counted} are counted as {self.needs} 95 % of the time"
+        return "enough"
+
 
 def step_evidence(cfg) -> list[StepEvidence]:
     """Per configured step, the measured requests it gives (repeats pooled) against what the decision's percentile
-    needs at its confidence (tasks.core.percentiles.min_requests): closed-loop steps (c<N>, the sweep's sync and
-    max) give perf.num_prompts per repeat, rate steps (configured, the sweep's, the search's) what the decision
-    sized them to, a replayed trace its requests times its repeats. Takes a RunConfig; [] without an SLO (the
-    decision judges no step)."""
-    from tasks.core.percentiles import min_requests
+    needs at its confidence (tasks.core.percentiles.min_requests) and what independent requests need to be counted
+    as that 95 % of the time (sized_requests): closed-loop steps (c<N>, the sweep's sync and max) give
+    perf.num_prompts per repeat, rate steps (configured, the sweep's, the search's) what the decision sized them
+    to, a replayed trace its requests times its repeats. Takes a RunConfig; [] without an SLO (the decision judges
+    no step)."""
+    from tasks.core.percentiles import min_requests, sized_requests
 
     perf, d = cfg.perf, cfg.decision
-    if not d.slo_limits(perf):
+    limits = d.slo_limits(perf)
+    if not limits:
         return []
-    needs = min_requests(d.percentile, d.confidence)
-    fixed = min_requests(d.percentile, d.fixed_step_confidence())  # decision.extend: every look corrected
+    conf, fixed = d.confidence, d.fixed_step_confidence()  # decision.extend: every look of a fixed step corrected
+
+    def step(name: str, loop: str, gives: int, confidence: float, repeats: int = perf.repeats) -> StepEvidence:
+        counted = sized_requests(d.percentile, confidence, repeats, len(limits))
+        return StepEvidence(name, loop, gives, min_requests(d.percentile, confidence), counted)
+
     closed, rated = perf.repeats * perf.num_prompts, perf.repeats * perf.rate_measured()
-    out = [StepEvidence(f"c{c}", "closed", closed, fixed) for c in perf.concurrency or []]
-    out += [StepEvidence(f"r{r:g}", "open", rated, fixed) for r in perf.rates]
+    out = [step(f"c{c}", "closed", closed, fixed) for c in perf.concurrency or []]
+    out += [step(f"r{r:g}", "open", rated, fixed) for r in perf.rates]
     if perf.sweep is not None:
-        out += [StepEvidence("sync", "closed", closed, needs), StepEvidence("max", "closed", closed, needs)]
+        out += [step("sync", "closed", closed, conf), step("max", "closed", closed, conf)]
         if perf.sweep:
-            out.append(StepEvidence(f"sweep1-{perf.sweep}", "open", rated, fixed))
+            out.append(step(f"sweep1-{perf.sweep}", "open", rated, fixed))
     if d.search is not None:
-        out.append(StepEvidence("search", "open", rated, needs))
+        out.append(step("search", "open", rated, conf))
     if perf.trace is not None:
         from tasks.perf.trace import load_trace
 
         t = perf.trace
         out.append(
-            StepEvidence("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), fixed)
+            step("trace", "open", t.repeats * len(load_trace(t.path, "perf.trace", t.max_requests)), fixed, t.repeats)
         )
     return out
 
@@ -258,7 +273,7 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
     not): refused when no step it runs can show the percentile even with every request within the limits, since
     the night would then end judging no variant on the SLO, and when a trace replayed beside other steps cannot
     (a variant ships only when it serves the trace within the SLO: none could)."""
-    from tasks.core.percentiles import min_requests
+    from tasks.core.percentiles import min_requests, sized_requests
 
     steps = step_evidence(cfg)
     if not steps:
@@ -270,6 +285,13 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
         f"decision: p{d.percentile:g} at {d.confidence * 100:g} % needs >= {need} measured requests per step with "
         f"none over a limit ({one_over} with one over)"
     )
+    perf = cfg.perf
+    counted = sized_requests(d.percentile, d.confidence, perf.repeats, len(d.slo_limits(perf)))
+    head += (
+        f"; independent requests are counted as {need} (their design effect estimated) 95 % of the time from "
+        f"{counted} in {perf.repeats} repeat{'s' if perf.repeats > 1 else ''}: rate steps get {d.step_requests(perf)}"
+        + (" (decision.min_requests)" if d.min_requests else "")
+    )
     if d.extend is not None:
         head += (
             f"; decision.extend: a fixed step (c<N>, r<R>, sweep rates) or the trace lacking requests gets more "
@@ -277,16 +299,12 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
             f"{d.fixed_step_confidence() * 100:.4g} % ({min_requests(d.percentile, d.fixed_step_confidence())} "
             f"requests with none over)"
         )
-    lines = [head] + [
-        f"  {s.step} ({s.loop} loop): gives {s.gives} ({'enough' if s.enough else f'{s.needs - s.gives} short'})"
-        for s in steps
-    ]
+    lines = [head] + [f"  {s.step} ({s.loop} loop): gives {s.gives} ({s.said()})" for s in steps]
     lines.append(
         "  if its requests are independent: where they are correlated (in flight together, a repeat's shared host "
         "state, a drift), a step's claim counts n / deff of them (deff: the design effect measured; a pair in one "
         "batch counts about once)"
     )
-    perf = cfg.perf
     trace = next((s for s in steps if s.step == "trace"), None)
     if trace is not None and not trace.enough and len(steps) > 1:
         per_replay = trace.gives // perf.trace.repeats
@@ -299,7 +317,7 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
     if any(s.enough for s in steps):
         return lines, None
     need = min(s.needs for s in steps)
-    per_repeat = math.ceil(need / perf.repeats)
+    per_repeat = math.ceil(min(s.counted for s in steps) / perf.repeats)  # counted as `need` 95 % of the time
     why = (
         f"no step can show p{d.percentile:g} at {d.confidence * 100:g} %: each gives at most "
         f"{max(s.gives for s in steps)} measured requests and {need} are needed; raise perf.num_prompts to "

@@ -12,7 +12,7 @@ import pytest
 
 from instruments import paced_server
 from tasks.core.config import DecisionSpec, PerfSpec
-from tasks.core.percentiles import look_confidence
+from tasks.core.percentiles import look_confidence, min_requests, sized_requests
 from tasks.perf.extend import StepExtension, repeats_to_add
 from tasks.perf.perf_run import Target, measure
 from tasks.perf.slo import check_step
@@ -44,7 +44,10 @@ def test_repeats_to_add_brings_the_step_to_what_it_needs_within_one_look():
 def test_the_config_states_the_looks_before_the_evidence():
     d = DecisionSpec.model_validate({"slo": LIMITS, "percentile": 50.0, "extend": {"budget_s": 60}})
     assert d.extend.looks == 3 and d.fixed_step_confidence() == pytest.approx(1 - 0.05 / 3)
-    assert d.step_requests() == 6  # rate steps are sized to the corrected claim
+    # rate steps are sized to the corrected claim (6 requests), with headroom for the count (independent requests
+    # are counted as 6 95 % of the time)
+    assert min_requests(50.0, d.fixed_step_confidence()) == 6
+    assert d.step_requests(PerfSpec(repeats=1)) == sized_requests(50.0, d.fixed_step_confidence(), 1, 1) == 12
     with pytest.raises(ValueError, match="looks"):
         DecisionSpec.model_validate({"extend": {"budget_s": 60, "looks": 1}})
 

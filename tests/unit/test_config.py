@@ -113,7 +113,9 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
     cfg = parse_config(_decision_config({"concurrency": [1, 2], "repeats": 3, "num_prompts": 4}))
     lines, cannot = evidence_lines(cfg)
     assert lines == [
-        "decision: p99 at 95 % needs >= 299 measured requests per step with none over a limit (473 with one over)",
+        "decision: p99 at 95 % needs >= 299 measured requests per step with none over a limit (473 with one over); "
+        "independent requests are counted as 299 (their design effect estimated) 95 % of the time from 477 in 3 "
+        "repeats: rate steps get 477",
         "  c1 (closed loop): gives 12 (287 short)",
         "  c2 (closed loop): gives 12 (287 short)",
         "  if its requests are independent: where they are correlated (in flight together, a repeat's shared host "
@@ -121,12 +123,18 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
         "batch counts about once)",
     ]
     assert cannot.startswith("no step can show p99 at 95 %: each gives at most 12 measured requests and 299")
-    assert "raise perf.num_prompts to 100 (3 repeats)" in cannot and "p75 needs 11, p90 29" in cannot
-    # rate steps are sized to the percentile by the config itself: enough, and nothing to warn about
-    cfg = parse_config(_decision_config({"concurrency": [1], "rates": [1.0], "repeats": 3, "num_prompts": 4}))
+    assert "raise perf.num_prompts to 159 (3 repeats)" in cannot and "p75 needs 11, p90 29" in cannot
+    # rate steps are sized by the config itself so that their count is enough 95 % of the time; a closed-loop step
+    # of 300 can show it only when its design effect is estimated 1
+    cfg = parse_config(_decision_config({"concurrency": [1], "rates": [1.0], "repeats": 3, "num_prompts": 100}))
     lines, cannot = evidence_lines(cfg)
-    assert lines[1:-1] == ["  c1 (closed loop): gives 12 (287 short)", "  r1 (open loop): gives 300 (enough)"]
+    assert lines[1:-1] == [
+        "  c1 (closed loop): gives 300 (enough only when counted whole: 477 are counted as 299 95 % of the time)",
+        "  r1 (open loop): gives 477 (enough)",
+    ]
     assert cannot is None
+    cfg = parse_config(_decision_config({"rates": [1.0], "repeats": 3}, {"min_requests": 300}))
+    assert cfg.perf.rate_requests == 100 and "rate steps get 300 (decision.min_requests)" in evidence_lines(cfg)[0][0]
 
 
 def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_steps(tmp_path):
@@ -140,7 +148,8 @@ def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_st
         _decision_config({"concurrency": [1], "repeats": 3, "trace": {"path": str(trace)}}, {"percentile": 75})
     )
     lines, cannot = evidence_lines(cfg)
-    assert lines[1:-1] == ["  c1 (closed loop): gives 12 (enough)", "  trace (open loop): gives 17 (enough)"]
+    counted = "enough only when counted whole: 27 are counted as 11 95 % of the time"
+    assert lines[1:-1] == [f"  c1 (closed loop): gives 12 ({counted})", f"  trace (open loop): gives 17 ({counted})"]
     assert cannot is None
     cfg = parse_config(
         _decision_config(
@@ -148,7 +157,10 @@ def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_st
         )
     )
     lines, cannot = evidence_lines(cfg)
-    assert lines[1:-1] == ["  c1 (closed loop): gives 12 (17 short)", "  trace (open loop): gives 34 (enough)"]
+    assert lines[1:-1] == [
+        "  c1 (closed loop): gives 12 (17 short)",
+        "  trace (open loop): gives 34 (enough only when counted whole: 66 are counted as 29 95 % of the time)",
+    ]
     assert cannot is None
     cfg = parse_config(
         _decision_config({"concurrency": [1], "num_prompts": 10, "trace": {"path": str(trace)}}, {"percentile": 90})
