@@ -1,8 +1,8 @@
 """Benchmark: does a busy neighbour still decide the night? (issue 36)
 
-The demo's reference variant (SmolLM2-135M Q4_1) is served by llama.cpp as the nightly serves it (decoding on
-every core but one). Two identical "variants" are measured by the nightly's own perf run
-(tasks.perf.perf_run.measure_rounds) against that server, one after the other and in interleaved rounds
+The demo's reference variant (SmolLM2-135M Q4_1) is served twice by llama.cpp as the nightly serves it (decoding
+on every core but one): two identical "variants", each its own server. They are measured by the nightly's own
+perf run (tasks.perf.perf_run.measure_rounds), one after the other and in interleaved rounds
 (perf.interleave: A B, B A, ...), each a c1 step of `--repeats` windows; from the first window of the first,
 another process is busy on every core of the host for `--busy-s` seconds (started just before it, outside this
 process's tree, as another user's job), and without it. Done `--rounds` times with the host-noise guard on (the
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from tasks.core.config import ModelSpec, PerfSpec, Variant
@@ -56,7 +57,7 @@ def stop(pids: list[int]) -> None:
             pass
 
 
-def pair(spec: PerfSpec, target: Target, busy_s: float, interleaved: bool) -> tuple[dict, dict]:
+def pair(spec: PerfSpec, targets: list[Target], busy_s: float, interleaved: bool) -> tuple[dict, dict]:
     """Variant A (the neighbour busy from its first window) and B (quiet): one after the other, or in interleaved
     rounds as the nightly's perf.interleave measures them (A B, B A, ...)."""
     warn = lambda m: print(f"   warning: {m}", flush=True)
@@ -68,7 +69,7 @@ def pair(spec: PerfSpec, target: Target, busy_s: float, interleaved: bool) -> tu
         finally:
             stop(pids)
 
-    a, b = with_neighbour(measure_rounds(spec, target, warn=warn)), measure_rounds(spec, target, warn=warn)
+    a, b = with_neighbour(measure_rounds(spec, targets[0], warn=warn)), measure_rounds(spec, targets[1], warn=warn)
     if interleaved:
         out = interleave({"a": a, "b": b})
         for v in out.values():
@@ -98,8 +99,6 @@ def main() -> None:
     variant = Variant(name="q4_1", model="m", engine="llama.cpp", quantization="q4_1")
     path = model.local_path()
     art = Artifact("q4_1", path, "sha", path.stat().st_size, True, 0.0, {})
-    port = free_port()
-    cmd = LlamaCpp().server_command(art, variant, model, "127.0.0.1", port)
     base = dict(
         concurrency=[1],
         num_prompts=args.num_prompts,
@@ -112,11 +111,13 @@ def main() -> None:
     guarded = PerfSpec(**base)
     unguarded = PerfSpec(**base, host_noise_retries=0)
     t0 = time.perf_counter()
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        serving(cmd, f"http://127.0.0.1:{port}", Path(tmp) / "s.log", 120) as srv,
-    ):
-        target = Target(srv.base_url, LlamaCpp().served_model_name(variant))
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        targets = []  # A's and B's: each identical variant its own server, as the nightly serves them
+        for k in range(2):
+            port = free_port()
+            cmd = LlamaCpp().server_command(art, variant, model, "127.0.0.1", port)
+            srv = stack.enter_context(serving(cmd, f"http://127.0.0.1:{port}", Path(tmp) / f"{k}.log", 120))
+            targets.append(Target(srv.base_url, LlamaCpp().served_model_name(variant)))
         print(
             f"{'run':<30} {'tok/s':>8} {'TPOT p50':>9} {'remeasured':>10} {'disturbed':>9} {'others % core':>13}"
             "   A/B tok/s  A/B TPOT"
@@ -125,7 +126,7 @@ def main() -> None:
         for r in range(args.rounds):
             for order in ("one after the other", "interleaved"):
                 for label, busy_s in (("A neighbour", args.busy_s), ("A quiet", 0.0)):
-                    a, b = pair(spec, target, busy_s, order == "interleaved")
+                    a, b = pair(spec, targets, busy_s, order == "interleaved")
                     ratio = f"   {a['output_throughput'] / b['output_throughput']:>9.3f} "
                     ratio += f"{a['tpot_ms_p50'] / b['tpot_ms_p50']:>9.3f}"
                     print(line(f"{r} {order[:11]}: {label}", a))

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 
 import pytest
 
@@ -72,15 +73,21 @@ def test_a_neighbour_is_counted_as_other_and_the_engine_as_the_engine():
 
 
 @pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
+def llama_servers(tmp_path_factory):
+    """Two identical variants, each its own llama.cpp server (as the nightly serves them with perf.interleave): one
+    server for both would give the second of a round the first's prompts in its cache."""
     model = ModelSpec.model_validate(smollm2())
     variant = Variant(name="q4_1", model="m", engine="llama.cpp", quantization="q4_1")
     path = model.local_path()
     art = Artifact("q4_1", path, "sha", path.stat().st_size, True, 0.0, {})
-    port = free_port()
-    cmd = LlamaCpp().server_command(art, variant, model, "127.0.0.1", port)
-    with serving(cmd, f"http://127.0.0.1:{port}", tmp_path_factory.mktemp("srv") / "server.log", 120) as server:
-        yield server.base_url, LlamaCpp().served_model_name(variant)
+    logs = tmp_path_factory.mktemp("srv")
+    with ExitStack() as stack:
+        urls = []
+        for k in range(2):
+            port = free_port()
+            cmd = LlamaCpp().server_command(art, variant, model, "127.0.0.1", port)
+            urls.append(stack.enter_context(serving(cmd, f"http://127.0.0.1:{port}", logs / f"{k}.log", 120)).base_url)
+        yield urls, LlamaCpp().served_model_name(variant)
 
 
 SPEC = dict(
@@ -99,15 +106,16 @@ SPEC = dict(
 )
 
 
-def test_two_identical_variants_agree_whether_or_not_a_neighbour_was_busy_during_one(llama_server):
+def test_two_identical_variants_agree_whether_or_not_a_neighbour_was_busy_during_one(llama_servers):
     """As the nightly measures them with perf.interleave: two variants' perf runs in interleaved rounds (A B, B A,
     ...), a neighbour busy on every core for ~10 s from the first round of the first; then two quiet ones."""
-    base_url, model = llama_server
+    urls, model = llama_servers
     spec = PerfSpec(**SPEC)
     warnings: list[str] = []
+    turn = iter(urls * 2)
 
     def run():
-        return measure_rounds(spec, Target(base_url, model), warn=warnings.append)
+        return measure_rounds(spec, Target(next(turn), model), warn=warnings.append)
 
     def neighbour_from_its_first_round(rounds):
         pids = busy(10, os.cpu_count() or 1)
