@@ -340,17 +340,9 @@ def warn_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def measure(
-    spec: PerfSpec,
-    target: Target,
-    progress: bool | None = False,
-    on_scenario: Callable[[list[Scenario]], None] | None = None,
-    search: Search | None = None,
-    warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
-) -> list[Scenario]:
-    """measure_rounds, every round one after another: the perf run of one endpoint on its own."""
-    return drain(measure_rounds(spec, target, progress, on_scenario, search, warn, extension))
+def measure(*args, **kwargs) -> list[Scenario]:
+    """measure_rounds (its arguments), every round one after another: the perf run of one endpoint on its own."""
+    return drain(measure_rounds(*args, **kwargs))
 
 
 def measure_rounds(
@@ -438,20 +430,6 @@ def measure_rounds(
     for note in sorted({sc.summary.get("prompt_len_note") for sc in scenarios} - {None}):
         warn(f"prompt lengths: {note}")
     return scenarios
-
-
-def measure_into(
-    spec: PerfSpec,
-    target: Target,
-    run_id: str,
-    variant: str,
-    results_dir: Path,
-    search: Search | None = None,
-    warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
-) -> dict:
-    """measure_into_rounds, every round one after another."""
-    return drain(measure_into_rounds(spec, target, run_id, variant, results_dir, search, warn, extension))
 
 
 def measure_into_rounds(

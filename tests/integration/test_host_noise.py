@@ -93,7 +93,7 @@ def llama_servers(tmp_path_factory):
 SPEC = dict(
     concurrency=[1],
     num_prompts=3,
-    repeats=4,
+    repeats=6,  # windows, interleaved A B, B A, ...: a level shift of the host between them costs both alike
     warmup_requests=1,
     input_len=16,
     output_len=16,
