@@ -13,7 +13,8 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 # llama.cpp is compiled here (llama-cpp-python is source-only on PyPI: minutes on 2 cores), for a
 # portable x86-64 baseline (AVX2/FMA/F16C/BMI2, no AVX-512/AMX) so the build runs on any CPU of the
 # last decade; LLAMA_NATIVE=1 builds for this CPU model only. pip's wheel cache is bypassed: the
-# wheel is kept in build/llama-cpp/<version+flags key>/ (tasks/tools/llama_build.py).
+# wheel is kept per user in ~/.cache/tradeoff/llama-cpp/<version+flags key>/ (TRADEOFF_LLAMA_CACHE moves it;
+# tasks/tools/llama_build.py), so another clone on this machine installs it instead of compiling again.
 LLAMA_NATIVE ?= 0
 LLAMA_MODE := $(if $(filter 1,$(LLAMA_NATIVE)),native,portable)
 LLAMA_STAMP := $(VENV)/.llama-cpp-$(LLAMA_MODE)

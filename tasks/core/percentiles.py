@@ -24,8 +24,13 @@ probabilities in SQL (DuckDB has no binomial quantile), and tests hold the two e
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
+import os
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -195,12 +200,52 @@ def counted_share(per: int, repeats: int, need: int) -> float:
     return float(np.mean(n_eff >= need))
 
 
+def sizing_cache_path() -> Path:
+    """Where sized_requests keeps its answers across processes (per user, beside the build caches)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tradeoff" / "sizing.json"
+
+
+@lru_cache(maxsize=1)
+def _sizing_version() -> str:
+    """A digest of the code and constants an answer of sized_requests depends on: a changed count, simulation or
+    bound makes every cached answer stale (a new key), never wrong."""
+    parts = [inspect.getsource(f) for f in (min_requests, effective_requests_rows, counted_share, _sized)]
+    parts += [repr((COUNT_SIMS, COUNT_POWER, MAX_LAG, EPS, np.__version__))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 @lru_cache(maxsize=256)
 def sized_requests(pct: float, confidence: float, repeats: int = 1, latencies: int = 1) -> int | None:
     """The fewest requests, `repeats` x per, with which a step of independent requests every one within its
     limits is counted as enough to show the pct-th percentile at least COUNT_POWER of the time, on each of its
     `latencies` limited latencies at 1 - (1 - COUNT_POWER) / latencies (Bonferroni: n_eff is the fewest over
-    them); at least min_requests. None for pct 100."""
+    them); at least min_requests. None for pct 100.
+
+    The simulation takes seconds for p99 (~5 s on 2 cores) and every process that loads a config with an SLO asks
+    it, so its answers are kept in a file (sizing_cache_path), keyed by the arguments and a digest of the code
+    (_sizing_version); an unreadable file is computed again, never trusted."""
+    key = f"{_sizing_version()}|{pct!r}|{confidence!r}|{repeats}|{latencies}"
+    path = sizing_cache_path()
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    hit = known.get(key)
+    if type(hit) is int and hit > 0:
+        return hit
+    answer = _sized(pct, confidence, repeats, latencies)
+    try:  # a whole file or none: written aside, then renamed over
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**known, key: answer}, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home only costs the seconds again
+    return answer
+
+
+def _sized(pct: float, confidence: float, repeats: int, latencies: int) -> int | None:
     need = min_requests(pct, confidence)
     if need is None:
         return None

@@ -8,10 +8,13 @@ that wheel for every later install, whatever CMAKE_ARGS say. So `make setup` bui
 - portable by default: an x86-64 baseline of AVX/AVX2/FMA/F16C/BMI2 (every x86 server and
   laptop since ~2015), AVX-512 and AMX off; on other architectures only GGML_NATIVE=OFF;
 - native with `LLAMA_NATIVE=1` (faster on the build machine only, never copied elsewhere);
-- with pip's wheel cache bypassed, into a folder keyed by version and flags
-  (`build/llama-cpp/<key>/`), so a wheel is reused only when this script built it with the same
-  flags; the flags are recorded in the virtual environment (`llama-cpp-build.json`), where
-  `check` and `tradeoff doctor` read them.
+- with pip's wheel cache bypassed, into a folder keyed by version, flags, Python and architecture
+  (`<cache>/<key>/`), so a wheel is reused only when this script built it with the same flags; the
+  flags are recorded in the virtual environment (`llama-cpp-build.json`), where `check` and
+  `tradeoff doctor` read them. The cache is per user, like pip's own (`$TRADEOFF_LLAMA_CACHE`, else
+  `$XDG_CACHE_HOME/tradeoff/llama-cpp`, else `~/.cache/tradeoff/llama-cpp`): a second clone on the
+  same machine installs in seconds instead of compiling for minutes (~5 on 2 cores, ~25 on a slow
+  one). A folder appears only complete (built in `<key>.tmp`, then renamed).
 
 llama.cpp's own server (`llama-server`: continuous batching over `--parallel` slots, /metrics,
 /slots) comes from the same sources and the same compiled libraries: the wheel is built from the
@@ -161,15 +164,24 @@ def build_server(src: Path, cmake_dir: Path, out: Path, jobs: str) -> Path:
     return out / SERVER_BINARY
 
 
-def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict:
+def cache_root() -> Path:
+    """Where built wheels and servers are kept, per user (see the module's docstring)."""
+    if os.environ.get("TRADEOFF_LLAMA_CACHE"):
+        return Path(os.environ["TRADEOFF_LLAMA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tradeoff" / "llama-cpp"
+
+
+def build(native: bool, wheel_root: Path | None = None) -> dict:
     """Build (or reuse this script's own wheel and server for the same flags) and install both; return the record."""
+    wheel_root = wheel_root or cache_root()
     requirement = pinned_requirement()
     args = cmake_args(native)
     key = build_key(requirement, args)
     wheel_dir = wheel_root / key
     wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
     if not wheels or not (wheel_dir / "server" / SERVER_BINARY).exists():
-        tmp = wheel_dir.with_name(key + ".tmp")
+        tmp = wheel_dir.with_name(f"{key}.{os.getpid()}.tmp")  # two setups at once build apart
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
@@ -206,8 +218,11 @@ def build(native: bool, wheel_root: Path = ROOT / "build" / "llama-cpp") -> dict
         shutil.rmtree(tmp / "src")
         shutil.rmtree(tmp / "sdist")
         shutil.rmtree(tmp / "cmake")
-        shutil.rmtree(wheel_dir, ignore_errors=True)
-        tmp.rename(wheel_dir)
+        if (wheel_dir / "server" / SERVER_BINARY).exists():  # another setup finished the same key first
+            shutil.rmtree(tmp)
+        else:
+            shutil.rmtree(wheel_dir, ignore_errors=True)
+            tmp.rename(wheel_dir)
         wheels = sorted(wheel_dir.glob("llama_cpp_python-*.whl"))
     else:
         print(f"reusing {wheels[-1].name} and llama-server built by this script with the same flags ({wheel_dir})")

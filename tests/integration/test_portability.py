@@ -35,6 +35,15 @@ def test_the_build_is_keyed_by_its_flags_and_the_pin() -> None:
     assert llama_build.build_key(req, portable) != llama_build.build_key(req + "1", portable)
 
 
+def test_the_build_cache_is_per_user_and_movable(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("TRADEOFF_LLAMA_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert llama_build.cache_root() == tmp_path / "xdg" / "tradeoff" / "llama-cpp"
+    monkeypatch.setenv("TRADEOFF_LLAMA_CACHE", str(tmp_path / "mine"))
+    assert llama_build.cache_root() == tmp_path / "mine"
+    assert not llama_build.cache_root().is_relative_to(ROOT)  # outside the clone: a fresh clone reuses it
+
+
 def test_makefile_builds_llama_cpp_portable_unless_asked() -> None:
     make = (ROOT / "Makefile").read_text()
     assert "LLAMA_NATIVE ?= 0" in make and "-m tasks.tools.llama_build build" in make

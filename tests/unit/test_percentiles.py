@@ -3,6 +3,7 @@ the search's bracket (tasks.perf.load_search): pure functions, by hand and again
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from tasks.core.percentiles import (
     missed_over,
     requests_needed,
     sized_requests,
+    sizing_cache_path,
 )
 
 
@@ -95,6 +97,24 @@ def test_rate_steps_get_the_fewest_requests_counted_as_enough_95_percent_of_the_
     assert counted_share(n // repeats, repeats, need) >= COUNT_POWER > counted_share(n // repeats - 1, repeats, need)
     assert counted_share(-(-need // repeats), repeats, need) < 0.8  # at the minimum: short of it often
     assert sized_requests(pct, 0.95, repeats, 3) >= n  # each of 3 latencies at 1 - 0.05 / 3
+
+
+def test_sizes_are_kept_across_processes_and_a_bad_file_is_computed_again(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = sizing_cache_path()
+    assert path == tmp_path / "tradeoff" / "sizing.json"
+    sized_requests.cache_clear()
+    n = sized_requests(90.0, 0.95, 2)
+    (key,) = json.loads(path.read_text())  # the arguments and a digest of the code that answered
+    assert key.endswith("|90.0|0.95|2|1") and json.loads(path.read_text())[key] == n
+    for bad in ("{not json", json.dumps({key: -1}), json.dumps([n])):  # never trusted: computed again
+        path.write_text(bad)
+        sized_requests.cache_clear()
+        assert sized_requests(90.0, 0.95, 2) == n and json.loads(path.read_text()) == {key: n}
+    path.write_text(json.dumps({key: 7}))  # a kept answer is what a later process reads
+    sized_requests.cache_clear()
+    assert sized_requests(90.0, 0.95, 2) == 7
+    sized_requests.cache_clear()
 
 
 def test_the_share_counted_is_what_effective_requests_counts_on_independent_requests() -> None:
