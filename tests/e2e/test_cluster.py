@@ -34,7 +34,7 @@ from tasks.engines.llama_cpp import SERVER_MODULE
 from tasks.orchestration import prefect_cluster as ops
 from tests.helpers import CHROMIUM, ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow(rank=1)]  # the longest: last
 
 
 WORKERS = ("wA", "wB")

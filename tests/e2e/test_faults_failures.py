@@ -32,7 +32,7 @@ from tasks.loader import parse_config
 from tests.helpers import q, smollm2
 from tests.helpers.engines import StubTestEngine
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOL = smollm2()
 PERF = {"concurrency": [1, 2], "num_prompts": 2, "warmup_requests": 1, "input_len": 16, "output_len": 4}

@@ -21,7 +21,7 @@ import yaml
 
 from instruments.jobs import Job, parts, processes_of, reach, tiny_one_variant
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 STOP_WITHIN_S = 10.0  # the command ends this soon after the signal (the bound)
 

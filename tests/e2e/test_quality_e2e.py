@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers import ROOT, q, run_nightly, smollm2
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MODEL = smollm2()
 TINY_QUALITY = {

@@ -525,6 +525,7 @@ def llama_server(tmp_path_factory):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @needs_helm
 def test_real_model_synthetic_reasoning_then_helm_summarize(tmp_path, llama_server):
     res = suite_for("helm:synthetic_reasoning").run(
@@ -559,6 +560,7 @@ def test_real_model_synthetic_reasoning_then_helm_summarize(tmp_path, llama_serv
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @needs_helm
 @pytest.mark.skipif(not (SHARED_GSM8K / "test.jsonl").is_file(), reason=f"shared GSM8K absent ({SHARED_GSM8K})")
 def test_real_model_gsm8k_offline_from_the_shared_file(tmp_path, llama_server):
@@ -576,6 +578,7 @@ def test_real_model_gsm8k_offline_from_the_shared_file(tmp_path, llama_server):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @needs_helm
 def test_nightly_loads_helm_scores_for_every_variant(tmp_path, prefect_harness, monkeypatch):
     """The real nightly with a HELM suite as the primary metric: v_tradeoff has its columns for every variant."""

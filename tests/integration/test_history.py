@@ -17,6 +17,8 @@ from tests.helpers import ROOT, render_in_chromium, widths_in_chromium
 from warehouse.db import load_run, open_warehouse
 from warehouse.history import OTAVA_VERSION
 
+pytestmark = pytest.mark.slow  # minutes: run last, within the suite's budget (tests/conftest.py)
+
 PLAN = Plan()  # seed 0: the benchmark (benchmarks/history_detection.py) measures the rate over 100 seeds
 # the 40-night history of the module: the demo's four variants (q4_1's speculative twin too)
 FORTY = replace(PLAN, speculative_twin=True)

@@ -27,6 +27,8 @@ from tasks.quality.suites.lm_eval import LmEvalParams, LoglikDecider
 from tests.helpers.engines import hf_tokenizer_dir
 from tests.helpers.suites import suite_context
 
+pytestmark = pytest.mark.slow  # minutes: run last, within the suite's budget (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:

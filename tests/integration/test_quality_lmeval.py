@@ -25,6 +25,8 @@ from tests.helpers import ROOT
 from tests.helpers.suites import suite_context
 from tests.stubs.quality_stub import start
 
+pytestmark = pytest.mark.slow  # minutes: run last, within the suite's budget (tests/conftest.py)
+
 SHARED = ROOT.parent / "shared" / "datasets"
 needs_shared = pytest.mark.skipif(
     not (SHARED / "gsm8k" / "test.jsonl").is_file() or not (SHARED / "bbh").is_dir(),

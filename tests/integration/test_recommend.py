@@ -792,6 +792,7 @@ def test_search_stops_at_its_time_budget() -> None:
     assert len(tried) == 2  # a third step would end at 30 s, past the 25 s budget
 
 
+@pytest.mark.slow
 def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capacity(
     tmp_path: Path, prefect_harness, capsys
 ) -> None:
