@@ -133,8 +133,12 @@ def test_two_identical_variants_agree_whether_or_not_a_neighbour_was_busy_during
     loud, quiet = speeds(neighbour_from_its_first_round(run()), run())
     quiet1, quiet2 = speeds(run(), run())
     # the disturbed window was seen, said and measured again; the figures rest on the windows kept
-    assert loud["windows_remeasured"] >= 1 and "other processes used" in loud["host_noise_note"], loud
-    assert any("window disturbed" in w and "measuring it again" in w for w in warnings), warnings
+    note = loud["host_noise_note"] or ""
+    assert "other processes used" in note, loud  # the neighbour is seen, whatever was done about it
+    if loud["windows_remeasured"]:
+        assert any("window disturbed" in w and "measuring it again" in w for w in warnings), warnings
+    else:  # a host that stayed busy past the re-measuring budget (the suite's own load, stop 43): kept, and said
+        assert "kept disturbed" in note, loud
     assert loud["windows_kept"] == SPEC["repeats"] and loud["host_noise_max_pct"] == 25.0
     # speed: the median TPOT, the decode speed a busy neighbour made 17x slower. The 10 % is a speed goal,
     # measured by benchmarks/noisy_neighbour.py (docs/timing.md): single windows of this test's size scatter by
