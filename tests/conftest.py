@@ -57,8 +57,8 @@ VLLM_TESTS: set[str] = set()
 # runs them all on a fast one; `make test-all` sets no budget. One line at the end says what became of them.
 BUDGET_MIN = float(os.environ.get("TRADEOFF_TEST_BUDGET_MIN") or 60)
 SESSION_START = time.monotonic()
-SLOW_OUTCOMES = {"passed": 0, "failed": 0, "not started": 0}
 SLOW_TESTS: set[str] = set()
+SLOW_OUTCOME: dict[str, str] = {}  # per slow test: passed, failed (in any phase) or not started
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     spent = (time.monotonic() - SESSION_START) / 60
     if item.nodeid in SLOW_TESTS and BUDGET_MIN > 0 and spent > BUDGET_MIN:
-        SLOW_OUTCOMES["not started"] += 1
+        SLOW_OUTCOME[item.nodeid] = "not started"
         pytest.skip(
             f"slow test not started: {spent:.0f} min of the suite's {BUDGET_MIN:g} min budget spent "
             "(TRADEOFF_TEST_BUDGET_MIN; `make test-all` runs every test)"
@@ -83,8 +83,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.nodeid in SLOW_TESTS and (report.failed or report.when == "call" and report.passed):
-        SLOW_OUTCOMES["failed" if report.failed else "passed"] += 1
+    if report.nodeid in SLOW_TESTS and report.failed:
+        SLOW_OUTCOME[report.nodeid] = "failed"
+    elif report.nodeid in SLOW_TESTS and report.when == "call" and report.passed:
+        SLOW_OUTCOME[report.nodeid] = "passed"
     if report.nodeid not in VLLM_TESTS:
         return
     if report.failed:
@@ -99,7 +101,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if SLOW_TESTS:
         terminalreporter.write_line(
             "slow-marked tests: "
-            + ", ".join(f"{n} {outcome}" for outcome, n in SLOW_OUTCOMES.items())
+            + ", ".join(f"{list(SLOW_OUTCOME.values()).count(o)} {o}" for o in ("passed", "failed", "not started"))
             + (f" (budget {BUDGET_MIN:g} min)" if BUDGET_MIN > 0 else " (no budget)")
         )
     if any(VLLM_OUTCOMES.values()):

@@ -202,14 +202,20 @@ def counted_share(per: int, repeats: int, need: int) -> float:
 
 def sizing_cache_path() -> Path:
     """Where sized_requests keeps its answers across processes (per user, beside the build caches)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tradeoff" / "sizing.json"
+    from tasks.core.runinfo import user_cache_dir
+
+    return user_cache_dir() / "sizing.json"
 
 
 @lru_cache(maxsize=1)
-def _sizing_version() -> str:
+def _sizing_version() -> str | None:
     """A digest of the code and constants an answer of sized_requests depends on: a changed count, simulation or
-    bound makes every cached answer stale (a new key), never wrong."""
-    parts = [inspect.getsource(f) for f in (min_requests, effective_requests_rows, counted_share, _sized)]
+    bound makes every cached answer stale (a new key), never wrong. None where the source cannot be read (no file
+    is kept then)."""
+    try:
+        parts = [inspect.getsource(f) for f in (min_requests, effective_requests_rows, counted_share, _sized)]
+    except OSError:
+        return None
     parts += [repr((COUNT_SIMS, COUNT_POWER, MAX_LAG, EPS, np.__version__))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -224,7 +230,10 @@ def sized_requests(pct: float, confidence: float, repeats: int = 1, latencies: i
     The simulation takes seconds for p99 (~5 s on 2 cores) and every process that loads a config with an SLO asks
     it, so its answers are kept in a file (sizing_cache_path), keyed by the arguments and a digest of the code
     (_sizing_version); an unreadable file is computed again, never trusted."""
-    key = f"{_sizing_version()}|{pct!r}|{confidence!r}|{repeats}|{latencies}"
+    version = _sizing_version()
+    if version is None:
+        return _sized(pct, confidence, repeats, latencies)
+    key = f"{version}|{pct!r}|{confidence!r}|{repeats}|{latencies}"
     path = sizing_cache_path()
     try:
         known = json.loads(path.read_text())

@@ -56,10 +56,15 @@ def runs_dir() -> Path:
     return Path(os.environ.get("TRADEOFF_RUNS_DIR") or "runs")
 
 
+def user_cache_dir() -> Path:
+    """The user's cache folder of tradeoff ($XDG_CACHE_HOME/tradeoff, else ~/.cache/tradeoff): what is kept across
+    runs and clones. (tasks.tools.llama_build, stdlib only, finds the same folder on its own.)"""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tradeoff"
+
+
 def build_cache_dir() -> Path:
     """Where variant builds are cached by content (source hash + build parameters), across runs."""
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tradeoff" / "builds"
-    return Path(os.environ.get("TRADEOFF_CACHE_DIR") or default)
+    return Path(os.environ.get("TRADEOFF_CACHE_DIR") or user_cache_dir() / "builds")
 
 
 def new_run_id(config_name: str) -> str:

@@ -14,7 +14,8 @@ that wheel for every later install, whatever CMAKE_ARGS say. So `make setup` bui
   `tradeoff doctor` read them. The cache is per user, like pip's own (`$TRADEOFF_LLAMA_CACHE`, else
   `$XDG_CACHE_HOME/tradeoff/llama-cpp`, else `~/.cache/tradeoff/llama-cpp`): a second clone on the
   same machine installs in seconds instead of compiling for minutes (~5 on 2 cores, ~25 on a slow
-  one). A folder appears only complete (built in `<key>.tmp`, then renamed).
+  one). A folder appears only complete (built in `<key>.<pid>.tmp`, then renamed; a setup that finds the key
+  completed meanwhile by another drops its own).
 
 llama.cpp's own server (`llama-server`: continuous batching over `--parallel` slots, /metrics,
 /slots) comes from the same sources and the same compiled libraries: the wheel is built from the
@@ -165,7 +166,9 @@ def build_server(src: Path, cmake_dir: Path, out: Path, jobs: str) -> Path:
 
 
 def cache_root() -> Path:
-    """Where built wheels and servers are kept, per user (see the module's docstring)."""
+    """Where built wheels and servers are kept, per user (see the module's docstring): the folder of
+    tasks.core.runinfo.user_cache_dir, found here without importing the project (this script runs before it is
+    installed)."""
     if os.environ.get("TRADEOFF_LLAMA_CACHE"):
         return Path(os.environ["TRADEOFF_LLAMA_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
