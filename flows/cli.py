@@ -21,7 +21,11 @@ def _warehouse(args: argparse.Namespace) -> Path:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    import math
+
+    from tasks.core.percentiles import look_confidence
     from tasks.loader import load_config
+    from tasks.perf.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
     from tasks.perf.slo import evidence_lines
     from tasks.quality.gate_plan import plan_config, plan_lines
 
@@ -45,6 +49,21 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"perf in {cfg.perf.repeats} interleaved rounds (perf.interleave): the variants served at once, round r "
             "of each before round r + 1, the order reversed each round; their servers must fit this host together"
         )
+        ext = cfg.decision.extend
+        figure = OBJECTIVE_WORDS.get(RANKED_OBJECTIVE.get(cfg.decision.optimise, ""))
+        if ext is not None and ext.rank_budget_s and figure is None:
+            print(
+                f"ranking (decision.extend.rank_budget_s): not extended: optimise {cfg.decision.optimise} has no "
+                "interval"
+            )
+        elif ext is not None and ext.rank_budget_s:
+            print(
+                f"ranking (decision.extend.rank_budget_s): while two neighbouring variants' {figure} "
+                f"are neither apart nor within {cfg.decision.tie_tolerance_pct:g} % of each other, each variant gets "
+                f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of its closed-loop steps, within "
+                f"{ext.rank_budget_s:g} s a variant, up to {ext.looks} looks (shared with a step's own claim), each "
+                f"read at {look_confidence(cfg.perf.confidence, ext.looks) * 100:.4g} % (tasks/perf/ranking.py)"
+            )
     print("\n".join(lines))
     if cannot:
         print(f"warning: {args.config}: the night would judge no variant on the SLO: {cannot}", file=sys.stderr)

@@ -527,6 +527,15 @@ TABLES_DECLARED: tuple[Table, ...] = (
             ),
             # 020_interleave: the variants whose perf ran in interleaved rounds with this one (tasks/perf/rounds.py)
             col("interleaved_with", S, None, "the other variants of the perf rounds (perf.interleave); NULL: alone"),
+            # 021_rank_rounds: rounds added while the variants' ranking was unsettled (tasks/perf/ranking.py)
+            col(
+                "rounds_added",
+                I64,
+                None,
+                "rounds added to the step while the variants' ranking was unsettled",
+                between(0, 100_000),
+            ),
+            col("rank_note", S, None, "each look's reading of the ranking and what was done; NULL: not asked"),
         ),
         checks=(
             Check(

@@ -604,7 +604,8 @@ class LoadSearchSpec(_Strict):
 
 class ExtendSpec(_Strict):
     """More repeats for a fixed step whose SLO percentile claim lacks requests, judged at corrected looks
-    (tasks/perf/extend.py)."""
+    (tasks/perf/extend.py); with perf.interleave, more rounds while the variants' ranking is unsettled
+    (tasks/perf/ranking.py)."""
 
     budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant (s)")
     looks: int = Field(
@@ -613,6 +614,13 @@ class ExtendSpec(_Strict):
         le=20,
         description="most looks at a step's claim, the first included; every look of a fixed step is judged at "
         "1 - (1 - confidence) / looks (Bonferroni), so its claim keeps `confidence` whichever look it stops at",
+    )
+    rank_budget_s: float = Field(
+        default=0,
+        ge=0,
+        le=86_400,
+        description="with perf.interleave: longest the rounds added while the variants' ranking is unsettled may "
+        "take per variant (s), a look's rounds counted among the same `looks` (tasks/perf/ranking.py); 0: none",
     )
 
 
@@ -770,6 +778,11 @@ class RunConfig(_Strict):
             raise ValueError(
                 "perf.interleave: variants on a work pool run on their own hosts and cannot share rounds; "
                 "drop perf.interleave or scale_out.work_pool"
+            )
+        if self.decision.extend is not None and self.decision.extend.rank_budget_s and not self.perf.interleave:
+            raise ValueError(
+                "decision.extend.rank_budget_s: rounds are added to settle a ranking only in interleaved rounds; "
+                "set perf.interleave: true or drop rank_budget_s"
             )
         return self
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -17,6 +18,7 @@ from prefect.tasks import exponential_backoff
 
 from tasks.core.config import RunConfig, Variant
 from tasks.core.lifecycle import raise_if_stopping
+from tasks.core.percentiles import look_confidence
 from tasks.core.runinfo import RunPaths, host_info
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
@@ -27,7 +29,8 @@ from tasks.orchestration.variant_bookkeeping import error_line
 from tasks.perf.extend import StepExtension
 from tasks.perf.load_search import judge, search_load
 from tasks.perf.perf_run import measure_into_rounds, variant_target
-from tasks.perf.rounds import interleave
+from tasks.perf.ranking import RankExtension
+from tasks.perf.rounds import Round, interleave
 from tasks.perf.sweep import drain
 from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
 from tasks.quality.suite_loop import run_suites
@@ -77,13 +80,35 @@ def measure_perf_rounds(
     """Every served variant's perf sweep in interleaved rounds (perf.interleave, tasks.perf.rounds), each written
     as measure_perf writes it; variant -> its perf summary, or the error line its sweep ended with."""
     names = [v.name for v, _, _ in served]
+    settle = rank_extension(cfg)
     runs = {
-        v.name: variant_perf_rounds(cfg, run_id, v, art, url, results_dir, [n for n in names if n != v.name])
+        v.name: variant_perf_rounds(
+            cfg, run_id, v, art, url, results_dir, [n for n in names if n != v.name], settle is not None
+        )
         for v, art, url in served
     }
     log = run_logger()
     log.info("perf in interleaved rounds: %s, each round's order reversed the next", ", ".join(runs))
-    return {name: out if isinstance(out, dict) else error_line(out) for name, out in interleave(runs).items()}
+    out = interleave(runs, settle)
+    if settle is not None:
+        log.info("ranking (decision.extend.rank_budget_s): %s", "; ".join(settle.notes) or "not read")
+    return {name: res if isinstance(res, dict) else error_line(res) for name, res in out.items()}
+
+
+def rank_extension(cfg: RunConfig) -> RankExtension | None:
+    """decision.extend.rank_budget_s: more interleaved rounds while the variants' ranking is unsettled; None: off."""
+    d = cfg.decision
+    if d.extend is None or not d.extend.rank_budget_s:
+        return None
+    return RankExtension(
+        partial(judge, cfg=cfg),
+        d.optimise,
+        d.extend.looks,
+        look_confidence(cfg.perf.confidence, d.extend.looks),
+        d.tie_tolerance_pct,
+        d.extend.rank_budget_s,
+        math.ceil(cfg.perf.repeats / 2),
+    )
 
 
 def variant_perf_rounds(
@@ -94,14 +119,16 @@ def variant_perf_rounds(
     base_url: str,
     results_dir: Path,
     interleaved_with: list[str] | None = None,
-) -> Generator[int, None, dict]:
-    """A variant's perf sweep as a generator of rounds (its endpoint read at the first)."""
+    rank: bool = False,
+) -> Generator[Round, int | None, dict]:
+    """A variant's perf sweep as a generator of rounds (its endpoint read at the first); `rank`: a RankExtension
+    settles the rounds' ranking (its closed-loop steps' intervals at the looks' corrected level)."""
     search, extension = decision_hooks(cfg)
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
     log = run_logger().warning
     return (
         yield from measure_into_rounds(
-            cfg.perf, target, run_id, variant.name, results_dir, search, log, extension, interleaved_with
+            cfg.perf, target, run_id, variant.name, results_dir, search, log, extension, interleaved_with, rank
         )
     )
 

@@ -66,6 +66,8 @@ class StepExtension:
         )
         for look in range(2, self.looks + 1):
             for sc in steps:
+                if look <= sc.looks_taken:  # taken already (rounds added while a ranking was unsettled)
+                    continue
                 check = self.judge(sc)
                 if check.status != "not_enough_requests":
                     continue

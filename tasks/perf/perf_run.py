@@ -28,6 +28,7 @@ from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
+from tasks.perf.rounds import Round
 from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
 from tasks.perf.trace import load_trace, send_error_stats, trace_prompts
 from tasks.perf.vllm_json import vllm_result
@@ -87,7 +88,8 @@ def summarize_scenario(
     """The scenario's summary: metrics over its repeats, energy over its windows, load, SLO and roofline; with the
     energy `scope`, also what was metered and the energy above its `idle` baseline (migration 008)."""
     slo = spec.slo.limits() if spec.slo else None
-    s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo, spec.confidence)
+    level = sc.ci_level or spec.confidence
+    s = summarize_repeats([run.measured for run in sc.runs], spec.peak_window_s, spec.percentiles, slo, level)
     s.update(jitter_summary([run.measured for run in sc.runs], spec.confidence, spec.bootstrap_resamples, spec.seed))
     step = sc.step
     readings = [run.energy for run in sc.runs]
@@ -161,8 +163,14 @@ def summarize_scenario(
 
 
 def extend_columns(sc: Scenario) -> dict:
-    """The looks planned at the step's SLO claim and what decision.extend added to it (migration 018)."""
-    return {"slo_looks": sc.looks, "repeats_added": sc.repeats_added, "extend_note": sc.extend_note}
+    """The looks planned at the step's SLO claim and what decision.extend added to it (migrations 018, 021)."""
+    return {
+        "slo_looks": sc.looks,
+        "repeats_added": sc.repeats_added,
+        "extend_note": sc.extend_note,
+        "rounds_added": sc.rounds_added,
+        "rank_note": sc.rank_note,
+    }
 
 
 def host_noise_columns(spec: PerfSpec, sc: Scenario) -> dict:
@@ -353,7 +361,8 @@ def measure_rounds(
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
     extension: StepExtension | None = None,
-) -> Generator[int, None, list[Scenario]]:
+    rank: bool = False,
+) -> Generator[Round, int | None, list[Scenario]]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
     far, so a caller can write what it has (a failure later loses nothing). `search` adds steps after the
@@ -411,6 +420,7 @@ def measure_rounds(
         guard=guard,
         warn=warn,
         extension=extension,
+        rank=rank,
     )
     if search is not None:
         scenarios += search(
@@ -442,7 +452,8 @@ def measure_into_rounds(
     warn: Callable[[str], None] = warn_stderr,
     extension: StepExtension | None = None,
     interleaved_with: list[str] | None = None,
-) -> Generator[int, None, dict]:
+    rank: bool = False,
+) -> Generator[Round, int | None, dict]:
     """`measure_rounds`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step,
     repeat); returns a short summary for the run's log and the request counts the variant's failure check reads.
     `interleaved_with`: the other variants whose rounds alternate with this one's (tasks.perf.rounds), recorded."""
@@ -473,7 +484,7 @@ def measure_into_rounds(
         )
 
     scenarios = yield from measure_rounds(
-        spec, target, on_scenario=write, search=search, warn=warn, extension=extension
+        spec, target, on_scenario=write, search=search, warn=warn, extension=extension, rank=rank
     )
     summaries = [sc.summary for sc in scenarios]
     return {

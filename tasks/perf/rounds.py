@@ -11,13 +11,27 @@ randomise or alternate the order of the systems compared; hyperfine and pyperf c
 alternated runs rather than one long run each.
 
 A variant whose run fails stops there and the others go on; what it measured before is kept by its own writer.
+
+After the configured rounds, a run yields an open Round (its steps so far); when every live run has, `settle`
+(tasks.perf.ranking.RankExtension: the ranking is not settled yet) may send each of them a number of further rounds,
+interleaved as the first ones; 0 (or no `settle`) lets each go on to what it does after its last round.
 """
 
 from __future__ import annotations
 
-from typing import Generator, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, TypeVar
 
 T = TypeVar("T")
+
+
+@dataclass
+class Round:
+    """What a run yields after each round: the round's index, and at an open round (the configured rounds done, or
+    the further ones last asked for) its steps by label, so that the caller may send back how many more it wants."""
+
+    index: int
+    scenarios: dict[str, Any] | None = None
 
 
 def round_order(names: list[str], r: int) -> list[str]:
@@ -25,18 +39,33 @@ def round_order(names: list[str], r: int) -> list[str]:
     return list(names) if r % 2 == 0 else list(reversed(names))
 
 
-def interleave(runs: dict[str, Generator[int, None, T]]) -> dict[str, T | Exception]:
+def interleave(
+    runs: dict[str, Generator[Any, int | None, T]],
+    settle: Callable[[dict[str, dict[str, Any]]], int] | None = None,
+) -> dict[str, T | Exception]:
     """Each run's next round, in round_order, until every run has returned; name -> what it returned, or the
-    error that ended it. What a run does after its last round (re-measures, the load search) comes at its turn."""
+    error that ended it. What a run does after its last round (re-measures, the load search) comes at its turn.
+    When every live run has yielded an open Round, `settle` is given their steps and what it returns is sent to
+    each: the further rounds it asks of them (see the module docstring)."""
     out: dict[str, T | Exception] = {}
+    send: dict[str, int | None] = {}
     r = 0
     while len(out) < len(runs):
+        opened: dict[str, dict[str, Any]] = {}
         for name in round_order([n for n in runs if n not in out], r):
             try:
-                next(runs[name])
+                got = runs[name].send(send.pop(name, None))
             except StopIteration as done:
                 out[name] = done.value
+                continue
             except Exception as err:  # noqa: BLE001 - one variant's failure is its own; the others go on
                 out[name] = err
+                continue
+            if isinstance(got, Round) and got.scenarios is not None:
+                opened[name] = got.scenarios
+        live = [n for n in runs if n not in out]
+        if settle is not None and opened and set(opened) == set(live):
+            more = settle(opened)
+            send = {n: more for n in live}
         r += 1
     return {name: out[name] for name in runs}

@@ -40,12 +40,15 @@ import numpy as np
 from tasks.client import endpoint_url, request_body, stream_request, stream_session
 from tasks.core.config import PerfSpec
 from tasks.core.lifecycle import run_async
+from tasks.core.percentiles import look_confidence
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord
 from tasks.perf.outliers import outlier_repeats
+from tasks.perf.ranking import ranked
+from tasks.perf.rounds import Round
 from tasks.perf.stopping import OVER_SATURATION, LoadWatch, StopRule, stop_rules
 from tasks.perf.workload import Prompt, Workload
 
@@ -86,6 +89,9 @@ class Scenario:
     looks_taken: int = 1
     repeats_added: int = 0  # repeats measured to gather what its claim lacked
     extend_note: str | None = None  # what the extension did, or why it did not
+    rounds_added: int = 0  # rounds added while the variants' ranking was unsettled (tasks.perf.ranking)
+    rank_note: str | None = None  # what the ranking's looks found and did
+    ci_level: float | None = None  # its intervals' level when not perf.confidence (the ranking's corrected looks)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -337,7 +343,7 @@ def _run_window(
 T = TypeVar("T")
 
 
-def drain(rounds: Generator[int, None, T]) -> T:
+def drain(rounds: Generator[Round, int | None, T]) -> T:
     """Run a generator of rounds (perf_rounds, measure_rounds) to its end; what it returns."""
     while True:
         try:
@@ -366,11 +372,15 @@ def perf_rounds(
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
     extension: StepExtension | None = None,
-) -> Generator[int, None, list[Scenario]]:
+    rank: bool = False,
+) -> Generator[Round, int | None, list[Scenario]]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
-    A generator: it yields the round (repeat) it has just measured once every step has had it, so a caller can
-    measure other endpoints' rounds in between (tasks.perf.rounds); the outlier re-measures and the extension
-    run after the last round, before it returns.
+    A generator: it yields the Round it has just measured once every step has had it, so a caller can measure
+    other endpoints' rounds in between (tasks.perf.rounds); the last configured round is open: the caller may send
+    back a number of further rounds of the closed-loop steps (tasks.perf.ranking), the last of which is open again.
+    The outlier re-measures and the extension run after the last round, before it returns. With `rank` (the
+    caller settles a ranking over looks, decision.extend.rank_budget_s), the closed-loop steps' intervals are at
+    the looks' corrected level.
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
     of a fixed step that stands apart from the others is measured again after them (measure_outliers_again).
     With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
@@ -415,8 +425,10 @@ def perf_rounds(
             energy_off_reason, meter_opener, guard, warn,
         )  # fmt: skip
 
+    rounds = max(spec.repeats, spec.trace.repeats if spec.trace else 0)
+    more: int | None = None  # further rounds the caller asks at the open round (tasks.perf.ranking)
     with _Progress(progress) as bar:
-        for repeat in range(max(spec.repeats, spec.trace.repeats if spec.trace else 0)):
+        for repeat in range(rounds):
             i = 0
             while i < len(steps):
                 step = steps[i]
@@ -426,7 +438,8 @@ def perf_rounds(
                     continue
                 if step.label not in scenarios:
                     looks = extension.looks if extension is not None and extendable(step) else 1
-                    scenarios[step.label] = Scenario(step, [], looks=looks)
+                    level = look_confidence(spec.confidence, looks) if rank and ranked(step) else None
+                    scenarios[step.label] = Scenario(step, [], looks=looks, ci_level=level)
                     index_of[step.label] = i
                 sc = scenarios[step.label]
                 n = len(trace or []) if step.kind == "trace" else step_prompts(spec, step) - spec.warmup_requests
@@ -444,7 +457,21 @@ def perf_rounds(
                 if on_scenario:
                     on_scenario(list(scenarios.values()))
                 i += 1
-            yield repeat
+            more = yield Round(repeat, scenarios if repeat == rounds - 1 else None)
+        added = 0
+        while more:  # one round of every closed-loop step at a time, the last of them open again
+            for k in range(more):
+                repeat = rounds + added
+                added += 1
+                for step in (st for st in steps if ranked(st) and st.label in scenarios):
+                    sc = scenarios[step.label]
+                    tracker = bar.track(f"{step.label} (+{added})", step_prompts(spec, step) - spec.warmup_requests)
+                    sc.runs.append(first_time(step, index_of[step.label], repeat, tracker))
+                    sc.rounds_added += 1
+                    if on_scenario:
+                        on_scenario(list(scenarios.values()))
+                got = yield Round(repeat, scenarios if k == more - 1 else None)
+            more = got
         if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
         more = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)

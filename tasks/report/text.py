@@ -275,8 +275,9 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """How the SLO claims counted their requests: the variants whose sustainable step's requests are correlated
     (v_slo_steps.n_effective below num_measured: what the claim counted them as, and the design effect;
-    docs/statistics.md, 1c), and the steps decision.extend added repeats to or could not (its note, with the
-    confidence every look was judged at). Nothing when there is neither."""
+    docs/statistics.md, 1c), the steps decision.extend added repeats to or could not (its note, with the
+    confidence every look was judged at), and what the interleaved rounds' ranking looks found (migration 021).
+    Nothing when there is none of these."""
     rows = con.execute(
         "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_deff "
         "from v_recommendation as r join v_slo_steps as s on s.run_id = r.run_id and s.variant = r.variant "
@@ -304,6 +305,16 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
         out.append(
             f"requests gathered for claims that lacked them (decision.extend: up to {looks} looks, each judged at "
             f"{conf * 100:.4g} %): " + "; ".join(f"{v} {sc}: {note}" for v, sc, note, _, _ in extended)
+        )
+    ranking = con.execute(
+        "select any_value(rank_note), max(rounds_added) from perf_summary where run_id = ? and rank_note is not null",
+        [run_id],
+    ).fetchall()
+    if ranking and ranking[0][0]:
+        note, added = ranking[0]
+        out.append(
+            f"ranking over the interleaved rounds (decision.extend.rank_budget_s; {added or 0} round(s) added to "
+            f"every variant's closed-loop steps): {note}"
         )
     return out
 

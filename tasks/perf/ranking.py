@@ -1,0 +1,203 @@
+"""More interleaved rounds while the variants' ranking is unsettled (decision.extend.rank_budget_s; issue 36, item 3).
+
+After the configured rounds of an interleaved night (perf.interleave, tasks.perf.rounds), each variant's standing is
+read from what it measured, as v_recommendation reads it on a closed-loop night: its sustainable step is the highest
+closed-loop step whose SLO claim is met with every lower one met (tasks.perf.load_search.judge, at the looks'
+corrected confidence), and its objective there is the per-repeat completed requests/s (optimise: rate) or output
+tokens/s (tps, cost). The variants are ordered by that objective; each neighbouring pair is
+
+- **separated** when their objective intervals do not overlap (stat_tests.log_t_interval over the repeats, the
+  interval perf_summary stores and v_recommendation's tie rule compares): the decision ranks them;
+- **equivalent** when the interval of the ratio of their geometric means (Welch's t on the per-repeat logs) lies
+  within +-decision.tie_tolerance_pct: more rounds would not change that they tie;
+- **unsettled** otherwise; so is a pair where either side lacks an interval (one repeat).
+
+A variant with no sustainable step is not ranked on speed (the SLO decides it) and pairs with none.
+While a pair is unsettled, a look is left (decision.extend.looks, K, shared with the step's own claim: a look of
+either kind counts) and every variant's added rounds are estimated to fit rank_budget_s, every variant gets
+ceil(perf.repeats / 2) more rounds of its closed-loop steps, interleaved as the first ones; then the pairs are read
+again. Stopping when the ranking settles is a sequential test, as stopping a step's claim once it is met is
+(tasks.perf.extend), so the same correction holds: every look, the first included, judges the SLO claims, the
+intervals and the ratio at 1 - (1 - c) / K (Bonferroni over looks fixed before any evidence), and the steps'
+stored intervals are at that level too (perf_summary.ci_level), so a "faster" or a "tie within the tolerance" read
+at any look keeps confidence c. benchmarks/rank_extension.py simulates it with known truth.
+
+Not extended: a night with rate steps (they rank by the bracket between a passing and a failing rate, which more
+rounds of the same rates do not narrow), a trace-only night (its goodput is its offered rate), and the objectives
+with no interval (energy, cost per correct answer). The rounds go to every variant, those the quality gate will
+later refuse included: the gate is read after perf.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+from scipy import stats
+
+from tasks.core.stat_tests import log_t_interval
+from tasks.perf.extend import window_s
+from tasks.perf.jitter import JITTER_LABEL
+from tasks.perf.metrics import summarize
+from tasks.perf.slo import SloCheck
+
+# tasks.perf.sweep's Scenario (it drives the rounds: importing it here would be a cycle)
+Scenario = Any
+
+PairState = Literal["separated", "equivalent", "unsettled"]
+RANKED_OBJECTIVE = {"rate": "request_throughput", "tps": "output_throughput", "cost": "output_throughput"}
+OBJECTIVE_WORDS = {"request_throughput": "completed requests/s", "output_throughput": "output tokens/s"}
+
+
+def ranked(step: Any) -> bool:
+    """A step the rounds may add to: a configured closed-loop step (not the jitter instrument, a rate, a trace)."""
+    return step.kind == "concurrency" and step.label != JITTER_LABEL
+
+
+@dataclass
+class Standing:
+    """One variant's place in the live ranking: its sustainable closed-loop step and the objective per repeat."""
+
+    variant: str
+    step: str | None
+    values: list[float]
+
+    def interval(self, level: float) -> tuple[float | None, float | None]:
+        lo, hi, _ = log_t_interval(self.values, level)
+        return lo, hi
+
+    @property
+    def centre(self) -> float:
+        return float(np.exp(np.mean(np.log(self.values)))) if self.values else 0.0
+
+
+def standing(variant: str, scenarios: list[Scenario], judge: Callable[[Scenario], SloCheck], figure: str) -> Standing:
+    """`variant`'s sustainable closed-loop step (the highest met with every lower one met) and its objective per
+    repeat there; step None when the lowest is not met."""
+    best = None
+    for sc in sorted((s for s in scenarios if ranked(s.step) and s.runs), key=lambda s: s.step.concurrency):
+        if not judge(sc).met:
+            break
+        best = sc
+    if best is None:
+        return Standing(variant, None, [])
+    values = [summarize(run.measured).get(figure) for run in best.runs]
+    return Standing(variant, best.step.label, [float(v) for v in values if v is not None and v > 0])
+
+
+def pair_state(a: list[float], b: list[float], level: float, tolerance_pct: float) -> PairState:
+    """Whether two variants' per-repeat objectives are separated, equivalent within the tolerance, or neither, each
+    read at `level` (see the module docstring)."""
+    if len(a) < 2 or len(b) < 2:
+        return "unsettled"
+    (alo, ahi, _), (blo, bhi, _) = log_t_interval(a, level), log_t_interval(b, level)
+    if None not in (alo, ahi, blo, bhi) and (ahi < blo or bhi < alo):
+        return "separated"
+    lo, hi = log_ratio_interval(a, b, level)
+    bound = math.log1p(tolerance_pct / 100.0)
+    return "equivalent" if -bound <= lo and hi <= bound else "unsettled"
+
+
+def log_ratio_interval(a: list[float], b: list[float], level: float) -> tuple[float, float]:
+    """Welch's interval of log(geometric mean a / geometric mean b) from the per-repeat logs, at `level`."""
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
+    se = math.sqrt(va + vb)
+    d = float(la.mean() - lb.mean())
+    if se == 0.0:
+        return d, d
+    df = (va + vb) ** 2 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
+    half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
+    return d - half, d + half
+
+
+def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: float) -> list[tuple[Standing, Standing]]:
+    """Neighbouring variants (by objective, those with a sustainable step) whose order is not settled."""
+    on = sorted((s for s in standings if s.step is not None and s.values), key=lambda s: -s.centre)
+    return [(x, y) for x, y in zip(on, on[1:]) if pair_state(x.values, y.values, level, tolerance_pct) == "unsettled"]
+
+
+@dataclass
+class RankExtension:
+    """decision.extend.rank_budget_s for an interleaved night: `__call__` is tasks.perf.rounds.interleave's
+    `settle`: given every live variant's steps after an open round, how many more rounds each gets (0: none), with
+    the reason in `notes` (each ranked step's rank_note, migration 021)."""
+
+    judge: Callable[[Scenario], SloCheck]
+    optimise: str
+    looks: int
+    level: float
+    tolerance_pct: float
+    budget_s: float
+    rounds_per_look: int
+    looks_taken: int = 1
+    first_added: int | None = None  # the first added round's repeat index
+    notes: list[str] = field(default_factory=list)
+
+    def __call__(self, live: dict[str, dict[str, Scenario]]) -> int:
+        figure = RANKED_OBJECTIVE.get(self.optimise)
+        steps = {v: [sc for sc in scs.values() if ranked(sc.step)] for v, scs in live.items()}
+        if figure is None:
+            return self._end(live, f"not extended: optimise {self.optimise} has no interval to settle")
+        if any(sc.step.kind == "rate" for scs in live.values() for sc in scs.values()):
+            return self._end(live, "not extended: rate steps rank by their bracket, which more rounds do not narrow")
+        if not any(steps.values()):
+            return self._end(live, "not extended: no closed-loop step to rank on")
+        if self.first_added is None:
+            self.first_added = 1 + max(run.repeat for scs in steps.values() for sc in scs for run in sc.runs)
+        standings = [standing(v, scs, self.judge, figure) for v, scs in steps.items()]
+        open_pairs = unsettled_pairs(standings, self.level, self.tolerance_pct)
+        look = f"look {self.looks_taken} of {self.looks}"
+        if not open_pairs:
+            on = sorted((s for s in standings if s.step), key=lambda s: -s.centre)
+            off = [s.variant for s in standings if not s.step]
+            said = [" > ".join(f"{s.variant} {s.step}" for s in on)] if on else []
+            said += [f"{', '.join(off)}: no closed-loop step shown within the SLO"] if off else []
+            return self._end(live, f"{look}: settled ({'; '.join(said)})")
+        said = "; ".join(self._pair_text(x, y) for x, y in open_pairs)
+        if self.looks_taken >= self.looks:
+            return self._end(live, f"{look}: unsettled ({said}); no look left")
+        spent = {v: self._spent(scs) for v, scs in steps.items()}
+        est = {v: self.rounds_per_look * sum(_mean_window(sc) for sc in scs) for v, scs in steps.items()}
+        over = [v for v in steps if spent[v] + est[v] > self.budget_s]
+        if over:
+            v = over[0]
+            return self._end(
+                live,
+                f"{look}: unsettled ({said}); {self.rounds_per_look} more round(s) would take {v} ~{est[v]:.0f} s, "
+                f"{max(self.budget_s - spent[v], 0):.0f} s of decision.extend.rank_budget_s left",
+            )
+        self.looks_taken += 1
+        self.notes.append(f"{look}: unsettled ({said}); {self.rounds_per_look} round(s) added to every variant")
+        for scs in steps.values():
+            for sc in scs:
+                sc.looks_taken = max(sc.looks_taken, self.looks_taken)
+        self._mark(live)
+        return self.rounds_per_look
+
+    def _pair_text(self, x: Standing, y: Standing) -> str:
+        lo, hi = log_ratio_interval(x.values, y.values, self.level)
+        return (
+            f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}, ratio "
+            f"{math.exp(lo):.2f}-{math.exp(hi):.2f} at {self.level * 100:.4g} %"
+        )
+
+    def _spent(self, scs: list[Scenario]) -> float:
+        return sum(window_s(run) for sc in scs for run in sc.runs if run.repeat >= (self.first_added or 0))
+
+    def _end(self, live: dict[str, dict[str, Scenario]], note: str) -> int:
+        self.notes.append(note)
+        self._mark(live)
+        return 0
+
+    def _mark(self, live: dict[str, dict[str, Scenario]]) -> None:
+        for scs in live.values():
+            for sc in scs.values():
+                if ranked(sc.step):
+                    sc.rank_note = "; ".join(self.notes)[:2000]
+
+
+def _mean_window(sc: Scenario) -> float:
+    return sum(window_s(run) for run in sc.runs) / len(sc.runs) if sc.runs else 0.0

@@ -1,0 +1,110 @@
+"""More interleaved rounds while the variants' ranking is unsettled (tasks.perf.ranking, decision.extend.rank_budget_s):
+a pair is separated, equivalent within the tolerance, or unsettled; the looks and the budget bound what is added;
+the rounds driver sends the added rounds to every live run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tasks.client import RequestRecord
+from tasks.perf.energy import EnergyReading
+from tasks.perf.ranking import RankExtension, pair_state, standing, unsettled_pairs
+from tasks.perf.rounds import Round, interleave
+from tasks.perf.slo import SloCheck
+from tasks.perf.sweep import JITTER_STEP, Scenario, Step, StepRun
+
+C1, C2 = Step("c1", "concurrency", 1), Step("c2", "concurrency", 2)
+
+
+def window(repeat: int, req_s: float, n: int = 4) -> StepRun:
+    """A repeat of n requests back to back, completed at `req_s` requests/s."""
+    gap = 1000.0 / req_s
+    recs = [RequestRecord(i, "ok", i * gap, 10.0, gap, 8, 16, repeat=repeat) for i in range(n)]
+    return StepRun(C2, repeat, [], recs, EnergyReading(None, None, None, "test"))
+
+
+def scenario(step: Step, rates: list[float]) -> Scenario:
+    return Scenario(step, [window(r, x) for r, x in enumerate(rates)])
+
+
+def met(_sc) -> SloCheck:
+    return SloCheck("met", None, 24, 0, 0)
+
+
+def test_pairs_are_separated_equivalent_or_unsettled():
+    fast, slow = [2.0, 2.1, 1.95, 2.05], [1.0, 1.05, 0.98, 1.02]
+    assert pair_state(fast, slow, 0.95, 5) == "separated"
+    same = [1.0, 1.004, 0.998, 1.002, 1.001, 0.999]
+    assert pair_state(same, [x * 1.003 for x in same], 0.95, 5) == "equivalent"
+    wide = [1.0, 1.3, 0.8, 1.1]
+    assert pair_state(wide, [x * 1.05 for x in reversed(wide)], 0.95, 5) == "unsettled"
+    assert pair_state([1.0], [2.0, 2.1], 0.95, 5) == "unsettled"  # one repeat: no interval
+
+
+def test_a_variant_stands_at_its_highest_step_met_with_every_lower_one_met():
+    scs = [scenario(C1, [1.0, 1.1]), scenario(C2, [1.8, 1.9]), Scenario(JITTER_STEP, [window(0, 5.0)])]
+    s = standing("a", scs, met, "request_throughput")
+    assert s.step == "c2" and np.allclose(s.values, [1.8, 1.9])
+    only_c2 = lambda sc: SloCheck("met" if sc.step.label == "c2" else "missed", None, 24, 0, 0)
+    assert standing("a", scs, only_c2, "request_throughput").step is None  # c1 missed: c2 does not count
+    ranked = [standing(v, [scenario(C2, r)], met, "request_throughput") for v, r in
+              (("a", [2.0, 2.1, 1.9]), ("b", [1.0, 1.3, 0.8]), ("c", [1.05, 1.2, 0.9]))]  # fmt: skip
+    assert [(x.variant, y.variant) for x, y in unsettled_pairs(ranked, 0.95, 5)] == [("c", "b")]
+
+
+def extension(**kw) -> RankExtension:
+    args = dict(judge=met, optimise="rate", looks=3, level=0.9833, tolerance_pct=5, budget_s=60, rounds_per_look=2)
+    return RankExtension(**{**args, **kw})
+
+
+def test_unsettled_rounds_are_asked_until_the_looks_run_out_and_each_step_says_why():
+    live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
+    ext = extension()
+    assert ext(live) == 2 and ext.looks_taken == 2 and live["a"]["c2"].looks_taken == 2
+    assert "look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, ratio" in live["b"]["c2"].rank_note
+    assert ext(live) == 2 and ext(live) == 0  # look 3 is the last: nothing more
+    assert live["a"]["c2"].rank_note.endswith("no look left")
+
+
+def test_the_budget_and_a_settled_ranking_stop_the_rounds():
+    live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
+    assert extension(budget_s=1)(live) == 0  # each round of c2 takes ~3 s here
+    assert "decision.extend.rank_budget_s left" in live["a"]["c2"].rank_note
+    apart = {"a": {"c2": scenario(C2, [2.0, 2.1, 1.9])}, "b": {"c2": scenario(C2, [1.0, 1.05, 0.95])}}
+    assert extension()(apart) == 0 and apart["b"]["c2"].rank_note == "look 1 of 3: settled (a c2 > b c2)"
+    alone = {"a": {"c2": scenario(C2, [2.0, 2.1])}, "b": {"c1": scenario(C1, [1.0, 1.3])}}
+    c2_only = lambda sc: SloCheck("met" if sc.step.label == "c2" else "missed", None, 9, 0, 0)
+    assert extension(judge=c2_only)(alone) == 0  # b is not ranked on speed: the SLO decides it
+    assert alone["b"]["c1"].rank_note == "look 1 of 3: settled (a c2; b: no closed-loop step shown within the SLO)"
+    rated = {"a": {"r1": Scenario(Step("r1", "rate", None, 1.0), [window(0, 1.0)])}, "b": {}}
+    assert extension()(rated) == 0
+    assert extension(optimise="energy")(apart) == 0 and "no interval" in apart["a"]["c2"].rank_note
+
+
+def test_the_driver_sends_the_added_rounds_to_every_live_run_at_their_open_round():
+    log: list[str] = []
+
+    def run(name: str, configured: int):
+        r = 0
+        more = None
+        for r in range(configured):
+            log.append(f"{name}{r}")
+            more = yield Round(r, {"c2": name} if r == configured - 1 else None)
+        while more:
+            for k in range(more):
+                r += 1
+                log.append(f"{name}{r}+")
+                got = yield Round(r, {"c2": name} if k == more - 1 else None)
+            more = got
+        return name
+
+    asked: list[dict] = []
+
+    def settle(live):
+        asked.append(live)
+        return 2 if len(asked) == 1 else 0
+
+    out = interleave({"a": run("a", 2), "b": run("b", 2)}, settle)
+    assert out == {"a": "a", "b": "b"}
+    assert asked == [{"a": {"c2": "a"}, "b": {"c2": "b"}}] * 2
+    assert log == ["a0", "b0", "b1", "a1", "a2+", "b2+", "b3+", "a3+"]
