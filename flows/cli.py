@@ -59,8 +59,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         elif ext is not None and ext.rank_budget_s:
             print(
                 f"ranking (decision.extend.rank_budget_s): while two neighbouring variants' {figure} "
-                f"are neither apart nor within {cfg.decision.tie_tolerance_pct:g} % of each other, each variant gets "
-                f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of its closed-loop steps, within "
+                f"are neither apart nor within {cfg.decision.tie_tolerance_pct:g} % of each other, the two get "
+                f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of their closed-loop steps, within "
                 f"{ext.rank_budget_s:g} s a variant, up to {ext.looks} looks (shared with a step's own claim), each "
                 f"read at {look_confidence(cfg.perf.confidence, ext.looks) * 100:.4g} % (tasks/perf/ranking.py)"
             )

@@ -8,7 +8,7 @@ import math
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Generator
+from typing import Callable, Generator
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -80,22 +80,19 @@ def measure_perf_rounds(
     """Every served variant's perf sweep in interleaved rounds (perf.interleave, tasks.perf.rounds), each written
     as measure_perf writes it; variant -> its perf summary, or the error line its sweep ended with."""
     names = [v.name for v, _, _ in served]
-    settle = rank_extension(cfg)
+    log = run_logger()
+    settle = rank_extension(cfg, log.info)
     runs = {
         v.name: variant_perf_rounds(
             cfg, run_id, v, art, url, results_dir, [n for n in names if n != v.name], settle is not None
         )
         for v, art, url in served
     }
-    log = run_logger()
     log.info("perf in interleaved rounds: %s, each round's order reversed the next", ", ".join(runs))
-    out = interleave(runs, settle)
-    if settle is not None:
-        log.info("ranking (decision.extend.rank_budget_s): %s", "; ".join(settle.notes) or "not read")
-    return {name: res if isinstance(res, dict) else error_line(res) for name, res in out.items()}
+    return {name: out if isinstance(out, dict) else error_line(out) for name, out in interleave(runs, settle).items()}
 
 
-def rank_extension(cfg: RunConfig) -> RankExtension | None:
+def rank_extension(cfg: RunConfig, log: Callable[[str], None] | None = None) -> RankExtension | None:
     """decision.extend.rank_budget_s: more interleaved rounds while the variants' ranking is unsettled; None: off."""
     d = cfg.decision
     if d.extend is None or not d.extend.rank_budget_s:
@@ -108,6 +105,7 @@ def rank_extension(cfg: RunConfig) -> RankExtension | None:
         d.tie_tolerance_pct,
         d.extend.rank_budget_s,
         math.ceil(cfg.perf.repeats / 2),
+        log=log,
     )
 
 
@@ -125,7 +123,9 @@ def variant_perf_rounds(
     settles the rounds' ranking (its closed-loop steps' intervals at the looks' corrected level)."""
     search, extension = decision_hooks(cfg)
     target = variant_target(variant, artifact, base_url, cfg.models[variant.model])
-    log = run_logger().warning
+    logger = run_logger()
+    # in interleaved rounds the variants' lines mix: each names its own
+    log = partial(logger.warning, f"{variant.name}: %s") if interleaved_with else logger.warning
     return (
         yield from measure_into_rounds(
             cfg.perf, target, run_id, variant.name, results_dir, search, log, extension, interleaved_with, rank

@@ -14,18 +14,19 @@ tokens/s (tps, cost). The variants are ordered by that objective; each neighbour
 
 A variant with no sustainable step is not ranked on speed (the SLO decides it) and pairs with none.
 While a pair is unsettled, a look is left (decision.extend.looks, K, shared with the step's own claim: a look of
-either kind counts) and every variant's added rounds are estimated to fit rank_budget_s, every variant gets
-ceil(perf.repeats / 2) more rounds of its closed-loop steps, interleaved as the first ones; then the pairs are read
-again. Stopping when the ranking settles is a sequential test, as stopping a step's claim once it is met is
-(tasks.perf.extend), so the same correction holds: every look, the first included, judges the SLO claims, the
-intervals and the ratio at 1 - (1 - c) / K (Bonferroni over looks fixed before any evidence), and the steps'
-stored intervals are at that level too (perf_summary.ci_level), so a "faster" or a "tie within the tolerance" read
-at any look keeps confidence c. benchmarks/rank_extension.py simulates it with known truth.
+either kind counts) and the added rounds are estimated to fit rank_budget_s for each variant of an unsettled pair,
+those variants get ceil(perf.repeats / 2) more rounds of their closed-loop steps, interleaved among them as the
+first ones, while the others wait; then the pairs are read again. Stopping when the ranking settles is a sequential
+test, as stopping a step's claim once it is met is (tasks.perf.extend), so the same correction holds: every look,
+the first included, judges the SLO claims, the intervals and the ratio at 1 - (1 - c) / K (Bonferroni over looks
+fixed before any evidence), and the steps' stored intervals are at that level too (perf_summary.ci_level), so a
+"faster" or a "tie within the tolerance" read at any look keeps confidence c. benchmarks/rank_extension.py
+simulates it with known truth.
 
 Not extended: a night with rate steps (they rank by the bracket between a passing and a failing rate, which more
 rounds of the same rates do not narrow), a trace-only night (its goodput is its offered rate), and the objectives
-with no interval (energy, cost per correct answer). The rounds go to every variant, those the quality gate will
-later refuse included: the gate is read after perf.
+with no interval (energy, cost per correct answer). A pair's variants get the rounds even when the quality gate
+will later refuse one of them: the gate is read after perf.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: floa
 @dataclass
 class RankExtension:
     """decision.extend.rank_budget_s for an interleaved night: `__call__` is tasks.perf.rounds.interleave's
-    `settle`: given every live variant's steps after an open round, how many more rounds each gets (0: none), with
-    the reason in `notes` (each ranked step's rank_note, migration 021)."""
+    `settle`: given every live variant's steps after an open round, how many more rounds each gets, with the reason
+    in `notes` (each ranked step's rank_note, migration 021), and each note to `log` as it is read."""
 
     judge: Callable[[Scenario], SloCheck]
     optimise: str
@@ -135,8 +136,10 @@ class RankExtension:
     looks_taken: int = 1
     first_added: int | None = None  # the first added round's repeat index
     notes: list[str] = field(default_factory=list)
+    log: Callable[[str], None] | None = None
 
-    def __call__(self, live: dict[str, dict[str, Scenario]]) -> int:
+    def __call__(self, live: dict[str, dict[str, Scenario]]) -> dict[str, int]:
+        """Variant -> the rounds it gets now (none at all: the ranking was read for the last time)."""
         figure = RANKED_OBJECTIVE.get(self.optimise)
         steps = {v: [sc for sc in scs.values() if ranked(sc.step)] for v, scs in live.items()}
         if figure is None:
@@ -161,7 +164,8 @@ class RankExtension:
             return self._end(live, f"{look}: unsettled ({said}); no look left")
         spent = {v: self._spent(scs) for v, scs in steps.items()}
         est = {v: self.rounds_per_look * sum(_mean_window(sc) for sc in scs) for v, scs in steps.items()}
-        over = [v for v in steps if spent[v] + est[v] > self.budget_s]
+        pairs = sorted({s.variant for pair in open_pairs for s in pair}, key=list(live).index)
+        over = [v for v in pairs if spent[v] + est[v] > self.budget_s]
         if over:
             v = over[0]
             return self._end(
@@ -170,12 +174,12 @@ class RankExtension:
                 f"{max(self.budget_s - spent[v], 0):.0f} s of decision.extend.rank_budget_s left",
             )
         self.looks_taken += 1
-        self.notes.append(f"{look}: unsettled ({said}); {self.rounds_per_look} round(s) added to every variant")
-        for scs in steps.values():
-            for sc in scs:
+        self._say(f"{look}: unsettled ({said}); {self.rounds_per_look} round(s) added to {', '.join(pairs)}")
+        for v in pairs:
+            for sc in steps[v]:
                 sc.looks_taken = max(sc.looks_taken, self.looks_taken)
         self._mark(live)
-        return self.rounds_per_look
+        return {v: self.rounds_per_look for v in pairs}
 
     def _pair_text(self, x: Standing, y: Standing) -> str:
         lo, hi = log_ratio_interval(x.values, y.values, self.level)
@@ -187,10 +191,15 @@ class RankExtension:
     def _spent(self, scs: list[Scenario]) -> float:
         return sum(window_s(run) for sc in scs for run in sc.runs if run.repeat >= (self.first_added or 0))
 
-    def _end(self, live: dict[str, dict[str, Scenario]], note: str) -> int:
+    def _say(self, note: str) -> None:
         self.notes.append(note)
+        if self.log:
+            self.log(f"ranking (decision.extend.rank_budget_s): {note}")
+
+    def _end(self, live: dict[str, dict[str, Scenario]], note: str) -> dict[str, int]:
+        self._say(note)
         self._mark(live)
-        return 0
+        return {}
 
     def _mark(self, live: dict[str, dict[str, Scenario]]) -> None:
         for scs in live.values():

@@ -13,8 +13,9 @@ alternated runs rather than one long run each.
 A variant whose run fails stops there and the others go on; what it measured before is kept by its own writer.
 
 After the configured rounds, a run yields an open Round (its steps so far); when every live run has, `settle`
-(tasks.perf.ranking.RankExtension: the ranking is not settled yet) may send each of them a number of further rounds,
-interleaved as the first ones; 0 (or no `settle`) lets each go on to what it does after its last round.
+(tasks.perf.ranking.RankExtension: the ranking is not settled yet) may ask some of them for further rounds,
+interleaved among them as the first ones, while the others wait at their open round; when it asks none (or with no
+`settle`), each goes on to what it does after its last round.
 """
 
 from __future__ import annotations
@@ -41,18 +42,19 @@ def round_order(names: list[str], r: int) -> list[str]:
 
 def interleave(
     runs: dict[str, Generator[Any, int | None, T]],
-    settle: Callable[[dict[str, dict[str, Any]]], int] | None = None,
+    settle: Callable[[dict[str, dict[str, Any]]], dict[str, int]] | None = None,
 ) -> dict[str, T | Exception]:
     """Each run's next round, in round_order, until every run has returned; name -> what it returned, or the
     error that ended it. What a run does after its last round (re-measures, the load search) comes at its turn.
-    When every live run has yielded an open Round, `settle` is given their steps and what it returns is sent to
-    each: the further rounds it asks of them (see the module docstring)."""
+    When every live run is at an open Round, `settle` is given their steps and says how many further rounds each
+    gets: those with none wait (parked) while the others measure theirs, until `settle` asks none."""
     out: dict[str, T | Exception] = {}
     send: dict[str, int | None] = {}
+    parked: dict[str, dict[str, Any]] = {}  # at their open round, waiting while others add rounds
     r = 0
     while len(out) < len(runs):
         opened: dict[str, dict[str, Any]] = {}
-        for name in round_order([n for n in runs if n not in out], r):
+        for name in round_order([n for n in runs if n not in out and n not in parked], r):
             try:
                 got = runs[name].send(send.pop(name, None))
             except StopIteration as done:
@@ -64,8 +66,10 @@ def interleave(
             if isinstance(got, Round) and got.scenarios is not None:
                 opened[name] = got.scenarios
         live = [n for n in runs if n not in out]
-        if settle is not None and opened and set(opened) == set(live):
-            more = settle(opened)
-            send = {n: more for n in live}
+        waiting = {**parked, **opened}
+        if settle is not None and waiting and set(waiting) == set(live):
+            more = {n: k for n, k in settle(waiting).items() if k and n in waiting}
+            parked = {n: sc for n, sc in waiting.items() if n not in more} if more else {}
+            send = more or {n: 0 for n in live}
         r += 1
     return {name: out[name] for name in runs}

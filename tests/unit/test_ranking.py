@@ -60,51 +60,73 @@ def extension(**kw) -> RankExtension:
 def test_unsettled_rounds_are_asked_until_the_looks_run_out_and_each_step_says_why():
     live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
     ext = extension()
-    assert ext(live) == 2 and ext.looks_taken == 2 and live["a"]["c2"].looks_taken == 2
+    assert ext(live) == {"a": 2, "b": 2} and ext.looks_taken == 2 and live["a"]["c2"].looks_taken == 2
     assert "look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, ratio" in live["b"]["c2"].rank_note
-    assert ext(live) == 2 and ext(live) == 0  # look 3 is the last: nothing more
+    assert ext(live) == {"a": 2, "b": 2} and ext(live) == {}  # look 3 is the last: nothing more
     assert live["a"]["c2"].rank_note.endswith("no look left")
 
 
 def test_the_budget_and_a_settled_ranking_stop_the_rounds():
     live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
-    assert extension(budget_s=1)(live) == 0  # each round of c2 takes ~3 s here
+    assert extension(budget_s=1)(live) == {}  # each round of c2 takes ~3 s here
     assert "decision.extend.rank_budget_s left" in live["a"]["c2"].rank_note
     apart = {"a": {"c2": scenario(C2, [2.0, 2.1, 1.9])}, "b": {"c2": scenario(C2, [1.0, 1.05, 0.95])}}
-    assert extension()(apart) == 0 and apart["b"]["c2"].rank_note == "look 1 of 3: settled (a c2 > b c2)"
+    assert extension()(apart) == {} and apart["b"]["c2"].rank_note == "look 1 of 3: settled (a c2 > b c2)"
     alone = {"a": {"c2": scenario(C2, [2.0, 2.1])}, "b": {"c1": scenario(C1, [1.0, 1.3])}}
     c2_only = lambda sc: SloCheck("met" if sc.step.label == "c2" else "missed", None, 9, 0, 0)
-    assert extension(judge=c2_only)(alone) == 0  # b is not ranked on speed: the SLO decides it
+    assert extension(judge=c2_only)(alone) == {}  # b is not ranked on speed: the SLO decides it
     assert alone["b"]["c1"].rank_note == "look 1 of 3: settled (a c2; b: no closed-loop step shown within the SLO)"
     rated = {"a": {"r1": Scenario(Step("r1", "rate", None, 1.0), [window(0, 1.0)])}, "b": {}}
-    assert extension()(rated) == 0
-    assert extension(optimise="energy")(apart) == 0 and "no interval" in apart["a"]["c2"].rank_note
+    assert extension()(rated) == {}
+    assert extension(optimise="energy")(apart) == {} and "no interval" in apart["a"]["c2"].rank_note
 
 
-def test_the_driver_sends_the_added_rounds_to_every_live_run_at_their_open_round():
+def run(log: list[str], name: str, configured: int):
+    """A run of `configured` rounds whose last is open, then the further rounds it is sent (as perf_rounds)."""
+    r, more = 0, None
+    for r in range(configured):
+        log.append(f"{name}{r}")
+        more = yield Round(r, {"c2": name} if r == configured - 1 else None)
+    while more:
+        for k in range(more):
+            r += 1
+            log.append(f"{name}{r}+")
+            got = yield Round(r, {"c2": name} if k == more - 1 else None)
+        more = got
+    log.append(f"{name}-tail")
+    return name
+
+
+def test_the_driver_sends_the_added_rounds_at_the_open_round_and_the_others_wait():
     log: list[str] = []
-
-    def run(name: str, configured: int):
-        r = 0
-        more = None
-        for r in range(configured):
-            log.append(f"{name}{r}")
-            more = yield Round(r, {"c2": name} if r == configured - 1 else None)
-        while more:
-            for k in range(more):
-                r += 1
-                log.append(f"{name}{r}+")
-                got = yield Round(r, {"c2": name} if k == more - 1 else None)
-            more = got
-        return name
-
     asked: list[dict] = []
 
     def settle(live):
-        asked.append(live)
-        return 2 if len(asked) == 1 else 0
+        asked.append(dict(live))
+        return {"a": 2, "c": 2} if len(asked) == 1 else {}
 
-    out = interleave({"a": run("a", 2), "b": run("b", 2)}, settle)
-    assert out == {"a": "a", "b": "b"}
-    assert asked == [{"a": {"c2": "a"}, "b": {"c2": "b"}}] * 2
-    assert log == ["a0", "b0", "b1", "a1", "a2+", "b2+", "b3+", "a3+"]
+    out = interleave({name: run(log, name, 2) for name in "abc"}, settle)
+    assert out == {"a": "a", "b": "b", "c": "c"}
+    assert asked == [{"a": {"c2": "a"}, "b": {"c2": "b"}, "c": {"c2": "c"}}] * 2
+    # b waits at its open round while a and c measure theirs, interleaved; then every tail
+    assert log == ["a0", "b0", "c0", "c1", "b1", "a1", "a2+", "c2+", "c3+", "a3+", "a-tail", "b-tail", "c-tail"]
+
+
+def test_a_run_failing_in_its_added_rounds_leaves_the_waiting_ones_to_finish():
+    log: list[str] = []
+
+    def dies():
+        more = yield Round(0, {"c2": "a"})
+        assert more == 1
+        raise RuntimeError("server died in its added round")
+
+    calls = []
+
+    def settle(live):
+        calls.append(sorted(live))
+        return {"a": 1} if len(calls) == 1 else {}
+
+    out = interleave({"a": dies(), "b": run(log, "b", 1)}, settle)
+    assert isinstance(out["a"], RuntimeError) and out["b"] == "b"
+    assert calls == [["a", "b"], ["b"]]  # b, waiting, is read again alone, then goes on
+    assert log == ["b0", "b-tail"]
