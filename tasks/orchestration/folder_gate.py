@@ -22,10 +22,12 @@ from warehouse.contract import ResultTables
 from warehouse.gx_gate import ValidationReport, validate_results
 
 
-def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | None]:
+def expected_perf_rows(perf: PerfSpec, search: bool = False, extend: bool = False) -> dict[str, int | None]:
     """Rows one variant writes per perf table; None where the count depends on timing (a sweep's steps are
     known in advance, a time limit's requests are not, nor the steps of a sustainable-load `search`, nor the
-    requests of an open-loop step that the over-saturation rule may stop early) or on a file (a trace's)."""
+    requests of an open-loop step that the over-saturation rule may stop early), on a file (a trace's) or on the
+    evidence (`extend`: decision.extend adds repeats to a step whose claim lacks requests, and rounds while a
+    ranking is unsettled)."""
     steps = fixed_steps(perf) + ([JITTER_STEP] if needs_jitter_step(perf) else [])
     sweep = [SYNC_STEP, max_step(perf)] if perf.sweep is not None else []
     n_steps = len(steps) + len(sweep) + (perf.sweep or 0)
@@ -36,7 +38,7 @@ def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | 
     open_loop = bool(perf.rates) or perf.sweep is not None or perf.trace is not None
     stoppable = open_loop and perf.saturation.enabled
     return {
-        "perf_requests": None if perf.max_duration_s or search or stoppable or perf.trace else requests,
+        "perf_requests": None if perf.max_duration_s or search or stoppable or perf.trace or extend else requests,
         "perf_summary": None if search else n_steps + (1 if perf.trace else 0),
         "perf_power": None,
     }
@@ -45,7 +47,8 @@ def expected_perf_rows(perf: PerfSpec, search: bool = False) -> dict[str, int | 
 def expected_rows(cfg: RunConfig, rows: list[dict], tables: ResultTables) -> dict[str, int | None]:
     """Row counts the GX gate expects: full counts for ok variants, what was written (in `tables`) for failed ones."""
     ok = [r["variant"] for r in rows if r["status"] == "ok"]
-    per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None)  # None: the count depends on timing
+    # None: the count depends on timing or on the evidence
+    per_variant = expected_perf_rows(cfg.perf, cfg.decision.search is not None, cfg.decision.extend is not None)
     out: dict[str, int | None] = {
         "runs": 1,
         "variants": len(cfg.variants),

@@ -1,7 +1,8 @@
 """More interleaved rounds while the variants' ranking is unsettled (decision.extend.rank_budget_s; issue 36, item 3).
 
-After the configured rounds of an interleaved night (perf.interleave, tasks.perf.rounds), each variant's standing is
-read from what it measured, as v_recommendation reads it on a closed-loop night: its sustainable step is the highest
+After the configured rounds of an interleaved night (perf.interleave, tasks.perf.rounds), each variant's outlier
+re-measures and the repeats its claims lacked (tasks.perf.extend), each variant's standing is read from what it
+measured, as v_recommendation reads it on a closed-loop night: its sustainable step is the highest
 closed-loop step whose SLO claim is met with every lower one met (tasks.perf.load_search.judge, at the looks'
 corrected confidence), and its objective there is the per-repeat completed requests/s (optimise: rate) or output
 tokens/s (tps, cost). The variants are ordered by that objective; each neighbouring pair is
@@ -133,8 +134,7 @@ class RankExtension:
     tolerance_pct: float
     budget_s: float
     rounds_per_look: int
-    looks_taken: int = 1
-    first_added: int | None = None  # the first added round's repeat index
+    looks_taken: int = 1  # the ranking's reads so far
     notes: list[str] = field(default_factory=list)
     log: Callable[[str], None] | None = None
 
@@ -148,8 +148,6 @@ class RankExtension:
             return self._end(live, "not extended: rate steps rank by their bracket, which more rounds do not narrow")
         if not any(steps.values()):
             return self._end(live, "not extended: no closed-loop step to rank on")
-        if self.first_added is None:
-            self.first_added = 1 + max(run.repeat for scs in steps.values() for sc in scs for run in sc.runs)
         standings = [standing(v, scs, self.judge, figure) for v, scs in steps.items()]
         open_pairs = unsettled_pairs(standings, self.level, self.tolerance_pct)
         look = f"look {self.looks_taken} of {self.looks}"
@@ -160,11 +158,18 @@ class RankExtension:
             said += [f"{', '.join(off)}: no closed-loop step shown within the SLO"] if off else []
             return self._end(live, f"{look}: settled ({'; '.join(said)})")
         said = "; ".join(self._pair_text(x, y) for x, y in open_pairs)
-        if self.looks_taken >= self.looks:
-            return self._end(live, f"{look}: unsettled ({said}); no look left")
-        spent = {v: self._spent(scs) for v, scs in steps.items()}
-        est = {v: self.rounds_per_look * sum(_mean_window(sc) for sc in scs) for v, scs in steps.items()}
         pairs = sorted({s.variant for pair in open_pairs for s in pair}, key=list(live).index)
+        spent_looks = [f"{v} {sc.step.label}" for v in pairs for sc in steps[v] if sc.looks_taken >= self.looks]
+        if self.looks_taken >= self.looks or spent_looks:
+            whose = (
+                f" ({', '.join(spent_looks)}: its claim's own looks took them)"
+                if spent_looks and self.looks_taken < self.looks
+                else ""
+            )
+            return self._end(live, f"{look}: unsettled ({said}); no look left{whose}")
+        spent = {v: sum(window_s(run) for sc in steps[v] for run in sc.runs[len(sc.runs) - sc.rounds_added :])
+                 for v in pairs}  # fmt: skip
+        est = {v: self.rounds_per_look * sum(_mean_window(sc) for sc in steps[v]) for v in pairs}
         over = [v for v in pairs if spent[v] + est[v] > self.budget_s]
         if over:
             v = over[0]
@@ -177,7 +182,7 @@ class RankExtension:
         self._say(f"{look}: unsettled ({said}); {self.rounds_per_look} round(s) added to {', '.join(pairs)}")
         for v in pairs:
             for sc in steps[v]:
-                sc.looks_taken = max(sc.looks_taken, self.looks_taken)
+                sc.looks_taken += 1
         self._mark(live)
         return {v: self.rounds_per_look for v in pairs}
 
@@ -187,9 +192,6 @@ class RankExtension:
             f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}, ratio "
             f"{math.exp(lo):.2f}-{math.exp(hi):.2f} at {self.level * 100:.4g} %"
         )
-
-    def _spent(self, scs: list[Scenario]) -> float:
-        return sum(window_s(run) for sc in scs for run in sc.runs if run.repeat >= (self.first_added or 0))
 
     def _say(self, note: str) -> None:
         self.notes.append(note)

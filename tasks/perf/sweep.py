@@ -376,9 +376,9 @@ def perf_rounds(
 ) -> Generator[Round, int | None, list[Scenario]]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
     A generator: it yields the Round it has just measured once every step has had it, so a caller can measure
-    other endpoints' rounds in between (tasks.perf.rounds); the last configured round is open: the caller may send
-    back a number of further rounds of the closed-loop steps (tasks.perf.ranking), the last of which is open again.
-    The outlier re-measures and the extension run after the last round, before it returns. With `rank` (the
+    other endpoints' rounds in between (tasks.perf.rounds). After the last round come the outlier re-measures and
+    the extension, then an open Round: the caller may send back a number of further rounds of the closed-loop
+    steps (tasks.perf.ranking), the last of which is open again; then it returns. With `rank` (the
     caller settles a ranking over looks, decision.extend.rank_budget_s), the closed-loop steps' intervals are at
     the looks' corrected level.
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
@@ -457,26 +457,29 @@ def perf_rounds(
                 if on_scenario:
                     on_scenario(list(scenarios.values()))
                 i += 1
-            more = yield Round(repeat, scenarios if repeat == rounds - 1 else None)
+            yield Round(repeat)
+        if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
+            on_scenario(list(scenarios.values()))
+        more_of = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
+        if extension is not None and extension.run(scenarios, more_of, warn) and on_scenario:
+            on_scenario(list(scenarios.values()))
+        # open: the caller may ask further rounds of the closed-loop steps (tasks.perf.ranking), now that the stalled
+        # windows are measured again and the claims that lacked requests have them
+        more = yield Round(rounds, scenarios)
         added = 0
         while more:  # one round of every closed-loop step at a time, the last of them open again
             for k in range(more):
-                repeat = rounds + added
                 added += 1
                 for step in (st for st in steps if ranked(st) and st.label in scenarios):
                     sc = scenarios[step.label]
                     tracker = bar.track(f"{step.label} (+{added})", step_prompts(spec, step) - spec.warmup_requests)
+                    repeat = max(run.repeat for run in sc.runs) + 1
                     sc.runs.append(first_time(step, index_of[step.label], repeat, tracker))
                     sc.rounds_added += 1
                     if on_scenario:
                         on_scenario(list(scenarios.values()))
-                got = yield Round(repeat, scenarios if k == more - 1 else None)
+                got = yield Round(rounds + added, scenarios if k == more - 1 else None)
             more = got
-        if measure_outliers_again(scenarios, again, guard, warn) and on_scenario:
-            on_scenario(list(scenarios.values()))
-        more = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
-        if extension is not None and extension.run(scenarios, more, warn) and on_scenario:
-            on_scenario(list(scenarios.values()))
     return list(scenarios.values())
 
 

@@ -313,8 +313,8 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     if ranking and ranking[0][0]:
         note, added = ranking[0]
         out.append(
-            f"ranking over the interleaved rounds (decision.extend.rank_budget_s; {added or 0} round(s) added to "
-            f"every variant's closed-loop steps): {note}"
+            f"ranking over the interleaved rounds (decision.extend.rank_budget_s; at most {added or 0} round(s) "
+            f"added to a variant's closed-loop steps): {note}"
         )
     return out
 

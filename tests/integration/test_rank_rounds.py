@@ -65,7 +65,7 @@ def test_an_unsettled_ranking_gets_rounds_until_its_looks_run_out():
         assert sorted(run.repeat for run in c1.runs) == [0, 1, 2, 3]
         assert s["ci_level"] == pytest.approx(LEVEL) and c1.looks_taken == 3
         assert s["rank_note"].startswith("look 1 of 3: unsettled (") and s["rank_note"].endswith("no look left"), s
-        assert s["repeats_added"] == 0  # the step's own looks were taken by the ranking's
+        assert s["repeats_added"] == 0  # its claim was met: the step's own extension took no look
     assert settle.looks_taken == 3
 
 

@@ -894,12 +894,14 @@ def test_html_report_opens_with_the_decision(demo_db: Path, tmp_path: Path) -> N
     assert '<th class="" title="usd_per_1m_output_tok">price (USD)</th>' in section
 
 
-def test_a_search_makes_the_perf_row_counts_open() -> None:
+def test_a_search_or_an_extension_makes_the_perf_row_counts_open() -> None:
     from tasks.orchestration.folder_gate import expected_perf_rows
 
     perf = PerfSpec(concurrency=[1, 2], num_prompts=3)
     assert expected_perf_rows(perf) == {"perf_requests": 8, "perf_summary": 2, "perf_power": None}
     assert expected_perf_rows(perf, search=True) == {"perf_requests": None, "perf_summary": None, "perf_power": None}
+    # decision.extend: repeats (and rounds) added as the evidence asks
+    assert expected_perf_rows(perf, extend=True) == {"perf_requests": None, "perf_summary": 2, "perf_power": None}
 
 
 def test_cli_recommend(demo_db: Path, capsys) -> None:

@@ -66,6 +66,13 @@ def test_unsettled_rounds_are_asked_until_the_looks_run_out_and_each_step_says_w
     assert live["a"]["c2"].rank_note.endswith("no look left")
 
 
+def test_a_step_whose_claim_took_every_look_gets_no_round():
+    live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
+    live["b"]["c2"].looks_taken = 3  # decision.extend's own looks at its claim, before the ranking's first read
+    assert extension()(live) == {}
+    assert live["a"]["c2"].rank_note.endswith("no look left (b c2: its claim's own looks took them)")
+
+
 def test_the_budget_and_a_settled_ranking_stop_the_rounds():
     live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
     assert extension(budget_s=1)(live) == {}  # each round of c2 takes ~3 s here
