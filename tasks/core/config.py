@@ -784,6 +784,11 @@ class RunConfig(_Strict):
                 "decision.extend.rank_budget_s: rounds are added to settle a ranking only in interleaved rounds; "
                 "set perf.interleave: true or drop rank_budget_s"
             )
+        if self.decision.extend is not None and self.decision.extend.rank_budget_s and self.decision.search:
+            raise ValueError(
+                "decision.extend.rank_budget_s: with decision.search the night ranks on the search's rate steps, "
+                "whose brackets more rounds do not narrow; drop rank_budget_s or decision.search"
+            )
         return self
 
     @model_validator(mode="after")

@@ -64,14 +64,8 @@ class StepExtension:
             (sc for sc in scenarios.values() if sc.looks > 1 and sc.runs),
             key=lambda sc: -(sc.summary.get("request_throughput") or 0.0),
         )
-        for sc in steps:
-            if sc.looks_taken >= self.looks and self.judge(sc).status == "not_enough_requests":
-                changed = True
-                sc.extend_note = f"no look left: the ranking's rounds took looks 2 to {self.looks}"
         for look in range(2, self.looks + 1):
             for sc in steps:
-                if look <= sc.looks_taken:  # taken already (rounds added while a ranking was unsettled)
-                    continue
                 check = self.judge(sc)
                 if check.status != "not_enough_requests":
                     continue

@@ -26,8 +26,9 @@ simulates it with known truth.
 
 Not extended: a night with rate steps (they rank by the bracket between a passing and a failing rate, which more
 rounds of the same rates do not narrow), a trace-only night (its goodput is its offered rate), and the objectives
-with no interval (energy, cost per correct answer). A pair's variants get the rounds even when the quality gate
-will later refuse one of them: the gate is read after perf.
+with no interval of their own (energy, cost per correct answer; cost, which divides each variant's own price by its
+tokens/s or has none: the order of tokens/s is not the order of cost). A pair's variants get the rounds even when
+the quality gate will later refuse one of them: the gate is read after perf.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tasks.perf.slo import SloCheck
 Scenario = Any
 
 PairState = Literal["separated", "equivalent", "unsettled"]
-RANKED_OBJECTIVE = {"rate": "request_throughput", "tps": "output_throughput", "cost": "output_throughput"}
+RANKED_OBJECTIVE = {"rate": "request_throughput", "tps": "output_throughput"}
 OBJECTIVE_WORDS = {"request_throughput": "completed requests/s", "output_throughput": "output tokens/s"}
 
 
@@ -139,7 +140,14 @@ class RankExtension:
     log: Callable[[str], None] | None = None
 
     def __call__(self, live: dict[str, dict[str, Scenario]]) -> dict[str, int]:
-        """Variant -> the rounds it gets now (none at all: the ranking was read for the last time)."""
+        """Variant -> the rounds it gets now (none at all: the ranking was read for the last time). A reading that
+        fails ends the ranking with its reason: the variants' measurements go on to their summaries."""
+        try:
+            return self._read(live)
+        except Exception as err:  # noqa: BLE001 - the ranking is an addition; what was measured is kept
+            return self._end(live, f"not read: {type(err).__name__}: {err}")
+
+    def _read(self, live: dict[str, dict[str, Scenario]]) -> dict[str, int]:
         figure = RANKED_OBJECTIVE.get(self.optimise)
         steps = {v: [sc for sc in scs.values() if ranked(sc.step)] for v, scs in live.items()}
         if figure is None:
@@ -187,11 +195,11 @@ class RankExtension:
         return {v: self.rounds_per_look for v in pairs}
 
     def _pair_text(self, x: Standing, y: Standing) -> str:
+        head = f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}"
+        if min(len(x.values), len(y.values)) < 2:
+            return f"{head}, one repeat: no interval"
         lo, hi = log_ratio_interval(x.values, y.values, self.level)
-        return (
-            f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}, ratio "
-            f"{math.exp(lo):.2f}-{math.exp(hi):.2f} at {self.level * 100:.4g} %"
-        )
+        return f"{head}, ratio {math.exp(lo):.2f}-{math.exp(hi):.2f} at {self.level * 100:.4g} %"
 
     def _say(self, note: str) -> None:
         self.notes.append(note)

@@ -307,7 +307,8 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
             f"{conf * 100:.4g} %): " + "; ".join(f"{v} {sc}: {note}" for v, sc, note, _, _ in extended)
         )
     ranking = con.execute(
-        "select any_value(rank_note), max(rounds_added) from perf_summary where run_id = ? and rank_note is not null",
+        "select arg_max(rank_note, length(rank_note)), max(rounds_added) from perf_summary "
+        "where run_id = ? and rank_note is not null",
         [run_id],
     ).fetchall()
     if ranking and ranking[0][0]:

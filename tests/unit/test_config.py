@@ -67,6 +67,8 @@ def _set(d, path, value):
         (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
         (("decision",), {"margin_points": 0}, "decision.margin_points:"),
         (("scale_out",), {"work_pool": "gpus"}, "perf.interleave: variants on a work pool run on their own hosts"),
+        (("perf", "interleave"), False, "decision.extend.rank_budget_s: rounds are added to settle a ranking only"),
+        (("decision", "search"), {"budget_s": 60}, "decision.extend.rank_budget_s: with decision.search the night"),
     ],
 )
 def test_bad_config_names_field_and_fix(demo, path, value, expect):

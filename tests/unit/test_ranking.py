@@ -86,6 +86,11 @@ def test_the_budget_and_a_settled_ranking_stop_the_rounds():
     rated = {"a": {"r1": Scenario(Step("r1", "rate", None, 1.0), [window(0, 1.0)])}, "b": {}}
     assert extension()(rated) == {}
     assert extension(optimise="energy")(apart) == {} and "no interval" in apart["a"]["c2"].rank_note
+    assert extension(optimise="cost")(apart) == {} and "no interval" in apart["a"]["c2"].rank_note
+    one = {"a": {"c2": scenario(C2, [2.0])}, "b": {"c2": scenario(C2, [1.9, 2.1])}}
+    assert extension()(one) == {"a": 2, "b": 2} and "one repeat: no interval" in one["a"]["c2"].rank_note
+    broken = extension(judge=lambda sc: 1 / 0)  # a reading that fails ends the ranking, the night goes on
+    assert broken(apart) == {} and apart["a"]["c2"].rank_note.startswith("not read: ZeroDivisionError")
 
 
 def run(log: list[str], name: str, configured: int):
