@@ -198,8 +198,12 @@ class RankExtension:
         head = f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}"
         if min(len(x.values), len(y.values)) < 2:
             return f"{head}, one repeat: no interval"
+        (xlo, xhi), (ylo, yhi) = x.interval(self.level), y.interval(self.level)
         lo, hi = log_ratio_interval(x.values, y.values, self.level)
-        return f"{head}, ratio {math.exp(lo):.2f}-{math.exp(hi):.2f} at {self.level * 100:.4g} %"
+        return (
+            f"{head}, intervals {xlo:.3g}-{xhi:.3g} and {ylo:.3g}-{yhi:.3g} overlap, ratio "
+            f"{math.exp(lo):.2f}-{math.exp(hi):.2f} not within +-{self.tolerance_pct:g} %, at {self.level * 100:.4g} %"
+        )
 
     def _say(self, note: str) -> None:
         self.notes.append(note)

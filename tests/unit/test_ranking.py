@@ -61,7 +61,9 @@ def test_unsettled_rounds_are_asked_until_the_looks_run_out_and_each_step_says_w
     live = {"a": {"c2": scenario(C2, [1.0, 1.3, 0.8])}, "b": {"c2": scenario(C2, [1.05, 1.2, 0.9])}}
     ext = extension()
     assert ext(live) == {"a": 2, "b": 2} and ext.looks_taken == 2 and live["a"]["c2"].looks_taken == 2
-    assert "look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, ratio" in live["b"]["c2"].rank_note
+    note = live["b"]["c2"].rank_note
+    assert note.startswith("look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, intervals ")
+    assert "overlap, ratio " in note and "not within +-5 %, at 98.33 %" in note  # why neither rule settled it
     assert ext(live) == {"a": 2, "b": 2} and ext(live) == {}  # look 3 is the last: nothing more
     assert live["a"]["c2"].rank_note.endswith("no look left")
 
