@@ -690,6 +690,10 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return "\n".join(lines)
 
 
+# perf_summary's columns a stability replicate takes from its drawn repeats (resampled_throughputs)
+REDRAWN = [f"{m}{end}" for m in ("request_throughput", "output_throughput") for end in ("", "_ci_low", "_ci_high")]
+
+
 def pick_stability(
     con: duckdb.DuckDBPyConnection, run_id: str, resamples: int = STABILITY_RESAMPLES, seed: int = 0
 ) -> dict[str | None, int]:
@@ -697,9 +701,11 @@ def pick_stability(
     replicates of the run in which every step's repeats are drawn anew with replacement, each with its requests as
     measured (a cluster bootstrap: the requests of one repeat share its host state and batches, and the claim
     counts them so, docs/statistics.md 1c; a step of one repeat is held as measured), the quality side, the
-    settings and everything else held as measured, each decided by v_recommendation itself. The replicates are
+    settings and everything else held as measured, each decided by v_recommendation itself. A closed-loop step's
+    throughputs and their intervals (the objective and the tie rule) are those of its drawn repeats
+    (resampled_throughputs), so a pick that rests on two overlapping intervals is seen to move. The replicates are
     temp views that shadow this connection's tables (as the overrides shadow v_decision): the run copied under the
-    ids '<run>#<b>', perf_requests resampled; they are dropped after."""
+    ids '<run>#<b>', perf_requests resampled, perf_summary's throughputs from them; they are dropped after."""
     db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
     tables = [
         t
@@ -709,6 +715,7 @@ def pick_stability(
             "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'"
         ).fetchall()
     ]
+    tables.sort(key=lambda t: t != "perf_requests")  # first: perf_summary's throughputs are read from its replicates
     run, b = _literal(run_id), int(resamples)
     views = []
     try:
@@ -731,6 +738,16 @@ def pick_stability(
                     select s.* exclude (k_) replace (s.run_id || '#' || d.b as run_id, d.rep_ as repeat)
                     from draws as d join base as s
                       on s.variant = d.variant and s.scenario = d.scenario and s.k_ = d.src"""
+            elif t == "perf_summary":
+                con.register("stability_throughputs_", resampled_throughputs(con, db, run_id))
+                views.append("stability_throughputs_")
+                redrawn = ", ".join(f"case when x.variant is null then t.{c} else x.{c} end as {c}" for c in REDRAWN)
+                body = f"""
+                    select t.* replace (t.run_id || '#' || r.b as run_id, {redrawn})
+                    from "{db}".main.perf_summary as t cross join range({b}) as r(b)
+                    left join stability_throughputs_ as x
+                      on x.run_id = t.run_id || '#' || r.b and x.variant = t.variant and x.scenario = t.scenario
+                    where t.run_id = {run}"""
             else:
                 body = (
                     f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
@@ -745,11 +762,55 @@ def pick_stability(
         ).fetchall()
     finally:
         for name in views:
-            con.execute(f'drop view if exists temp.main."{name}"')
+            if name == "stability_throughputs_":
+                con.unregister(name)
+            else:
+                con.execute(f'drop view if exists temp.main."{name}"')
     out: dict[str | None, int] = {}
     for _, pick in picks:
         out[pick] = out.get(pick, 0) + 1
     return out
+
+
+def resampled_throughputs(con: duckdb.DuckDBPyConnection, db: str, run_id: str) -> pd.DataFrame:
+    """Each replicate's closed-loop step throughputs from its drawn repeats (the perf_requests temp view of
+    pick_stability), as summarize_repeats computes them from the measured repeats: per repeat, ok requests and their
+    output tokens over the repeat's wall time (first send to the last return), then their mean and the log-scale t
+    interval at the step's stored level. Columns run_id ('<run>#<b>'), variant, scenario and perf_summary's six
+    throughput columns; no row for a step whose requests carry no send times (it is held as measured)."""
+    import pandas as pd
+
+    from tasks.core.stat_tests import log_t_interval
+
+    per = con.execute(
+        f"""
+        select q.run_id, q.variant, q.scenario, q.repeat, coalesce(any_value(s.ci_level), 0.95) as level,
+               count(*) filter (where q.status = 'ok') as ok_n,
+               sum(coalesce(q.output_tokens, 0)) filter (where q.status = 'ok') as out_tokens,
+               greatest(max(q.start_s + q.e2el_ms / 1000.0) filter (where q.status = 'ok'), max(q.end_s))
+                 - min(q.start_s) as duration_s
+        from perf_requests as q
+        join "{db}".main.perf_summary as s on s.run_id = ? and s.variant = q.variant and s.scenario = q.scenario
+        where not coalesce(q.is_warmup, false) and s.load_kind is distinct from 'trace'
+          and not coalesce(s.load_kind = 'rate' and isfinite(s.request_rate), false)
+        group by all
+        having count(*) filter (where q.start_s is null) = 0""",
+        [run_id],
+    ).fetchall()
+    steps: dict[tuple, list] = {}
+    for rid, variant, scenario, _, level, ok_n, out_tokens, duration_s in per:
+        wall = max(duration_s, 1e-9) if ok_n and duration_s is not None else None  # summarize: no ok request, no rate
+        rates = (ok_n / wall, out_tokens / wall) if wall else (None, None)
+        steps.setdefault((rid, variant, scenario, level), []).append(rates)
+    rows = []
+    for (rid, variant, scenario, level), reps in steps.items():
+        row = {"run_id": rid, "variant": variant, "scenario": scenario}
+        for name, values in zip(("request_throughput", "output_throughput"), zip(*reps)):
+            known = [v for v in values if v is not None]
+            lo, hi, _ = log_t_interval(list(values), level)
+            row.update({name: sum(known) / len(known) if known else None, f"{name}_ci_low": lo, f"{name}_ci_high": hi})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run_id", "variant", "scenario", *REDRAWN])
 
 
 def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:

@@ -1108,3 +1108,48 @@ def test_stability_draws_whole_repeats(tmp_path: Path) -> None:
         counts = pick_stability(con, "j1", 400)
     assert set(counts) == {"ref", "fast"} and sum(counts.values()) == 400
     assert 0.2 < counts["fast"] / 400 < 0.4
+
+
+def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:
+    """A closed-loop step's throughput and its interval (the objective, and the tie rule's overlap) are read again
+    from each replicate's drawn repeats. `b` completes ~5 % more requests/s than the reference over 6 repeats of
+    50 requests, but their intervals overlap by a hair, so the two tie and the reference ships. Drawn again, the
+    intervals part in some replicates and `b` is the pick there. Before, a replicate kept the stored throughputs,
+    and the stability line said 100 % for a pick that one more night would flip (the demo, 2026-12-05: "Ship
+    q4_1-2s", 100 %; the same config with a stall elsewhere: "Ship q4_1", 100 %)."""
+    from tasks.core.stat_tests import log_t_interval
+    from tasks.report.recommend import pick_stability
+
+    per_repeat = {"ref": [1.00, 1.05, 0.95, 1.02, 0.98, 1.00], "b": [1.06, 1.02, 1.10, 1.04, 1.08, 1.03]}
+    variants = {
+        "ref": {"ref": True, "steps": [step("c1", 1, 1.0, [100.0] * 300, repeats=6)], "accuracy": 0.5},
+        "b": {
+            "steps": [step("c1", 1, 1.0, [100.0] * 300, repeats=6)],
+            "accuracy": 0.5,
+            "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0, lost=0, gained=0),
+        },
+    }
+    db = tmp_path / "wh.duckdb"
+    load_run(write_decision_run(tmp_path / "runs", "j1", variants, {"slo": {"ttft_ms": 400.0}, "percentile": 50.0}), db)
+    with open_warehouse(db) as con:  # each repeat's 50 requests sent one after another over 50 / rate seconds
+        for variant, rates in per_repeat.items():
+            for k, rate in enumerate(rates):
+                gap = (50 / rate - 1.36) / 49  # each request takes 100 + 63 * 20 ms
+                con.execute(
+                    "update perf_requests set repeat = ?, start_s = (request_index - ?) * ?, "
+                    "end_s = (request_index - ?) * ? + 1.36 where run_id = 'j1' and variant = ? and not is_warmup "
+                    "and request_index between ? and ?",
+                    [k, 50 * k, gap, 50 * k, gap, variant, 50 * k, 50 * k + 49],
+                )
+            lo, hi, _ = log_t_interval(rates, 0.95)
+            con.execute(
+                "update perf_summary set request_throughput = ?, request_throughput_ci_low = ?, "
+                "request_throughput_ci_high = ?, ci_level = 0.95 where run_id = 'j1' and variant = ?",
+                [statistics.mean(rates), lo, hi, variant],
+            )
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, "j1")
+        assert got["ref"]["recommended_variant"] == "ref" and got["ref"]["tied_with"] == ["b"]
+        counts = pick_stability(con, "j1", 400)
+    assert set(counts) == {"ref", "b"} and sum(counts.values()) == 400
+    assert 0.1 < counts["b"] / 400 < 0.9
