@@ -16,22 +16,11 @@ from tasks.core.percentiles import look_confidence, min_requests, sized_requests
 from tasks.perf.extend import StepExtension, repeats_to_add
 from tasks.perf.perf_run import Target, measure
 from tasks.perf.slo import check_step
+from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
-SPEC = dict(
-    concurrency=[1],
-    num_prompts=2,
-    repeats=2,
-    warmup_requests=1,
-    input_len=8,
-    output_len=4,
-    jitter="off",
-    idle_baseline_s=0,
-)
+SPEC = SMALL_STEPS
 LIMITS = {"ttft_ms": 2000.0}
-
-
-def judge(sc):
-    return check_step([run.measured for run in sc.runs], LIMITS, 50.0, look_confidence(0.95, sc.looks))
+judge = p50_judge(LIMITS)
 
 
 def test_repeats_to_add_brings_the_step_to_what_it_needs_within_one_look():

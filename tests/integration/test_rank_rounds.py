@@ -18,24 +18,12 @@ from tasks.perf.extend import StepExtension
 from tasks.perf.perf_run import Target, measure_rounds
 from tasks.perf.ranking import RankExtension
 from tasks.perf.rounds import interleave
-from tasks.perf.slo import check_step
+from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
-SPEC = dict(
-    concurrency=[1],
-    num_prompts=4,
-    repeats=2,
-    warmup_requests=1,
-    input_len=8,
-    output_len=4,
-    jitter="off",
-    idle_baseline_s=0,
-)
+SPEC = {**SMALL_STEPS, "num_prompts": 4}
 LIMITS = {"ttft_ms": 5000.0}
 LEVEL = look_confidence(0.95, 3)
-
-
-def judge(sc):
-    return check_step([run.measured for run in sc.runs], LIMITS, 50.0, look_confidence(0.95, sc.looks))
+judge = p50_judge(LIMITS)
 
 
 def night(url: str, pacings: dict[str, str], budget_s: float = 60.0, **spec) -> tuple[dict, RankExtension]:
