@@ -70,7 +70,10 @@ def test_a_neighbour_is_counted_as_other_and_the_engine_as_the_engine():
     engine_pct, neighbour_pct = ((after[p] - before[p]) * pct for p in (engine[0], neighbour[0]))
     assert neighbour_pct > 5 and engine_pct > 5  # both ran (on a host shared with others, maybe little)
     assert w.noise.engine_cpu_pct == pytest.approx(engine_pct, abs=3 * pct), (w.noise, engine_pct)
-    assert w.noise.other_cpu_pct >= neighbour_pct - 3 * pct, (w.noise, neighbour_pct)
+    # /proc/stat's host total and each process's own counters are kept apart: on a saturated host (two busy loops on
+    # two cores) the total read 2.5 % of a core below the processes' sum in CI (other 98.0 against the neighbour's
+    # 100.4). A neighbour counted anywhere else would leave `other` near 0.
+    assert w.noise.other_cpu_pct >= 0.95 * neighbour_pct - 3 * pct, (w.noise, neighbour_pct)
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +100,8 @@ SPEC = dict(
     repeats=6,  # windows, interleaved A B, B A, ...: a level shift of the host between them costs both alike
     warmup_requests=1,
     input_len=16,
-    output_len=16,
-    jitter="off",
+    output_len=64,  # a window of ~2.5 s on a fast host: the guard judges no window under 1 s (NoiseRule.min_window_s),
+    jitter="off",  # and 3 x 16 tokens at 13 ms a token let the neighbour's window pass unjudged in CI (2026-12-05)
     idle_baseline_s=0,
     host_noise_max_pct=25.0,
     host_noise_retries=2,
