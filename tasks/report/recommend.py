@@ -705,7 +705,8 @@ def pick_stability(
     throughputs and their intervals (the objective and the tie rule) are those of its drawn repeats
     (resampled_throughputs), so a pick that rests on two overlapping intervals is seen to move. The replicates are
     temp views that shadow this connection's tables (as the overrides shadow v_decision): the run copied under the
-    ids '<run>#<b>', perf_requests resampled, perf_summary's throughputs from them; they are dropped after."""
+    ids '<run>#<b>', perf_requests resampled, perf_summary's throughputs from the drawn repeats; they are dropped
+    after."""
     db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
     tables = [
         t
@@ -715,28 +716,34 @@ def pick_stability(
             "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'"
         ).fetchall()
     ]
-    tables.sort(key=lambda t: t != "perf_requests")  # first: perf_summary's throughputs are read from its replicates
     run, b = _literal(run_id), int(resamples)
     views = []
     try:
+        # the run's requests with each step's repeats numbered 0..m-1 (k_), and each replicate's draw: the repeat
+        # `src` that stands in slot rep_ of replicate b
+        con.execute(
+            f"""create or replace temp view stability_base_ as
+                select *, dense_rank() over (partition by variant, scenario order by coalesce(repeat, 0)) - 1 as k_
+                from "{db}".main.perf_requests where run_id = {run}"""
+        )
+        views.append("stability_base_")
+        con.execute(
+            f"""create or replace temp view stability_draws_ as
+                with reps as (
+                    select variant, scenario, rep_, k_, count(*) over w as m_
+                    from (select distinct variant, scenario, coalesce(repeat, 0) as rep_, k_ from stability_base_)
+                    window w as (partition by variant, scenario))
+                select r.b, p.variant, p.scenario, p.rep_,
+                       hash({int(seed)}, r.b, p.variant, p.scenario, p.rep_) % p.m_ as src
+                from reps as p cross join range({b}) as r(b)"""
+        )
+        views.append("stability_draws_")
         for t in tables:
             name = t.replace('"', '""')
             if t == "perf_requests":
-                body = f"""
-                    with base as (
-                        select *, dense_rank() over (partition by variant, scenario
-                                                     order by coalesce(repeat, 0)) - 1 as k_
-                        from "{db}".main.perf_requests where run_id = {run}),
-                    reps as (
-                        select variant, scenario, rep_, k_, count(*) over w as m_
-                        from (select distinct variant, scenario, coalesce(repeat, 0) as rep_, k_ from base)
-                        window w as (partition by variant, scenario)),
-                    draws as (
-                        select r.b, p.variant, p.scenario, p.rep_,
-                               hash({int(seed)}, r.b, p.variant, p.scenario, p.rep_) % p.m_ as src
-                        from reps as p cross join range({b}) as r(b))
+                body = """
                     select s.* exclude (k_) replace (s.run_id || '#' || d.b as run_id, d.rep_ as repeat)
-                    from draws as d join base as s
+                    from stability_draws_ as d join stability_base_ as s
                       on s.variant = d.variant and s.scenario = d.scenario and s.k_ = d.src"""
             elif t == "perf_summary":
                 con.register("stability_throughputs_", resampled_throughputs(con, db, run_id))
@@ -773,35 +780,40 @@ def pick_stability(
 
 
 def resampled_throughputs(con: duckdb.DuckDBPyConnection, db: str, run_id: str) -> pd.DataFrame:
-    """Each replicate's closed-loop step throughputs from its drawn repeats (the perf_requests temp view of
-    pick_stability), as summarize_repeats computes them from the measured repeats: per repeat, ok requests and their
-    output tokens over the repeat's wall time (first send to the last return), then their mean and the log-scale t
-    interval at the step's stored level. Columns run_id ('<run>#<b>'), variant, scenario and perf_summary's six
-    throughput columns; no row for a step whose requests carry no send times (it is held as measured)."""
+    """Each replicate's closed-loop step throughputs from its drawn repeats (pick_stability's stability_draws_), as
+    summarize_repeats computes them from the measured repeats: per repeat, ok requests and their output tokens over
+    the repeat's wall time (first send to the last return), read once for each measured repeat; then, per replicate,
+    the mean of its drawn repeats' and their log-scale t interval at the step's stored level. Columns run_id
+    ('<run>#<b>'), variant, scenario and perf_summary's six throughput columns; no row for a step whose requests
+    carry no send times (it is held as measured)."""
     import pandas as pd
 
     from tasks.core.stat_tests import log_t_interval
 
     per = con.execute(
         f"""
-        select q.run_id, q.variant, q.scenario, q.repeat, coalesce(any_value(s.ci_level), 0.95) as level,
-               count(*) filter (where q.status = 'ok') as ok_n,
-               sum(coalesce(q.output_tokens, 0)) filter (where q.status = 'ok') as out_tokens,
-               greatest(max(q.start_s + q.e2el_ms / 1000.0) filter (where q.status = 'ok'), max(q.end_s))
-                 - min(q.start_s) as duration_s
-        from perf_requests as q
-        join "{db}".main.perf_summary as s on s.run_id = ? and s.variant = q.variant and s.scenario = q.scenario
-        where not coalesce(q.is_warmup, false) and s.load_kind is distinct from 'trace'
-          and not coalesce(s.load_kind = 'rate' and isfinite(s.request_rate), false)
-        group by all
-        having count(*) filter (where q.start_s is null) = 0""",
+        with measured as (
+            select q.variant, q.scenario, q.k_, coalesce(any_value(s.ci_level), 0.95) as level,
+                   count(*) filter (where q.status = 'ok') as ok_n,
+                   sum(coalesce(q.output_tokens, 0)) filter (where q.status = 'ok') as out_tokens,
+                   greatest(max(q.start_s + q.e2el_ms / 1000.0) filter (where q.status = 'ok'), max(q.end_s))
+                     - min(q.start_s) as duration_s
+            from stability_base_ as q
+            join "{db}".main.perf_summary as s on s.run_id = ? and s.variant = q.variant and s.scenario = q.scenario
+            where not coalesce(q.is_warmup, false) and s.load_kind is distinct from 'trace'
+              and not coalesce(s.load_kind = 'rate' and isfinite(s.request_rate), false)
+            group by all
+            having count(*) filter (where q.start_s is null) = 0)
+        select d.b, m.variant, m.scenario, m.level, m.ok_n, m.out_tokens, m.duration_s
+        from stability_draws_ as d
+        join measured as m on m.variant = d.variant and m.scenario = d.scenario and m.k_ = d.src""",
         [run_id],
     ).fetchall()
     steps: dict[tuple, list] = {}
-    for rid, variant, scenario, _, level, ok_n, out_tokens, duration_s in per:
+    for b, variant, scenario, level, ok_n, out_tokens, duration_s in per:
         wall = max(duration_s, 1e-9) if ok_n and duration_s is not None else None  # summarize: no ok request, no rate
         rates = (ok_n / wall, out_tokens / wall) if wall else (None, None)
-        steps.setdefault((rid, variant, scenario, level), []).append(rates)
+        steps.setdefault((f"{run_id}#{b}", variant, scenario, level), []).append(rates)
     rows = []
     for (rid, variant, scenario, level), reps in steps.items():
         row = {"run_id": rid, "variant": variant, "scenario": scenario}
