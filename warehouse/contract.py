@@ -794,8 +794,9 @@ TABLES_DECLARED: tuple[Table, ...] = (
     ),
 )
 
-# Tables the loader derives from the result tables in Python after each load (warehouse/history.py); not written as
-# Parquet parts, so neither gated nor read from a run folder. Migration 012 creates them.
+# Tables the loader derives from the result tables in Python after each load (warehouse/history.py,
+# warehouse/pairs.py); not written as Parquet parts, so neither gated nor read from a run folder. Migrations 012 and
+# 022 create them.
 DERIVED_TABLES: tuple[Table, ...] = (
     Table(
         "series_keys",
@@ -818,6 +819,35 @@ DERIVED_TABLES: tuple[Table, ...] = (
                 None,
                 "sha256[:16] of what was run: the perf sweep's defining fields, or the suite's "
                 "name, version, limit, seed and parameters",
+            ),
+        ),
+    ),
+    Table(
+        "perf_pairs",
+        "(run, variant, step, other variant, its step): two closed-loop steps' throughputs compared round by round",
+        (
+            RUN_ID,
+            VARIANT,
+            col("scenario", S, None, "the variant's closed-loop step"),
+            col("other_variant", S, None, "the variant it is compared with"),
+            col("other_scenario", S, None, "that variant's step"),
+            col("n_pairs", I32, "count", "rounds (repeat indices) both steps measured"),
+            col("ci_level", F64, None, "the lower of the two steps' perf_summary.ci_level"),
+            *(
+                c
+                for m, words in (
+                    ("request_throughput", "completed requests/s"),
+                    ("output_throughput", "output tokens/s"),
+                )
+                for c in (
+                    col(
+                        f"{m}_ratio", F64, "ratio", f"geometric mean of the per-round ratio of {words}, variant / other"
+                    ),
+                    col(
+                        f"{m}_ratio_ci_low", F64, "ratio", "Student's paired t interval of it (log scale), at ci_level"
+                    ),
+                    col(f"{m}_ratio_ci_high", F64, "ratio", "its upper bound"),
+                )
             ),
         ),
     ),
@@ -1002,7 +1032,11 @@ def schema_markdown() -> str:
         "",
     ]
     for t in TABLES_DECLARED + DERIVED_TABLES:
-        derived = " Derived at load time by `warehouse/history.py` (not a Parquet part)." if t in DERIVED_TABLES else ""
+        derived = (
+            " Derived at load time by `warehouse/history.py` or `warehouse/pairs.py` (not a Parquet part)."
+            if t in DERIVED_TABLES
+            else ""
+        )
         out += [f"## `{t.name}`", "", f"One row per {t.grain}.{derived}"]
         table_checks = []
         for c in t.checks:

@@ -17,6 +17,7 @@ import duckdb
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
+from warehouse.pairs import update_pairs
 from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -224,6 +225,7 @@ def load_run(run_dir: str | Path, warehouse_path: str | Path, only: list[str] | 
                 try:
                     counts = insert_run(con, parts, only, atomic=False)  # the swap makes it all-or-nothing
                     update_history(con, [parts.run_id])
+                    update_pairs(con, [parts.run_id])
                     refresh_views(con)
                     con.execute("checkpoint")
                 finally:

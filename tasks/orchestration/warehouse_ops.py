@@ -32,6 +32,7 @@ from warehouse.db import load_run, open_warehouse, refresh_views
 from warehouse.errors import WarehouseError
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
+from warehouse.pairs import update_pairs
 from warehouse.swap import check_free_space, discard, replace_keeping_previous, target_file, temp_path, writer_lock
 
 # A folder name under a results URL that may be a run id: nothing that walks out of the folder.
@@ -129,6 +130,7 @@ def _rebuild_one(
             if gate.report.success:
                 counts = insert_run(con, parts)
                 update_history(con, [parts.run_id], warn=out)
+                update_pairs(con, [parts.run_id])
                 summary.loaded.append(parts.run_id)
                 out(f"{name}: loaded {sum(counts.values()):,} rows" + (f" ({gate.note})" if gate.note else ""))
                 return

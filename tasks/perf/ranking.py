@@ -7,11 +7,12 @@ closed-loop step whose SLO claim is met with every lower one met (tasks.perf.loa
 corrected confidence), and its objective there is the per-repeat completed requests/s (optimise: rate) or output
 tokens/s (tps, cost). The variants are ordered by that objective; each neighbouring pair is
 
-- **separated** when their objective intervals do not overlap (stat_tests.log_t_interval over the repeats, the
-  interval perf_summary stores and v_recommendation's tie rule compares): the decision ranks them;
-- **equivalent** when the interval of the ratio of their geometric means (Welch's t on the per-repeat logs) lies
-  within +-decision.tie_tolerance_pct: more rounds would not change that they tie;
-- **unsettled** otherwise; so is a pair where either side lacks an interval (one repeat).
+- **separated** when the interval of the ratio of their objectives, paired round by round (warehouse.pairs.
+  ratio_interval over the rounds both measured: the interval perf_pairs stores and v_recommendation's tie rule
+  reads), excludes 1: the decision ranks them;
+- **equivalent** when that interval lies within +-decision.tie_tolerance_pct: more rounds would not change that
+  they tie;
+- **unsettled** otherwise; so is a pair with fewer than 2 rounds in common (no interval).
 
 A variant with no sustainable step is not ranked on speed (the SLO decides it) and pairs with none.
 While a pair is unsettled, a look is left (decision.extend.looks, K, shared with the step's own claim: a look of
@@ -33,18 +34,16 @@ the quality gate will later refuse one of them: the gate is read after perf.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import numpy as np
-from scipy import stats
 
-from tasks.core.stat_tests import log_t_interval
 from tasks.perf.extend import window_s
 from tasks.perf.jitter import JITTER_LABEL
 from tasks.perf.metrics import summarize
 from tasks.perf.slo import SloCheck
+from warehouse.pairs import ratio_interval
 
 # tasks.perf.sweep's Scenario (it drives the rounds: importing it here would be a cycle)
 Scenario = Any
@@ -61,19 +60,16 @@ def ranked(step: Any) -> bool:
 
 @dataclass
 class Standing:
-    """One variant's place in the live ranking: its sustainable closed-loop step and the objective per repeat."""
+    """One variant's place in the live ranking: its sustainable closed-loop step and the objective per repeat
+    (repeat index -> value: a round of an interleaved night)."""
 
     variant: str
     step: str | None
-    values: list[float]
-
-    def interval(self, level: float) -> tuple[float | None, float | None]:
-        lo, hi, _ = log_t_interval(self.values, level)
-        return lo, hi
+    values: dict[int, float]
 
     @property
     def centre(self) -> float:
-        return float(np.exp(np.mean(np.log(self.values)))) if self.values else 0.0
+        return float(np.exp(np.mean(np.log(list(self.values.values()))))) if self.values else 0.0
 
 
 def standing(variant: str, scenarios: list[Scenario], judge: Callable[[Scenario], SloCheck], figure: str) -> Standing:
@@ -85,35 +81,32 @@ def standing(variant: str, scenarios: list[Scenario], judge: Callable[[Scenario]
             break
         best = sc
     if best is None:
-        return Standing(variant, None, [])
-    values = [summarize(run.measured).get(figure) for run in best.runs]
-    return Standing(variant, best.step.label, [float(v) for v in values if v is not None and v > 0])
+        return Standing(variant, None, {})
+    values = {run.repeat: summarize(run.measured).get(figure) for run in best.runs}
+    return Standing(variant, best.step.label, {r: float(v) for r, v in values.items() if v is not None and v > 0})
 
 
-def pair_state(a: list[float], b: list[float], level: float, tolerance_pct: float) -> PairState:
-    """Whether two variants' per-repeat objectives are separated, equivalent within the tolerance, or neither, each
-    read at `level` (see the module docstring)."""
-    if len(a) < 2 or len(b) < 2:
+def paired_ratio(a: dict[int, float], b: dict[int, float], level: float) -> tuple[float, float, float, int] | None:
+    """(ratio, low, high, rounds) of a / b over the rounds both measured (warehouse.pairs.ratio_interval); None
+    with fewer than 2 rounds in common."""
+    rounds = sorted(set(a) & set(b))
+    if len(rounds) < 2:
+        return None
+    ratio, lo, hi = ratio_interval(np.array([a[r] for r in rounds]), np.array([b[r] for r in rounds]), level)
+    return float(ratio), float(lo), float(hi), len(rounds)
+
+
+def pair_state(a: dict[int, float], b: dict[int, float], level: float, tolerance_pct: float) -> PairState:
+    """Whether two variants' per-round objectives are separated, equivalent within the tolerance, or neither, read
+    at `level` (see the module docstring)."""
+    got = paired_ratio(a, b, level)
+    if got is None:
         return "unsettled"
-    (alo, ahi, _), (blo, bhi, _) = log_t_interval(a, level), log_t_interval(b, level)
-    if None not in (alo, ahi, blo, bhi) and (ahi < blo or bhi < alo):
+    _, lo, hi, _ = got
+    if hi < 1.0 or lo > 1.0:
         return "separated"
-    lo, hi = log_ratio_interval(a, b, level)
-    bound = math.log1p(tolerance_pct / 100.0)
-    return "equivalent" if -bound <= lo and hi <= bound else "unsettled"
-
-
-def log_ratio_interval(a: list[float], b: list[float], level: float) -> tuple[float, float]:
-    """Welch's interval of log(geometric mean a / geometric mean b) from the per-repeat logs, at `level`."""
-    la, lb = np.log(a), np.log(b)
-    va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
-    se = math.sqrt(va + vb)
-    d = float(la.mean() - lb.mean())
-    if se == 0.0:
-        return d, d
-    df = (va + vb) ** 2 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
-    half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
-    return d - half, d + half
+    bound = 1.0 + tolerance_pct / 100.0
+    return "equivalent" if 1.0 / bound <= lo and hi <= bound else "unsettled"
 
 
 def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: float) -> list[tuple[Standing, Standing]]:
@@ -196,13 +189,13 @@ class RankExtension:
 
     def _pair_text(self, x: Standing, y: Standing) -> str:
         head = f"{x.variant} {x.step} vs {y.variant} {y.step}: {x.centre:.3g} vs {y.centre:.3g}"
-        if min(len(x.values), len(y.values)) < 2:
-            return f"{head}, one repeat: no interval"
-        (xlo, xhi), (ylo, yhi) = x.interval(self.level), y.interval(self.level)
-        lo, hi = log_ratio_interval(x.values, y.values, self.level)
+        got = paired_ratio(x.values, y.values, self.level)
+        if got is None:
+            return f"{head}, fewer than 2 rounds in common: no interval"
+        _, lo, hi, n = got
         return (
-            f"{head}, intervals {xlo:.3g}-{xhi:.3g} and {ylo:.3g}-{yhi:.3g} overlap, ratio "
-            f"{math.exp(lo):.2f}-{math.exp(hi):.2f} not within +-{self.tolerance_pct:g} %, at {self.level * 100:.4g} %"
+            f"{head}, ratio {lo:.2f}-{hi:.2f} over {n} paired rounds takes in 1 and is not within "
+            f"+-{self.tolerance_pct:g} %, at {self.level * 100:.4g} %"
         )
 
     def _say(self, note: str) -> None:

@@ -31,6 +31,8 @@ from tasks.report.text import (
 )
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
+from warehouse.pairs import COLUMNS as PAIR_COLUMNS
+from warehouse.pairs import REPEAT_RATES_SQL, Steps, pair_cells, rates
 
 if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is made, not with the CLI's flags
     import duckdb
@@ -734,10 +736,11 @@ def pick_stability(
                     from (select distinct variant, scenario, coalesce(repeat, 0) as rep_, k_ from stability_base_)
                     window w as (partition by variant, scenario))
                 select r.b, p.variant, p.scenario, p.rep_,
-                       hash({int(seed)}, r.b, p.variant, p.scenario, p.rep_) % p.m_ as src
+                       hash({int(seed)}, r.b, p.rep_) % p.m_ as src
                 from reps as p cross join range({b}) as r(b)"""
         )
         views.append("stability_draws_")
+        steps, levels = drawn_figures(con, db, run_id)
         for t in tables:
             name = t.replace('"', '""')
             if t == "perf_requests":
@@ -746,7 +749,7 @@ def pick_stability(
                     from stability_draws_ as d join stability_base_ as s
                       on s.variant = d.variant and s.scenario = d.scenario and s.k_ = d.src"""
             elif t == "perf_summary":
-                con.register("stability_throughputs_", resampled_throughputs(con, db, run_id))
+                con.register("stability_throughputs_", resampled_throughputs(run_id, steps, levels))
                 views.append("stability_throughputs_")
                 redrawn = ", ".join(f"case when x.variant is null then t.{c} else x.{c} end as {c}" for c in REDRAWN)
                 body = f"""
@@ -755,6 +758,10 @@ def pick_stability(
                     left join stability_throughputs_ as x
                       on x.run_id = t.run_id || '#' || r.b and x.variant = t.variant and x.scenario = t.scenario
                     where t.run_id = {run}"""
+            elif t == "perf_pairs":
+                con.register("stability_pairs_", resampled_pairs(run_id, steps, levels))
+                views.append("stability_pairs_")
+                body = "select * from stability_pairs_"
             else:
                 body = (
                     f'select t.* replace (t.run_id || \'#\' || r.b as run_id) from "{db}".main."{name}" as t '
@@ -769,7 +776,7 @@ def pick_stability(
         ).fetchall()
     finally:
         for name in views:
-            if name == "stability_throughputs_":
+            if name in ("stability_throughputs_", "stability_pairs_"):
                 con.unregister(name)
             else:
                 con.execute(f'drop view if exists temp.main."{name}"')
@@ -779,50 +786,71 @@ def pick_stability(
     return out
 
 
-def resampled_throughputs(con: duckdb.DuckDBPyConnection, db: str, run_id: str) -> pd.DataFrame:
-    """Each replicate's closed-loop step throughputs from its drawn repeats (pick_stability's stability_draws_), as
-    summarize_repeats computes them from the measured repeats: per repeat, ok requests and their output tokens over
-    the repeat's wall time (first send to the last return), read once for each measured repeat; then, per replicate,
-    the mean of its drawn repeats' and their log-scale t interval at the step's stored level. Columns run_id
-    ('<run>#<b>'), variant, scenario and perf_summary's six throughput columns; no row for a step whose requests
-    carry no send times (it is held as measured)."""
-    import pandas as pd
+def drawn_figures(con: duckdb.DuckDBPyConnection, db: str, run_id: str) -> tuple[Steps, dict[tuple[str, str], float]]:
+    """Each closed-loop step's figures in every replicate (pick_stability's stability_draws_): per step, per slot
+    (the repeat a replicate's draw stands in for), an array (replicates, 2) of completed requests/s and output
+    tokens/s, as summarize_repeats computes them from the measured repeats (warehouse.pairs.REPEAT_RATES_SQL, read
+    once for each measured repeat); and each step's stored level. No step whose requests carry no send times (it is
+    held as measured)."""
+    import numpy as np
 
-    from tasks.core.stat_tests import log_t_interval
-
+    measured = REPEAT_RATES_SQL.format(source="stability_base_", summary=f'"{db}".main.perf_summary')
     per = con.execute(
         f"""
-        with measured as (
-            select q.variant, q.scenario, q.k_, coalesce(any_value(s.ci_level), 0.95) as level,
-                   count(*) filter (where q.status = 'ok') as ok_n,
-                   sum(coalesce(q.output_tokens, 0)) filter (where q.status = 'ok') as out_tokens,
-                   greatest(max(q.start_s + q.e2el_ms / 1000.0) filter (where q.status = 'ok'), max(q.end_s))
-                     - min(q.start_s) as duration_s
-            from stability_base_ as q
-            join "{db}".main.perf_summary as s on s.run_id = ? and s.variant = q.variant and s.scenario = q.scenario
-            where not coalesce(q.is_warmup, false) and s.load_kind is distinct from 'trace'
-              and not coalesce(s.load_kind = 'rate' and isfinite(s.request_rate), false)
-            group by all
-            having count(*) filter (where q.start_s is null) = 0)
-        select d.b, m.variant, m.scenario, m.level, m.ok_n, m.out_tokens, m.duration_s
+        with measured as ({measured})
+        select d.b, m.variant, m.scenario, d.rep_, m.level, m.ok_n, m.out_tokens, m.duration_s
         from stability_draws_ as d
         join measured as m on m.variant = d.variant and m.scenario = d.scenario and m.k_ = d.src""",
         [run_id],
     ).fetchall()
-    steps: dict[tuple, list] = {}
-    for b, variant, scenario, level, ok_n, out_tokens, duration_s in per:
-        wall = max(duration_s, 1e-9) if ok_n and duration_s is not None else None  # summarize: no ok request, no rate
-        rates = (ok_n / wall, out_tokens / wall) if wall else (None, None)
-        steps.setdefault((f"{run_id}#{b}", variant, scenario, level), []).append(rates)
+    replicates = 1 + max((row[0] for row in per), default=0)
+    steps: Steps = {}
+    levels: dict[tuple[str, str], float] = {}
+    for b, variant, scenario, slot, level, ok_n, out_tokens, duration_s in per:
+        slots = steps.setdefault((variant, scenario), {})
+        if slot not in slots:
+            slots[slot] = np.full((replicates, 2), np.nan)
+        slots[slot][b] = rates(ok_n, out_tokens, duration_s)
+        levels[(variant, scenario)] = float(level)
+    return steps, levels
+
+
+def resampled_throughputs(run_id: str, steps: Steps, levels: dict[tuple[str, str], float]) -> pd.DataFrame:
+    """Each replicate's closed-loop step throughputs from its drawn repeats (drawn_figures): the mean of its drawn
+    repeats' and their log-scale t interval at the step's stored level. Columns run_id ('<run>#<b>'), variant,
+    scenario and perf_summary's six throughput columns."""
+    import numpy as np
+    import pandas as pd
+
+    from tasks.core.stat_tests import log_t_interval
+
     rows = []
-    for (rid, variant, scenario, level), reps in steps.items():
-        row = {"run_id": rid, "variant": variant, "scenario": scenario}
-        for name, values in zip(("request_throughput", "output_throughput"), zip(*reps)):
-            known = [v for v in values if v is not None]
-            lo, hi, _ = log_t_interval(list(values), level)
-            row.update({name: sum(known) / len(known) if known else None, f"{name}_ci_low": lo, f"{name}_ci_high": hi})
-        rows.append(row)
+    for (variant, scenario), slots in steps.items():
+        drawn = np.stack(list(slots.values()), axis=1)  # (replicates, slots, 2)
+        for b in range(drawn.shape[0]):
+            row = {"run_id": f"{run_id}#{b}", "variant": variant, "scenario": scenario}
+            for f, name in enumerate(("request_throughput", "output_throughput")):
+                values = [None if np.isnan(v) else float(v) for v in drawn[b, :, f]]
+                known = [v for v in values if v is not None]
+                lo, hi, _ = log_t_interval(values, levels[(variant, scenario)])
+                row.update(
+                    {name: sum(known) / len(known) if known else None, f"{name}_ci_low": lo, f"{name}_ci_high": hi}
+                )
+            rows.append(row)
     return pd.DataFrame(rows, columns=["run_id", "variant", "scenario", *REDRAWN])
+
+
+def resampled_pairs(run_id: str, steps: Steps, levels: dict[tuple[str, str], float]) -> pd.DataFrame:
+    """Each replicate's perf_pairs rows from its drawn rounds (drawn_figures; warehouse.pairs.pair_cells)."""
+    import numpy as np
+    import pandas as pd
+
+    rows = [
+        (f"{run_id}#{b}", *key, n, level, *(None if np.isnan(c) else float(c) for c in cells[b]))
+        for key, n, level, cells in pair_cells(steps, levels)
+        for b in range(cells.shape[0])
+    ]
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
 def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:

@@ -1110,17 +1110,33 @@ def test_stability_draws_whole_repeats(tmp_path: Path) -> None:
     assert 0.2 < counts["fast"] / 400 < 0.4
 
 
-def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:
-    """A closed-loop step's throughput and its interval (the objective, and the tie rule's overlap) are read again
-    from each replicate's drawn repeats. `b` completes ~5 % more requests/s than the reference over 6 repeats of
-    50 requests, but their intervals overlap by a hair, so the two tie and the reference ships. Drawn again, the
-    intervals part in some replicates and `b` is the pick there. Before, a replicate kept the stored throughputs,
-    and the stability line said 100 % for a pick that one more night would flip (the demo, 2026-12-05: "Ship
-    q4_1-2s", 100 %; the same config with a stall elsewhere: "Ship q4_1", 100 %)."""
+def set_repeat_rates(con, run_id: str, per_repeat: dict[str, list[float]]) -> None:
+    """Each variant's c1 step as repeats of 50 requests sent one after another, repeat k completing per_repeat[k]
+    requests/s, and perf_summary's throughput and interval from them (as summarize_repeats stores them); then the
+    run's perf_pairs derived again, as the load derives them."""
     from tasks.core.stat_tests import log_t_interval
-    from tasks.report.recommend import pick_stability
+    from warehouse.pairs import update_pairs
 
-    per_repeat = {"ref": [1.00, 1.05, 0.95, 1.02, 0.98, 1.00], "b": [1.06, 1.02, 1.10, 1.04, 1.08, 1.03]}
+    for variant, rates in per_repeat.items():
+        for k, rate in enumerate(rates):
+            gap = (50 / rate - 1.36) / 49  # each request takes 100 + 63 * 20 ms
+            con.execute(
+                "update perf_requests set repeat = ?, start_s = (request_index - ?) * ?, "
+                "end_s = (request_index - ?) * ? + 1.36 where run_id = ? and variant = ? and not is_warmup "
+                "and request_index between ? and ?",
+                [k, 50 * k, gap, 50 * k, gap, run_id, variant, 50 * k, 50 * k + 49],
+            )
+        lo, hi, _ = log_t_interval(rates, 0.95)
+        con.execute(
+            "update perf_summary set request_throughput = ?, request_throughput_ci_low = ?, "
+            "request_throughput_ci_high = ?, ci_level = 0.95 where run_id = ? and variant = ?",
+            [statistics.mean(rates), lo, hi, run_id, variant],
+        )
+    update_pairs(con, [run_id])
+
+
+def two_variant_run(tmp_path: Path, run_id: str, per_repeat: dict[str, list[float]]) -> Path:
+    """The reference and `b`, equal on quality, each a c1 step of len(rates) repeats of 50 requests."""
     variants = {
         "ref": {"ref": True, "steps": [step("c1", 1, 1.0, [100.0] * 300, repeats=6)], "accuracy": 0.5},
         "b": {
@@ -1130,26 +1146,54 @@ def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> Non
         },
     }
     db = tmp_path / "wh.duckdb"
-    load_run(write_decision_run(tmp_path / "runs", "j1", variants, {"slo": {"ttft_ms": 400.0}, "percentile": 50.0}), db)
-    with open_warehouse(db) as con:  # each repeat's 50 requests sent one after another over 50 / rate seconds
-        for variant, rates in per_repeat.items():
-            for k, rate in enumerate(rates):
-                gap = (50 / rate - 1.36) / 49  # each request takes 100 + 63 * 20 ms
-                con.execute(
-                    "update perf_requests set repeat = ?, start_s = (request_index - ?) * ?, "
-                    "end_s = (request_index - ?) * ? + 1.36 where run_id = 'j1' and variant = ? and not is_warmup "
-                    "and request_index between ? and ?",
-                    [k, 50 * k, gap, 50 * k, gap, variant, 50 * k, 50 * k + 49],
-                )
-            lo, hi, _ = log_t_interval(rates, 0.95)
-            con.execute(
-                "update perf_summary set request_throughput = ?, request_throughput_ci_low = ?, "
-                "request_throughput_ci_high = ?, ci_level = 0.95 where run_id = 'j1' and variant = ?",
-                [statistics.mean(rates), lo, hi, variant],
-            )
+    run = write_decision_run(tmp_path / "runs", run_id, variants, {"slo": {"ttft_ms": 400.0}, "percentile": 50.0})
+    load_run(run, db)
+    with open_warehouse(db) as con:
+        set_repeat_rates(con, run_id, per_repeat)
+    return db
+
+
+def test_a_level_both_variants_share_in_a_round_is_paired_out(tmp_path: Path) -> None:
+    """On an interleaved night round k of both variants shares the host's level then. `b` is 8 % faster than the
+    reference in every round (+-1 %), while the rounds themselves move +-20 %: the two variants' own intervals
+    overlap widely (the rule before: a tie, the reference ships), but the interval of their ratio, paired round by
+    round (perf_pairs), lies above 1: `b` ships, and says by how much."""
+    from tasks.core.stat_tests import log_t_interval
+
+    host = [1.00, 1.20, 0.80, 1.10, 0.90, 1.15]
+    per_repeat = {"ref": host, "b": [h * 1.08 * e for h, e in zip(host, (1.01, 0.99, 1.0, 1.01, 0.99, 1.0))]}
+    (alo, ahi, _), (blo, bhi, _) = (log_t_interval(per_repeat[v], 0.95) for v in ("ref", "b"))
+    assert alo < bhi and blo < ahi  # the own intervals overlap
+    db = two_variant_run(tmp_path, "p1", per_repeat)
+    with open_warehouse(db, read_only=True) as con:
+        stored = rows(con, "select * from perf_pairs where run_id = 'p1' order by variant")
+        got = by_variant(con, "p1")
+    assert [(p["variant"], p["other_variant"], p["n_pairs"]) for p in stored] == [("b", "ref", 6), ("ref", "b", 6)]
+    b_over_ref = stored[0]
+    assert 1.0 < b_over_ref["request_throughput_ratio_ci_low"] < 1.08 < b_over_ref["request_throughput_ratio_ci_high"]
+    assert stored[1]["request_throughput_ratio"] == pytest.approx(1 / b_over_ref["request_throughput_ratio"])
+    assert got["b"]["verdict"] == "recommended" and got["b"]["tied_with"] is None
+    ref = got["ref"]
+    assert ref["verdict"] == "passes" and ref["paired_rounds"] == 6
+    assert ref["paired_ratio_ci_high"] < 1.0 < 1 / ref["paired_ratio_ci_low"] + 0.2  # the reference: ~0.93x b
+    assert got["b"]["paired_ratio"] is None  # the best's own row compares with nothing
+
+
+def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:
+    """A closed-loop step's throughput, its interval and its paired ratio (the objective and the tie rule) are read
+    again from each replicate's drawn rounds. `b` completes ~5 % more requests/s than the reference over 6 repeats
+    of 50 requests, but the interval of their paired ratio takes in 1, so the two tie and the reference ships.
+    Drawn again, the interval excludes 1 in some replicates and `b` is the pick there. Before, a replicate kept the
+    stored throughputs, and the stability line said 100 % for a pick that one more night would flip (the demo,
+    2026-12-05: "Ship q4_1-2s", 100 %; the same config with a stall elsewhere: "Ship q4_1", 100 %)."""
+    from tasks.report.recommend import pick_stability
+
+    per_repeat = {"ref": [1.00, 1.05, 0.95, 1.02, 0.98, 1.00], "b": [1.06, 1.02, 1.10, 1.04, 1.08, 1.03]}
+    db = two_variant_run(tmp_path, "j1", per_repeat)
     with open_warehouse(db, read_only=True) as con:
         got = by_variant(con, "j1")
         assert got["ref"]["recommended_variant"] == "ref" and got["ref"]["tied_with"] == ["b"]
+        assert "paired round by round, takes in 1" in got["ref"]["verdict_reason"]
         counts = pick_stability(con, "j1", 400)
     assert set(counts) == {"ref", "b"} and sum(counts.values()) == 400
     assert 0.1 < counts["b"] / 400 < 0.9

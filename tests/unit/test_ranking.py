@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.client import RequestRecord
+from tasks.core.stat_tests import log_t_interval
 from tasks.perf.energy import EnergyReading
-from tasks.perf.ranking import RankExtension, pair_state, standing, unsettled_pairs
+from tasks.perf.ranking import RankExtension, pair_state, paired_ratio, standing, unsettled_pairs
 from tasks.perf.rounds import Round, interleave
 from tasks.perf.slo import SloCheck
 from tasks.perf.sweep import JITTER_STEP, Scenario, Step, StepRun
@@ -31,20 +32,37 @@ def met(_sc) -> SloCheck:
     return SloCheck("met", None, 24, 0, 0)
 
 
+def rounds(values: list[float], first: int = 0) -> dict[int, float]:
+    return {first + r: v for r, v in enumerate(values)}
+
+
 def test_pairs_are_separated_equivalent_or_unsettled():
-    fast, slow = [2.0, 2.1, 1.95, 2.05], [1.0, 1.05, 0.98, 1.02]
+    fast, slow = rounds([2.0, 2.1, 1.95, 2.05]), rounds([1.0, 1.05, 0.98, 1.02])
     assert pair_state(fast, slow, 0.95, 5) == "separated"
     same = [1.0, 1.004, 0.998, 1.002, 1.001, 0.999]
-    assert pair_state(same, [x * 1.003 for x in same], 0.95, 5) == "equivalent"
+    assert pair_state(rounds(same), rounds(same[::-1]), 0.95, 5) == "equivalent"
     wide = [1.0, 1.3, 0.8, 1.1]
-    assert pair_state(wide, [x * 1.05 for x in reversed(wide)], 0.95, 5) == "unsettled"
-    assert pair_state([1.0], [2.0, 2.1], 0.95, 5) == "unsettled"  # one repeat: no interval
+    assert pair_state(rounds(wide), rounds([x * 1.05 for x in reversed(wide)]), 0.95, 5) == "unsettled"
+    assert pair_state(rounds([1.0]), rounds([2.0, 2.1]), 0.95, 5) == "unsettled"  # one round in common: no interval
+
+
+def test_a_level_both_variants_share_in_a_round_cancels_in_the_pair():
+    host = [1.0, 1.3, 0.8, 1.1, 0.9, 1.2]  # each round's host level, the same for both variants
+    a = rounds([h * 1.10 * e for h, e in zip(host, (1.01, 0.99, 1.0, 1.02, 0.98, 1.0))])
+    b = rounds(host)
+    (alo, ahi, _), (blo, bhi, _) = log_t_interval(list(a.values()), 0.95), log_t_interval(host, 0.95)
+    assert alo < bhi and blo < ahi  # the two variants' own intervals overlap: the rule before could not part them
+    assert pair_state(a, b, 0.95, 5) == "separated"
+    assert pair_state(b, a, 0.95, 5) == "separated"
+    # rounds are matched by their index: b's rounds 4 and 5 against a's first two are not a pair
+    assert paired_ratio(a, rounds([1.0, 1.2], first=4), 0.95)[3] == 2
+    assert paired_ratio(a, rounds([1.0], first=5), 0.95) is None
 
 
 def test_a_variant_stands_at_its_highest_step_met_with_every_lower_one_met():
     scs = [scenario(C1, [1.0, 1.1]), scenario(C2, [1.8, 1.9]), Scenario(JITTER_STEP, [window(0, 5.0)])]
     s = standing("a", scs, met, "request_throughput")
-    assert s.step == "c2" and np.allclose(s.values, [1.8, 1.9])
+    assert s.step == "c2" and list(s.values) == [0, 1] and np.allclose(list(s.values.values()), [1.8, 1.9])
     only_c2 = lambda sc: SloCheck("met" if sc.step.label == "c2" else "missed", None, 24, 0, 0)
     assert standing("a", scs, only_c2, "request_throughput").step is None  # c1 missed: c2 does not count
     ranked = [standing(v, [scenario(C2, r)], met, "request_throughput") for v, r in
@@ -62,8 +80,8 @@ def test_unsettled_rounds_are_asked_until_the_looks_run_out_and_each_step_says_w
     ext = extension()
     assert ext(live) == {"a": 2, "b": 2} and ext.looks_taken == 2 and live["a"]["c2"].looks_taken == 2
     note = live["b"]["c2"].rank_note
-    assert note.startswith("look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, intervals ")
-    assert "overlap, ratio " in note and "not within +-5 %, at 98.33 %" in note  # why neither rule settled it
+    assert note.startswith("look 1 of 3: unsettled (b c2 vs a c2: 1.04 vs 1.01, ratio ")
+    assert "over 3 paired rounds takes in 1 and is not within +-5 %, at 98.33 %" in note  # why it is not settled
     assert ext(live) == {"a": 2, "b": 2} and ext(live) == {}  # look 3 is the last: nothing more
     assert live["a"]["c2"].rank_note.endswith("no look left")
 
@@ -90,7 +108,10 @@ def test_the_budget_and_a_settled_ranking_stop_the_rounds():
     assert extension(optimise="energy")(apart) == {} and "no interval" in apart["a"]["c2"].rank_note
     assert extension(optimise="cost")(apart) == {} and "no interval" in apart["a"]["c2"].rank_note
     one = {"a": {"c2": scenario(C2, [2.0])}, "b": {"c2": scenario(C2, [1.9, 2.1])}}
-    assert extension()(one) == {"a": 2, "b": 2} and "one repeat: no interval" in one["a"]["c2"].rank_note
+    assert (
+        extension()(one) == {"a": 2, "b": 2}
+        and "fewer than 2 rounds in common: no interval" in one["a"]["c2"].rank_note
+    )
     broken = extension(judge=lambda sc: 1 / 0)  # a reading that fails ends the ranking, the night goes on
     assert broken(apart) == {} and apart["a"]["c2"].rank_note.startswith("not read: ZeroDivisionError")
 

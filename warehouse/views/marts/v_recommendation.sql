@@ -62,7 +62,13 @@
 --   objective_ci_low, _ci_high     the objective's interval where it has one (rate, tps and own-hardware cost:
 --                                  from the load's interval; NULL otherwise)
 --   rank                           1 = recommended, among variants that meet the SLO and pass the gate
---   tied_with                      variants tied with the best: their objective intervals overlap the best's, or,
+--   paired_ratio, _ci_low, _ci_high  the objective over the best's (the eligible variant with the best objective),
+--                                  paired round by round (perf_pairs, warehouse/pairs.py: closed-loop steps; a rate,
+--                                  tokens/s or own-hardware cost), and its interval at the steps' level; NULL on the
+--                                  best's own row and where the run has no pair (rate steps, a trace, one repeat)
+--   paired_rounds                  the rounds that ratio rests on
+--   tied_with                      variants tied with the best: the interval of their paired ratio takes in 1, or,
+--                                  where the run has none, their objective intervals overlap the best's, or,
 --                                  where either has none, their objectives are within tie_tolerance_pct of it
 --   verdict                        recommended | passes | not_ranked (no objective value) | fails_gate |
 --                                  not_enough_evidence | not_enough_requests (no step has the requests to show
@@ -416,23 +422,66 @@ best_interval as (
     select
         *,
         arg_max(score_low, score) filter (where eligible and objective is not null) over (partition by run_id) as best_low,
-        arg_max(score_high, score) filter (where eligible and objective is not null) over (partition by run_id) as best_high
+        arg_max(score_high, score) filter (where eligible and objective is not null) over (partition by run_id) as best_high,
+        arg_max(variant, score) filter (where eligible and objective is not null) over (partition by run_id) as best_variant,
+        arg_max(sustainable_scenario, score) filter (where eligible and objective is not null) over (partition by run_id)
+            as best_scenario,
+        -- own-hardware cost is price / tokens/s: the best's price, to turn a ratio of tokens/s into one of cost
+        arg_max(usd_per_1m_output_tok * sustainable_output_tok_s, score) filter (where eligible and objective is not null)
+            over (partition by run_id) as best_price
     from signed
 ),
 
--- a tie with the best: the two objective intervals overlap (more than touch: a rate bracket ends at a rate that
--- failed); where either has none, the objectives are within tie_tolerance_pct
+-- the objective of each variant over the best's, paired round by round (perf_pairs: closed-loop steps only; own-
+-- hardware cost from the inverse ratio of tokens/s times the ratio of prices)
+paired as (
+    select
+        bi.*,
+        p.n_pairs as paired_rounds,
+        case when bi.load_basis <> 'concurrency' then null
+             when bi.optimise = 'rate' then p.request_throughput_ratio
+             when bi.optimise = 'tps' then p.output_throughput_ratio
+             when bi.optimise = 'cost' and not bi.priced_per_token
+                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio
+        end as paired_ratio,
+        case when bi.load_basis <> 'concurrency' then null
+             when bi.optimise = 'rate' then p.request_throughput_ratio_ci_low
+             when bi.optimise = 'tps' then p.output_throughput_ratio_ci_low
+             when bi.optimise = 'cost' and not bi.priced_per_token
+                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_high
+        end as paired_ratio_ci_low,
+        case when bi.load_basis <> 'concurrency' then null
+             when bi.optimise = 'rate' then p.request_throughput_ratio_ci_high
+             when bi.optimise = 'tps' then p.output_throughput_ratio_ci_high
+             when bi.optimise = 'cost' and not bi.priced_per_token
+                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_low
+        end as paired_ratio_ci_high
+    from best_interval as bi
+    left join perf_pairs as p
+      on p.run_id = bi.run_id and p.variant = bi.variant and p.scenario = bi.sustainable_scenario
+     and p.other_variant = bi.best_variant and p.other_scenario = bi.best_scenario
+),
+
+-- a tie with the best: the interval of their objectives' ratio, paired round by round, takes in 1 (more than
+-- touches it); where the run has no such interval, the two objective intervals overlap (more than touch: a rate
+-- bracket ends at a rate that failed); where either has none, the objectives are within tie_tolerance_pct
 tied as (
     select
         *,
-        score_low is not null and score_high is not null and best_low is not null and best_high is not null
-            as tie_on_intervals,
+        case
+            when paired_ratio_ci_low is not null and paired_ratio_ci_high is not null then 'pairs'
+            when score_low is not null and score_high is not null and best_low is not null and best_high is not null
+                then 'intervals'
+            else 'tolerance'
+        end as tie_basis,
         eligible and objective is not null and (score = best_score or case
+            when paired_ratio_ci_low is not null and paired_ratio_ci_high is not null
+                then paired_ratio_ci_low < 1 and paired_ratio_ci_high > 1
             when score_low is not null and score_high is not null and best_low is not null and best_high is not null
                 then score_high > best_low and score_low < best_high
             else abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score)
         end) as in_tie
-    from best_interval
+    from paired
 ),
 
 ranked as (
@@ -444,7 +493,14 @@ ranked as (
                 case when in_tie then is_reference end desc, score desc, variant
         ) end as rank,
         list(variant order by variant) filter (where in_tie) over (partition by run_id) as tie_set,
-        bool_and(tie_on_intervals) filter (where in_tie) over (partition by run_id) as tie_set_on_intervals
+        -- how the tie was read: the best's own row says nothing (it is the best), the others' say how they tie it
+        case
+            when coalesce(bool_or(tie_basis = 'tolerance') filter (where in_tie and variant <> best_variant)
+                          over (partition by run_id), true) then 'tolerance'
+            when bool_and(tie_basis = 'pairs') filter (where in_tie and variant <> best_variant)
+                 over (partition by run_id) then 'pairs'
+            else 'intervals'
+        end as tie_set_basis
     from tied
 ),
 
@@ -551,6 +607,10 @@ final as (
         nullif(objective_low, 'infinity'::double) as objective_ci_low,
         nullif(objective_high, 'infinity'::double) as objective_ci_high,
         rank,
+        case when variant <> best_variant then paired_ratio end as paired_ratio,
+        case when variant <> best_variant then paired_ratio_ci_low end as paired_ratio_ci_low,
+        case when variant <> best_variant then paired_ratio_ci_high end as paired_ratio_ci_high,
+        case when variant <> best_variant and paired_ratio is not null then paired_rounds end as paired_rounds,
         case when in_tie and len(tie_set) > 1 then list_filter(tie_set, lambda x: x <> variant) end as tied_with,
         case
             when status <> 'ok' then 'failed'
@@ -586,12 +646,18 @@ final as (
                                                   when 'cost_per_correct' then efficiency_note end, '')
             when rank = 1 and in_tie and len(tie_set) > 1
                 then 'best ' || optimise || ', tied with ' || array_to_string(list_filter(tie_set, lambda x: x <> variant), ', ')
-                     || case when tie_set_on_intervals then ' (their intervals overlap)'
-                             else ' (within ' || tie_tolerance_pct || ' %)' end
+                     || case tie_set_basis
+                            when 'pairs' then ' (the interval of their ratio, paired round by round, takes in 1)'
+                            when 'intervals' then ' (their intervals overlap)'
+                            else ' (within ' || tie_tolerance_pct || ' %)' end
                      || ': chosen on the retention lower bound, then the reference'
             when rank = 1 then 'best ' || case when load_basis = 'trace' and optimise = 'rate' then 'goodput on the trace'
                                                else optimise end || ' among variants that meet the SLO and pass the gate'
             else printf('meets the SLO and passes the gate; %s %.2fx the recommended', optimise, objective / nullif(recommended_objective, 0))
+                || case when paired_ratio_ci_low is not null and variant <> best_variant
+                        then printf(' (%.2f-%.2fx %s, paired over %d rounds)', paired_ratio_ci_low, paired_ratio_ci_high,
+                                    best_variant, paired_rounds)
+                        else '' end
         end as verdict_reason,
         case
             when recommended_variant is null or variant = recommended_variant or objective is null then null
