@@ -58,8 +58,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
         elif ext is not None and ext.rank_budget_s:
             print(
-                f"ranking (decision.extend.rank_budget_s): while two neighbouring variants' {figure} "
-                f"are neither apart nor within {cfg.decision.tie_tolerance_pct:g} % of each other, the two get "
+                f"ranking (decision.extend.rank_budget_s): while the ratio of two neighbouring variants' {figure}, "
+                f"paired round by round, is neither above 1 nor within {cfg.decision.tie_tolerance_pct:g} %, the two "
+                "get "
                 f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of their closed-loop steps, within "
                 f"{ext.rank_budget_s:g} s a variant, up to {ext.looks} looks (shared with a step's own claim), each "
                 f"read at {look_confidence(cfg.perf.confidence, ext.looks) * 100:.4g} % (tasks/perf/ranking.py)"

@@ -30,7 +30,7 @@ from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
 from tasks.perf.rounds import Round
 from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
-from tasks.perf.trace import load_trace, send_error_stats, trace_prompts
+from tasks.perf.trace import send_error_stats, trace_replays
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
 from warehouse.contract import SCHEMAS, write_table
@@ -378,11 +378,7 @@ def measure_rounds(
     built_by = tok.label if tok else None
     force = output_force(spec, target.forces_output_len)
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
-    trace = (
-        trace_prompts(load_trace(spec.trace.path, max_requests=spec.trace.max_requests), spec.trace, spec.seed, count)
-        if spec.trace
-        else None
-    )
+    trace = trace_replays(spec, count) if spec.trace else None
     # measured once per run, before the first request, and only where it describes the server's host
     bandwidth = target.bandwidth or (host_bandwidth() if target.on_host and target.model_bytes else None)
     scope = target.scope or EnergyScope(

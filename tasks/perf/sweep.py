@@ -368,7 +368,7 @@ def perf_rounds(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
-    trace: list[Prompt] | None = None,
+    trace: Callable[[int], list[Prompt]] | None = None,
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
     extension: StepExtension | None = None,
@@ -386,7 +386,8 @@ def perf_rounds(
     With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
     looks corrected (tasks.perf.extend).
 
-    `trace`: the trace's prompts (tasks.perf.trace), replayed as the step `trace` after the fixed steps.
+    `trace`: the trace's prompts for a replay (tasks.perf.trace; replay -> prompts), replayed as the step `trace`
+    after the fixed steps.
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
@@ -394,7 +395,7 @@ def perf_rounds(
     steps = (
         ([JITTER_STEP] if needs_jitter_step(spec) else [])
         + fixed_steps(spec)
-        + ([trace_step(spec, len(trace))] if trace else [])
+        + ([trace_step(spec, len(trace(0)))] if trace else [])
         + ([SYNC_STEP, max_step(spec)] if spec.sweep is not None else [])
     )
     sweep_pending = spec.sweep is not None
@@ -414,7 +415,7 @@ def perf_rounds(
         seed = spec.seed * 1_000_003 + i * 1009 + repeat
         sc = scenarios[step.label]
         if step.kind == "trace":
-            prompts = workload(seed, spec.warmup_requests, True) + list(trace or [])
+            prompts = workload(seed, spec.warmup_requests, True) + (trace(repeat) if trace else [])
         else:
             n = step_prompts(spec, step)
             prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
@@ -442,7 +443,7 @@ def perf_rounds(
                     scenarios[step.label] = Scenario(step, [], looks=looks, ci_level=level)
                     index_of[step.label] = i
                 sc = scenarios[step.label]
-                n = len(trace or []) if step.kind == "trace" else step_prompts(spec, step) - spec.warmup_requests
+                n = len(trace(0)) if trace and step.kind == "trace" else step_prompts(spec, step) - spec.warmup_requests
                 sc.runs.append(first_time(step, i, repeat, bar.track(f"{step.label} ({repeat + 1}/{times})", n)))
                 if sweep_pending and step.label == "max":
                     # The sweep's rates lie between the measured synchronous and maximum request rates.

@@ -12,7 +12,15 @@ import pytest
 from tasks.core.config import PerfSpec, SaturationSpec, TraceSpec
 from tasks.core.errors import ConfigError
 from tasks.perf.stopping import LoadWatch, OverSaturation, slope_bound
-from tasks.perf.trace import TraceShape, generate_trace, load_trace, send_error_stats, trace_prompts, write_trace
+from tasks.perf.trace import (
+    TraceShape,
+    generate_trace,
+    load_trace,
+    send_error_stats,
+    trace_prompts,
+    trace_replays,
+    write_trace,
+)
 
 GOOD = {"timestamp": 0, "input_length": 40, "output_length": 8, "hash_ids": [1, 2, 3]}
 
@@ -117,6 +125,15 @@ def test_prompts_keep_lengths_and_share_exactly_the_hash_id_prefix(tmp_path):
     assert shared(words[0], words[2]) < 3 and shared(words[3], words[4]) < 3  # no hash id in common
     again = trace_prompts(load_trace(_file(tmp_path, lines)), spec, seed=0)
     assert [p.text for p in again] == [p.text for p in ps]
+
+    # each replay: the same shape, other words, so one replay is not served from the cache the one before filled
+    replay = trace_replays(PerfSpec(seed=0, trace={"path": _file(tmp_path, lines), "block_tokens": 16, "speed": 2.0}))
+    assert [p.text for p in replay(0)] == [p.text for p in ps] and replay(0) is replay(0)
+    second = [p.text.split() for p in replay(1)]
+    assert [len(w) for w in second] == [40, 37, 30, 30, 30] and [p.at_s for p in replay(1)] == [p.at_s for p in ps]
+    assert shared(second[0], second[1]) >= 32  # the trace's shared prefix, within the replay
+    assert all(shared(a, b) < 3 for a, b in zip(second, words))  # nothing in common with replay 0
+    assert [p.text for p in replay(2)] != [p.text for p in replay(1)]
 
 
 def test_send_error_stats():
