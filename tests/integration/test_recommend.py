@@ -1129,14 +1129,19 @@ def set_repeat_rates(con, run_id: str, per_repeat: dict[str, list[float]]) -> No
         lo, hi, _ = log_t_interval(rates, 0.95)
         con.execute(
             "update perf_summary set request_throughput = ?, request_throughput_ci_low = ?, "
-            "request_throughput_ci_high = ?, ci_level = 0.95 where run_id = ? and variant = ?",
-            [statistics.mean(rates), lo, hi, run_id, variant],
+            "request_throughput_ci_high = ?, output_throughput = 64 * ?, output_throughput_ci_low = 64 * ?, "
+            "output_throughput_ci_high = 64 * ?, ci_level = 0.95 where run_id = ? and variant = ?",
+            [statistics.mean(rates), lo, hi, statistics.mean(rates), lo, hi, run_id, variant],
         )
     update_pairs(con, [run_id])
 
 
-def two_variant_run(tmp_path: Path, run_id: str, per_repeat: dict[str, list[float]]) -> Path:
-    """The reference and `b`, equal on quality, each a c1 step of len(rates) repeats of 50 requests."""
+def two_variant_run(
+    tmp_path: Path, run_id: str, per_repeat: dict[str, list[float]], usd_per_hour: dict | None = None, **decision
+) -> Path:
+    """The reference and `b`, equal on quality, each a c1 step of len(rates) repeats of 50 requests; `usd_per_hour`:
+    each one's price (own hardware); `decision`: the rest of the decision block."""
+    prices = usd_per_hour or {}
     variants = {
         "ref": {"ref": True, "steps": [step("c1", 1, 1.0, [100.0] * 300, repeats=6)], "accuracy": 0.5},
         "b": {
@@ -1145,8 +1150,11 @@ def two_variant_run(tmp_path: Path, run_id: str, per_repeat: dict[str, list[floa
             "delta": delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0, lost=0, gained=0),
         },
     }
-    db = tmp_path / "wh.duckdb"
-    run = write_decision_run(tmp_path / "runs", run_id, variants, {"slo": {"ttft_ms": 400.0}, "percentile": 50.0})
+    for name, price in prices.items():
+        variants[name]["cost"] = {"usd_per_hour": price}
+    db = tmp_path / f"{run_id}.duckdb"
+    spec = {"slo": {"ttft_ms": 400.0}, "percentile": 50.0, **decision}
+    run = write_decision_run(tmp_path / "runs", run_id, variants, spec)
     load_run(run, db)
     with open_warehouse(db) as con:
         set_repeat_rates(con, run_id, per_repeat)
@@ -1177,6 +1185,16 @@ def test_a_level_both_variants_share_in_a_round_is_paired_out(tmp_path: Path) ->
     assert ref["verdict"] == "passes" and ref["paired_rounds"] == 6
     assert ref["paired_ratio_ci_high"] < 1.0 < 1 / ref["paired_ratio_ci_low"] + 0.2  # the reference: ~0.93x b
     assert got["b"]["paired_ratio"] is None  # the best's own row compares with nothing
+
+    # on own-hardware cost: the ratio of tokens/s turned by the ratio of prices. At one price b is cheaper per
+    # token, paired; priced 8 % above the reference, the two cost the same per token within the interval: a tie
+    for price, pick, tied in ((1.0, "b", None), (1.08, "ref", ["b"])):
+        db = two_variant_run(tmp_path, f"c{price}", per_repeat, {"ref": 1.0, "b": price}, optimise="cost")
+        with open_warehouse(db, read_only=True) as con:
+            got = by_variant(con, f"c{price}")
+        assert got["ref"]["recommended_variant"] == pick and got[pick]["tied_with"] == tied, (price, got[pick])
+        (ratio,) = [got[v]["paired_ratio"] for v in ("ref", "b") if got[v]["paired_ratio"] is not None]
+        assert ratio == pytest.approx(1.08 / price, rel=0.02)  # the other's cost over the best's
 
 
 def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:

@@ -439,27 +439,24 @@ paired as (
         bi.*,
         p.n_pairs as paired_rounds,
         case when bi.load_basis <> 'concurrency' then null
-             when bi.optimise = 'rate' then p.request_throughput_ratio
-             when bi.optimise = 'tps' then p.output_throughput_ratio
-             when bi.optimise = 'cost' and not bi.priced_per_token
-                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio
-        end as paired_ratio,
-        case when bi.load_basis <> 'concurrency' then null
-             when bi.optimise = 'rate' then p.request_throughput_ratio_ci_low
-             when bi.optimise = 'tps' then p.output_throughput_ratio_ci_low
-             when bi.optimise = 'cost' and not bi.priced_per_token
-                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_high
-        end as paired_ratio_ci_low,
-        case when bi.load_basis <> 'concurrency' then null
-             when bi.optimise = 'rate' then p.request_throughput_ratio_ci_high
-             when bi.optimise = 'tps' then p.output_throughput_ratio_ci_high
-             when bi.optimise = 'cost' and not bi.priced_per_token
-                 then bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_low
-        end as paired_ratio_ci_high
+             when bi.optimise = 'rate' then {r: p.request_throughput_ratio, lo: p.request_throughput_ratio_ci_low,
+                                            hi: p.request_throughput_ratio_ci_high}
+             when bi.optimise = 'tps' then {r: p.output_throughput_ratio, lo: p.output_throughput_ratio_ci_low,
+                                           hi: p.output_throughput_ratio_ci_high}
+             when bi.optimise = 'cost' and not bi.priced_per_token then {
+                 r: bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio,
+                 lo: bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_high,
+                 hi: bi.usd_per_1m_output_tok * bi.sustainable_output_tok_s / bi.best_price / p.output_throughput_ratio_ci_low}
+        end as pair
     from best_interval as bi
     left join perf_pairs as p
       on p.run_id = bi.run_id and p.variant = bi.variant and p.scenario = bi.sustainable_scenario
      and p.other_variant = bi.best_variant and p.other_scenario = bi.best_scenario
+),
+
+paired_ratios as (
+    select * exclude (pair), pair.r as paired_ratio, pair.lo as paired_ratio_ci_low, pair.hi as paired_ratio_ci_high
+    from paired
 ),
 
 -- a tie with the best: the interval of their objectives' ratio, paired round by round, takes in 1 (more than
@@ -481,7 +478,7 @@ tied as (
                 then score_high > best_low and score_low < best_high
             else abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score)
         end) as in_tie
-    from paired
+    from paired_ratios
 ),
 
 ranked as (
