@@ -30,7 +30,7 @@ from tasks.core.percentiles import look_confidence
 from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
 from tasks.perf.slo import SloCheck, check_step
-from tasks.perf.sweep import Scenario, Step, is_rate_step, run_step, step_prompts
+from tasks.perf.sweep import Scenario, Step, fresh_prompts, is_rate_step, run_step, step_prompts, window_seed
 from tasks.perf.workload import Workload
 
 # Seeds of search steps start past any sweep step's index, so their prompts differ from the sweep's.
@@ -156,7 +156,8 @@ def search_load(
         sc = Scenario(Step(f"search{k}", "rate", perf.max_concurrency, rate), [])
         for repeat in range(perf.repeats):
             seed = perf.seed * 1_000_003 + (_SEED_OFFSET + k) * 1009 + repeat
-            prompts = workload(seed, step_prompts(perf, sc.step))
+            n = step_prompts(perf, sc.step)
+            prompts = fresh_prompts(lambda window, seed=seed, n=n: workload(window_seed(seed, window), n))
             first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
             sc.runs.append(
                 run_step(

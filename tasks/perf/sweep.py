@@ -207,11 +207,32 @@ class _Progress:
         return on_record
 
 
+def window_seed(seed: int, window: int) -> int:
+    """The prompts' seed of a (step, repeat)'s `window`-th window: its own seed for the first, another for each one
+    measured again."""
+    return seed if window == 0 else seed * 7919 + window
+
+
+def fresh_prompts(make: Callable[[int], list[Prompt]]) -> Callable[[], list[Prompt]]:
+    """A (step, repeat)'s prompts for each window it measures, in turn: make(0) for the first, make(1) for the
+    first measured again, and so on. A window measured again sends other prompts of the same shape: the same ones
+    would be served from the prompt cache the window before filled (llama-server keeps each slot's prompt), and
+    read fast (2026-12-06, the demo: a c2 window measured again twice completed 2.5 req/s against ~1.0)."""
+    made = 0
+
+    def next_window() -> list[Prompt]:
+        nonlocal made
+        made += 1
+        return make(made - 1)
+
+    return next_window
+
+
 def run_step(
     spec: PerfSpec,
     step: Step,
     repeat: int,
-    prompts: list[Prompt],
+    prompts: Callable[[], list[Prompt]],
     base_url: str,
     model: str,
     force: str | None,
@@ -225,14 +246,15 @@ def run_step(
     warn: Callable[[str], None] | None = None,
 ) -> StepRun:
     """One (step, repeat): its window measured, and measured again while `guard` finds it disturbed by other
-    processes on the host (waiting for a quiet host first; bounded by the guard's retries and budget). The same
-    prompts and request indices each time; the windows measured again are dropped, and the kept one says why
-    each was (`remeasured`) and whether it is still disturbed (`disturbed`)."""
+    processes on the host (waiting for a quiet host first; bounded by the guard's retries and budget). Each window
+    sends `prompts()` (fresh_prompts: the same shape, other words) with the same request indices; the windows
+    measured again are dropped, and the kept one says why each was (`remeasured`) and whether it is still disturbed
+    (`disturbed`)."""
     dropped: list[str] = []
     while True:
         t0 = time.perf_counter()
         run = _run_window(
-            spec, step, repeat, prompts, base_url, model, force, count_tokens, first_index, offsets_seed,
+            spec, step, repeat, prompts(), base_url, model, force, count_tokens, first_index, offsets_seed,
             on_record, energy_off_reason, meter_opener, guard,
         )  # fmt: skip
         run.remeasured = dropped
@@ -368,7 +390,7 @@ def perf_rounds(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     energy_off_reason: str | None = None,
     meter_opener: Callable | None = None,
-    trace: Callable[[int], list[Prompt]] | None = None,
+    trace: Callable[[int, int], list[Prompt]] | None = None,
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
     extension: StepExtension | None = None,
@@ -386,8 +408,8 @@ def perf_rounds(
     With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
     looks corrected (tasks.perf.extend).
 
-    `trace`: the trace's prompts for a replay (tasks.perf.trace; replay -> prompts), replayed as the step `trace`
-    after the fixed steps.
+    `trace`: the trace's prompts for a replay and window (tasks.perf.trace.trace_replays), replayed as the step
+    `trace` after the fixed steps.
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
     callers can write partial results as they come.
@@ -400,7 +422,8 @@ def perf_rounds(
     )
     sweep_pending = spec.sweep is not None
     scenarios: dict[str, Scenario] = {}
-    made: dict[tuple[str, int], tuple[list[Prompt], int, int]] = {}  # (step, repeat): its prompts, first index, seed
+    # (step, repeat): its windows' prompts (fresh_prompts), first request index, seed
+    made: dict[tuple[str, int], tuple[Callable[[], list[Prompt]], int, int]] = {}
 
     def again(step: Step, repeat: int) -> StepRun:
         prompts, first, seed = made[(step.label, repeat)]
@@ -414,11 +437,15 @@ def perf_rounds(
     def first_time(step: Step, i: int, repeat: int, tracker: Callable[[RequestRecord], None] | None) -> StepRun:
         seed = spec.seed * 1_000_003 + i * 1009 + repeat
         sc = scenarios[step.label]
-        if step.kind == "trace":
-            prompts = workload(seed, spec.warmup_requests, True) + (trace(repeat) if trace else [])
-        else:
+
+        def make(window: int) -> list[Prompt]:
+            ws = window_seed(seed, window)
+            if step.kind == "trace":
+                return workload(ws, spec.warmup_requests, True) + (trace(repeat, window) if trace else [])
             n = step_prompts(spec, step)
-            prompts = workload(seed, n, True) if step is JITTER_STEP else workload(seed, n)
+            return workload(ws, n, True) if step is JITTER_STEP else workload(ws, n)
+
+        prompts = fresh_prompts(make)
         first = sum(len(r.warmup) + len(r.measured) for r in sc.runs)
         made[(step.label, repeat)] = (prompts, first, seed)
         return run_step(

@@ -218,21 +218,25 @@ def trace_prompts(
     return out
 
 
-def trace_replays(spec: PerfSpec, count_tokens: Callable[[str], int] | None = None) -> Callable[[int], list[Prompt]]:
-    """perf.trace's prompts for each replay (replay index -> prompts, built once each). Replay 0 is seeded by
-    perf.seed; replay k > 0 by perf.seed and k, so its blocks are other words in the same shape: within a replay
+def trace_replays(
+    spec: PerfSpec, count_tokens: Callable[[str], int] | None = None
+) -> Callable[[int, int], list[Prompt]]:
+    """perf.trace's prompts for each replay and window ((replay, window) -> prompts, built once each; window > 0: the
+    replay measured again). Replay 0's first window is seeded by perf.seed; any other by perf.seed, the replay and
+    the window, so its blocks are other words in the same shape: within a replay
     the requests share their hash_ids' prefixes as the trace says, across replays none, so a replay is not served
     from the prompt cache the one before filled (on 2026-12-06 the demo's second and third replays had a p50 TTFT
     of 21 ms against 255-385 ms for the first: cache hits, which the SLO claim then read as correlated requests).
     Prompts the trace gives verbatim are sent as given in every replay: the cache may serve those."""
     assert spec.trace is not None
     requests = load_trace(spec.trace.path, max_requests=spec.trace.max_requests)
-    made: dict[int, list[Prompt]] = {}
+    made: dict[tuple[int, int], list[Prompt]] = {}
 
-    def replay(k: int) -> list[Prompt]:
-        if k not in made:
-            made[k] = trace_prompts(requests, spec.trace, spec.seed if k == 0 else f"{spec.seed}/{k}", count_tokens)
-        return made[k]
+    def replay(k: int, window: int = 0) -> list[Prompt]:
+        if (k, window) not in made:
+            seed = spec.seed if (k, window) == (0, 0) else f"{spec.seed}/{k}" + (f"/{window}" if window else "")
+            made[(k, window)] = trace_prompts(requests, spec.trace, seed, count_tokens)
+        return made[(k, window)]
 
     return replay
 

@@ -122,3 +122,25 @@ def test_the_step_row_says_which_windows_it_rests_on_and_what_else_ran():
     )
     quiet = host_noise_columns(spec, Scenario(sc.step, [_run(0, None)]))
     assert quiet["host_other_cpu_pct"] is None and quiet["host_noise_note"] == "host use not recorded"
+
+
+def test_a_window_measured_again_sends_other_prompts_of_the_same_shape(monkeypatch):
+    """The same prompts again would be served from the prompt cache the disturbed window filled (the demo,
+    2026-12-06: a c2 window measured again twice read 2.5 req/s against ~1.0): each window gets its own."""
+    from tasks.perf import sweep
+    from tasks.perf.workload import Prompt
+
+    sent: list[list[str]] = []
+
+    def window(spec, step, repeat, prompts, *rest):
+        sent.append([p.text for p in prompts])
+        return _run(repeat, HostNoise(2.0, 150.0, 0.0, 2.0))  # every window loud
+
+    monkeypatch.setattr(sweep, "_run_window", window)
+    monkeypatch.setattr(NoiseRule, "wait_quiet", lambda self, pids, probe_s=0.5: 0.0)
+    make = lambda w: [Prompt(f"seed {sweep.window_seed(7, w)}", 2, 4, "approx_words")]
+    guard = HostGuard(NoiseRule(25.0, retries=2), {1}, budget_s=60.0)
+    run = sweep.run_step(PerfSpec(), Step("c1", "concurrency", 1), 0, sweep.fresh_prompts(make), "u", "m", None,
+                         None, 0, 7, guard=guard)  # fmt: skip
+    assert sent == [["seed 7"], [f"seed {7 * 7919 + 1}"], [f"seed {7 * 7919 + 2}"]]
+    assert len(run.remeasured) == 2 and run.disturbed

@@ -134,6 +134,8 @@ def test_prompts_keep_lengths_and_share_exactly_the_hash_id_prefix(tmp_path):
     assert shared(second[0], second[1]) >= 32  # the trace's shared prefix, within the replay
     assert all(shared(a, b) < 3 for a, b in zip(second, words))  # nothing in common with replay 0
     assert [p.text for p in replay(2)] != [p.text for p in replay(1)]
+    again = [p.text.split() for p in replay(1, 1)]  # replay 1 measured again: the same shape, other words
+    assert [len(w) for w in again] == [40, 37, 30, 30, 30] and all(shared(a, b) < 3 for a, b in zip(again, second))
 
 
 def test_send_error_stats():
