@@ -7,11 +7,10 @@ closed-loop step whose SLO claim is met with every lower one met (tasks.perf.loa
 corrected confidence), and its objective there is the per-repeat completed requests/s (optimise: rate) or output
 tokens/s (tps, cost). The variants are ordered by that objective; each neighbouring pair is
 
-- **separated** when the interval of the ratio of their objectives, paired round by round (warehouse.pairs.
+- **equivalent** when the interval of the ratio of their objectives, paired round by round (warehouse.pairs.
   ratio_interval over the rounds both measured: the interval perf_pairs stores and v_recommendation's tie rule
-  reads), excludes 1: the decision ranks them;
-- **equivalent** when that interval lies within +-decision.tie_tolerance_pct: more rounds would not change that
-  they tie;
+  reads), lies within +-decision.tie_tolerance_pct: they tie, and more rounds would not change that;
+- **separated** otherwise when that interval excludes 1: the decision ranks them;
 - **unsettled** otherwise; so is a pair with fewer than 2 rounds in common (no interval).
 
 A variant with no sustainable step is not ranked on speed (the SLO decides it) and pairs with none.
@@ -103,10 +102,10 @@ def pair_state(a: dict[int, float], b: dict[int, float], level: float, tolerance
     if got is None:
         return "unsettled"
     _, lo, hi, _ = got
-    if hi < 1.0 or lo > 1.0:
-        return "separated"
     bound = 1.0 + tolerance_pct / 100.0
-    return "equivalent" if 1.0 / bound <= lo and hi <= bound else "unsettled"
+    if 1.0 / bound <= lo and hi <= bound:
+        return "equivalent"  # even a lead shown, when it is within the tolerance: a tie (rule 5)
+    return "separated" if hi < 1.0 or lo > 1.0 else "unsettled"
 
 
 def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: float) -> list[tuple[Standing, Standing]]:

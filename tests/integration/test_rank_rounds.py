@@ -33,15 +33,16 @@ def night(
     url: str, pacings: dict[str, str], budget_s: float = 60.0, level: float = LEVEL, **spec
 ) -> tuple[dict, RankExtension]:
     settle = RankExtension(judge, "rate", looks=3, level=level, tolerance_pct=5, budget_s=budget_s, rounds_per_look=1)
-    runs = {
+    runs = {  # each its own prompts (perf.seed): the paced server's jitter is seeded by the prompt, and two
+        # variants sent the same prompts would pace alike in every round, which a paired reading sees as equal
         name: measure_rounds(
-            PerfSpec(**{**SPEC, **spec}),
+            PerfSpec(**{**SPEC, **spec, "seed": k}),
             Target(url, pace, on_host=False),
             warn=lambda _: None,
             extension=StepExtension(judge, looks=3, budget_s=0.001),
             rank=True,
         )  # fmt: skip
-        for name, pace in pacings.items()
+        for k, (name, pace) in enumerate(pacings.items())
     }
     return interleave(runs, settle), settle
 

@@ -1186,6 +1186,14 @@ def test_a_level_both_variants_share_in_a_round_is_paired_out(tmp_path: Path) ->
     assert ref["paired_ratio_ci_high"] < 1.0 < 1 / ref["paired_ratio_ci_low"] + 0.2  # the reference: ~0.93x b
     assert got["b"]["paired_ratio"] is None  # the best's own row compares with nothing
 
+    # a lead shown, but within the 5 % tie tolerance, is a tie: b is 2 % faster in every round, +-0.2 %
+    close = {"ref": host, "b": [h * 1.02 * e for h, e in zip(host, (1.002, 0.998, 1.0, 1.001, 0.999, 1.0))]}
+    db = two_variant_run(tmp_path, "t2", close)
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, "t2")
+    assert 1.0 < 1 / got["ref"]["paired_ratio_ci_high"] < 1 / got["ref"]["paired_ratio_ci_low"] < 1.05
+    assert got["ref"]["verdict"] == "recommended" and got["ref"]["tied_with"] == ["b"]
+
     # on own-hardware cost: the ratio of tokens/s turned by the ratio of prices. At one price b is cheaper per
     # token, paired; priced 8 % above the reference, the two cost the same per token within the interval: a tie
     for price, pick, tied in ((1.0, "b", None), (1.08, "ref", ["b"])):

@@ -67,7 +67,8 @@
 --                                  tokens/s or own-hardware cost), and its interval at the steps' level; NULL on the
 --                                  best's own row and where the run has no pair (rate steps, a trace, one repeat)
 --   paired_rounds                  the rounds that ratio rests on
---   tied_with                      variants tied with the best: the interval of their paired ratio takes in 1, or,
+--   tied_with                      variants tied with the best: the interval of their paired ratio takes in 1 or
+--                                  lies within tie_tolerance_pct, or,
 --                                  where the run has none, their objective intervals overlap the best's, or,
 --                                  where either has none, their objectives are within tie_tolerance_pct of it
 --   verdict                        recommended | passes | not_ranked (no objective value) | fails_gate |
@@ -460,7 +461,7 @@ paired_ratios as (
 ),
 
 -- a tie with the best: the interval of their objectives' ratio, paired round by round, takes in 1 (more than
--- touches it); where the run has no such interval, the two objective intervals overlap (more than touch: a rate
+-- touches it), or lies within +-tie_tolerance_pct (a lead shown, but smaller than a finding); where the run has no such interval, the two objective intervals overlap (more than touch: a rate
 -- bracket ends at a rate that failed); where either has none, the objectives are within tie_tolerance_pct
 tied as (
     select
@@ -473,7 +474,9 @@ tied as (
         end as tie_basis,
         eligible and objective is not null and (score = best_score or case
             when paired_ratio_ci_low is not null and paired_ratio_ci_high is not null
-                then paired_ratio_ci_low < 1 and paired_ratio_ci_high > 1
+                then (paired_ratio_ci_low < 1 and paired_ratio_ci_high > 1)
+                     or (paired_ratio_ci_low >= 1 / (1 + tie_tolerance_pct / 100)
+                         and paired_ratio_ci_high <= 1 + tie_tolerance_pct / 100)
             when score_low is not null and score_high is not null and best_low is not null and best_high is not null
                 then score_high > best_low and score_low < best_high
             else abs(score - best_score) <= tie_tolerance_pct / 100 * abs(best_score)
@@ -644,7 +647,8 @@ final as (
             when rank = 1 and in_tie and len(tie_set) > 1
                 then 'best ' || optimise || ', tied with ' || array_to_string(list_filter(tie_set, lambda x: x <> variant), ', ')
                      || case tie_set_basis
-                            when 'pairs' then ' (the interval of their ratio, paired round by round, takes in 1)'
+                            when 'pairs' then ' (the interval of their ratio, paired round by round, takes in 1 or lies '
+                                              || 'within ' || tie_tolerance_pct || ' %)'
                             when 'intervals' then ' (their intervals overlap)'
                             else ' (within ' || tie_tolerance_pct || ' %)' end
                      || ': chosen on the retention lower bound, then the reference'
