@@ -28,8 +28,8 @@ comma-separated key=value pairs (defaults in PACE):
     slow_from=5,slow_count=5,slow_ms=600
                                  a stall: the server's requests number 5 to 9 (0-based, in the order they
                                  came, counted over every model) get their first chunk 600 ms later
-    sticky=1                     a prompt stalled once stalls every time it comes again (a stall that
-                                 returns when the same requests are measured again)
+    slow_again=20                the same stall again for slow_count requests from number 20 on (a stall
+                                 that returns when the stalled window is measured again, with other prompts)
 
 GET /truth returns what was sent, per prompt (completions: `prompt`; chat: the last message's
 content): {"recv_ns", "writes_ns": [...] (each chunk's write began), "written_ns": [...] (it
@@ -72,13 +72,12 @@ PACE = {
     "slow_from": -1,
     "slow_count": 0,
     "slow_ms": 0.0,
-    "sticky": 0,
+    "slow_again": -1,
 }
 
 _TRUTH: dict[str, dict] = {}
 _LOCK = threading.Lock()
 _RECEIVED = [0]  # completions requests received so far (the stall's clock)
-_STALLED: set[str] = set()  # prompts stalled so far (sticky=1)
 
 
 def pace(model: str) -> dict:
@@ -147,10 +146,9 @@ class Handler(BaseHTTPRequestHandler):
         with _LOCK:
             ordinal = _RECEIVED[0]
             _RECEIVED[0] += 1
-            stalled = 0 <= p["slow_from"] <= ordinal < p["slow_from"] + p["slow_count"]
-            stalled = stalled or (p["sticky"] and key in _STALLED)
-            if stalled:
-                _STALLED.add(key)
+            stalled = any(
+                0 <= start <= ordinal < start + p["slow_count"] for start in (p["slow_from"], p["slow_again"])
+            )
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")

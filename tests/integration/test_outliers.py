@@ -66,8 +66,8 @@ def test_a_stalled_repeat_is_measured_again_after_the_others():
 
 
 def test_a_repeat_that_stands_apart_again_is_kept_and_marked():
-    with paced_server.running() as url:  # the second repeat stalls, and its prompts stall again when re-sent
-        model = "ttft=40,itl=5,jitter=0,slow_from=5,slow_count=5,slow_ms=600,sticky=1"
+    with paced_server.running() as url:  # the second repeat stalls, and so does its window measured again (20-24)
+        model = "ttft=40,itl=5,jitter=0,slow_from=5,slow_count=5,slow_ms=600,slow_again=20"
         (sc,) = measure(PerfSpec(**SPEC), Target(url, model, on_host=False), warn=lambda _: None)
     s = sc.summary
     assert s["windows_remeasured"] == 1 and s["windows_disturbed"] == 1, s
