@@ -25,7 +25,7 @@ tasks.perf.extend) is left out of the pair. DuckDB views have no t quantile, so 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -113,6 +113,15 @@ def pair_cells(steps: Steps, levels: dict[tuple[str, str], float]) -> list[tuple
     return out
 
 
+def pair_rows(run_id_of: Callable[[int], str], steps: Steps, levels: dict[tuple[str, str], float]) -> list[tuple]:
+    """perf_pairs' rows of pair_cells, one per replicate b under the run id run_id_of(b); NaN as NULL."""
+    return [
+        (run_id_of(b), *key, n, level, *(None if math.isnan(c) else float(c) for c in cells[b]))
+        for key, n, level, cells in pair_cells(steps, levels)
+        for b in range(cells.shape[0])
+    ]
+
+
 def repeat_figures(con: duckdb.DuckDBPyConnection, run_id: str, source: str, summary: str = "perf_summary") -> list:
     """REPEAT_RATES_SQL's rows over `source`: (variant, scenario, k_, level, ok_n, out_tokens, duration_s)."""
     return con.execute(REPEAT_RATES_SQL.format(source=source, summary=summary), [run_id]).fetchall()
@@ -130,10 +139,7 @@ def update_pairs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> int:
         for variant, scenario, k, level, ok_n, out_tokens, duration_s in repeat_figures(con, run_id, source):
             steps.setdefault((variant, scenario), {})[int(k)] = np.array([rates(ok_n, out_tokens, duration_s)])
             levels[(variant, scenario)] = float(level)
-        rows = [
-            (run_id, *key, n, level, *(None if math.isnan(c) else float(c) for c in cells[0]))
-            for key, n, level, cells in pair_cells(steps, levels)
-        ]
+        rows = pair_rows(lambda _: run_id, steps, levels)
         con.execute("delete from perf_pairs where run_id = ?", [run_id])
         if rows:
             con.executemany(f"insert into perf_pairs values ({', '.join('?' * len(rows[0]))})", rows)

@@ -32,7 +32,7 @@ from tasks.report.text import (
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 from warehouse.pairs import COLUMNS as PAIR_COLUMNS
-from warehouse.pairs import REPEAT_RATES_SQL, Steps, pair_cells, rates
+from warehouse.pairs import FIGURES, REPEAT_RATES_SQL, Steps, pair_rows, rates
 
 if TYPE_CHECKING:  # pandas, duckdb and rich load only when a recommendation is made, not with the CLI's flags
     import duckdb
@@ -829,7 +829,7 @@ def resampled_throughputs(run_id: str, steps: Steps, levels: dict[tuple[str, str
         drawn = np.stack(list(slots.values()), axis=1)  # (replicates, slots, 2)
         for b in range(drawn.shape[0]):
             row = {"run_id": f"{run_id}#{b}", "variant": variant, "scenario": scenario}
-            for f, name in enumerate(("request_throughput", "output_throughput")):
+            for f, name in enumerate(FIGURES):
                 values = [None if np.isnan(v) else float(v) for v in drawn[b, :, f]]
                 known = [v for v in values if v is not None]
                 lo, hi, _ = log_t_interval(values, levels[(variant, scenario)])
@@ -842,15 +842,9 @@ def resampled_throughputs(run_id: str, steps: Steps, levels: dict[tuple[str, str
 
 def resampled_pairs(run_id: str, steps: Steps, levels: dict[tuple[str, str], float]) -> pd.DataFrame:
     """Each replicate's perf_pairs rows from its drawn rounds (drawn_figures; warehouse.pairs.pair_cells)."""
-    import numpy as np
     import pandas as pd
 
-    rows = [
-        (f"{run_id}#{b}", *key, n, level, *(None if np.isnan(c) else float(c) for c in cells[b]))
-        for key, n, level, cells in pair_cells(steps, levels)
-        for b in range(cells.shape[0])
-    ]
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+    return pd.DataFrame(pair_rows(lambda b: f"{run_id}#{b}", steps, levels), columns=PAIR_COLUMNS)
 
 
 def stability_text(counts: dict[str | None, int], chosen: str | None) -> str:
