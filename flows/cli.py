@@ -35,11 +35,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     lines, cannot = evidence_lines(cfg)
     trace = ""
     if cfg.perf.trace:
-        from tasks.perf.trace import load_trace, trace_duration_s
+        from tasks.perf.trace import load_trace, trace_duration_s, trace_span_note
 
         t = cfg.perf.trace
         reqs = load_trace(t.path, "perf.trace", t.max_requests)
         trace = f"; trace {t.path}: {len(reqs)} requests over {trace_duration_s(reqs, t.speed):.1f} s x {t.repeats}"
+        cut = trace_span_note(reqs, t, cfg.perf.max_duration_s)
+        trace += f" ({cut})" if cut else ""
     print(
         f"ok: {args.config}: {len(cfg.variants)} variants [{names}]; concurrency {cfg.perf.concurrency}{trace}; "
         f"suites [{suites}]; warehouse {cfg.warehouse_path()}"

@@ -171,13 +171,15 @@ def request(
     timeout_s: float,
     json_body: Any = None,
     headers: dict[str, str] | None = None,
+    accept: str | None = None,
 ) -> httpx.Response:
     """One plain (non-streaming) call, its body read: the caps every call to an untrusted server gets.
 
     `timeout_s` bounds the whole call, connect to last byte (as the perf client's request deadline);
     a body (after content decoding) over MAX_RESPONSE_BYTES is refused, an error status's body is
     cut at MAX_ERROR_BODY_BYTES. Raises HTTPError subclasses only: DeadlineExceeded, BadResponse,
-    httpx's own. `headers`: the endpoint's auth headers unless given.
+    httpx's own. `headers`: the endpoint's auth headers unless given. `accept`: a success whose content-type
+    does not name it ('json') is refused before its body is read (a server that streams SSE to every POST).
     """
     timeout_s = max(timeout_s, 0.001)
     headers = endpoint_headers(base_url) if headers is None else headers
@@ -186,6 +188,9 @@ def request(
             with client.stream(
                 method, url(base_url, path), json=json_body, headers=headers, extensions={"trace": deadline.trace}
             ) as r:
+                ctype = r.headers.get("content-type", "")
+                if accept and r.status_code < 400 and accept not in ctype:
+                    raise BadResponse(f"{path}: answered content-type '{ctype[:60]}', not {accept}")
                 body = _read_capped(r, deadline)
         except httpx.HTTPError:
             if deadline.expired:
@@ -366,7 +371,7 @@ TOKENIZE_APIS: dict[str, tuple[str, Callable, str, str, Callable, str]] = {
 def tokenize(base_url: str, model: str, api: str, text: str, timeout_s: float = 30.0) -> list[int]:
     """The server's own token ids of `text` (no special tokens added where the server lets one say so)."""
     path, body, key, *_ = TOKENIZE_APIS[api]
-    answer = json_of(request("POST", base_url, path, timeout_s, body(model, text)))
+    answer = json_of(request("POST", base_url, path, timeout_s, body(model, text), accept="json"))
     ids = answer.get(key) if isinstance(answer, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise BadResponse(f"{path}: no list of token ids under {key!r}")
@@ -376,7 +381,7 @@ def tokenize(base_url: str, model: str, api: str, text: str, timeout_s: float = 
 def detokenize(base_url: str, model: str, api: str, ids: list[int], timeout_s: float = 30.0) -> str:
     """The server's own text of token ids `ids`."""
     *_, path, body, key = TOKENIZE_APIS[api]
-    answer = json_of(request("POST", base_url, path, timeout_s, body(model, ids)))
+    answer = json_of(request("POST", base_url, path, timeout_s, body(model, ids), accept="json"))
     text = answer.get(key) if isinstance(answer, dict) else None
     if not isinstance(text, str):
         raise BadResponse(f"{path}: no text under {key!r}")
@@ -384,13 +389,17 @@ def detokenize(base_url: str, model: str, api: str, ids: list[int], timeout_s: f
 
 
 def tokenizer_api(base_url: str, model: str, timeout_s: float = 10.0) -> str | None:
-    """Which of TOKENIZE_APIS the server at `base_url` answers (tokenize and detokenize, the text back); None: none."""
+    """Which of TOKENIZE_APIS the server at `base_url` answers (tokenize and detokenize, the text back); None: none.
+    A server that lets a probe run out its time answers no other API either: the probing ends there (a broken
+    server cost 4 x 10 s here before the first perf request, issue 49)."""
     probe = "Request 0 nonce 1f2e3d4c: time year people"
     for api in TOKENIZE_APIS:
         try:
             ids = tokenize(base_url, model, api, probe, timeout_s)
             if ids and detokenize(base_url, model, api, ids, timeout_s).strip() == probe:
                 return api
+        except httpx.TimeoutException:
+            return None
         except (httpx.HTTPError, ValueError, AttributeError):
             continue
     return None
@@ -540,8 +549,9 @@ async def stream_request(
     `live`: the record is put there under `index` as soon as it is sent, so a caller can see, while it streams,
     whether its first chunk came (a load loop's stopping rules read it; nothing per chunk is added).
 
-    `deadline_s` bounds the whole request, send to last byte (a server that keeps a stream
-    alive with `: ping` comments is cut there); `timeout_s` of the session bounds each wait
+    `deadline_s` bounds the whole request, first send to last byte, a resend on a stale
+    pooled connection included (a server that keeps a stream alive with `: ping` comments
+    is cut there); `timeout_s` of the session bounds each wait
     for bytes. Each chunk carrying output (answer text or reasoning) is stamped when the
     bytes carrying it are read; TTFT is the first of them (any output, as vLLM), TTFT of the
     answer the first answer chunk.
@@ -561,7 +571,9 @@ async def stream_request(
     if live is not None:
         live[index] = rec
     stream = _SseStream(rec, kind, t_send)
-    deadline = asyncio.timeout(deadline_s)
+    # One deadline from the first send, resends included: a request costs at most its deadline (issue 49).
+    due = None if deadline_s is None else asyncio.get_running_loop().time() + deadline_s
+    deadline = asyncio.timeout_at(due)
     try:
         for resend in range(STALE_CONNECTION_RESENDS + 1):
             try:
@@ -584,7 +596,7 @@ async def stream_request(
             t_send = time.perf_counter_ns()
             rec.start_ms = (t_send - origin_ns) / 1e6
             stream.t_send = t_send
-            deadline = asyncio.timeout(deadline_s)
+            deadline = asyncio.timeout_at(due)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
         if not stream.done:  # after [DONE] (draining the body's end) nothing is lost
             return _fail(rec, *_cut_short(err, rec, deadline, deadline_s))

@@ -25,7 +25,7 @@ from tasks.engines.llama_server import LlamaServer
 from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
-from tasks.perf.trace import load_trace
+from tasks.perf.trace import load_trace, trace_span_note
 from tasks.quality.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.base import check_params
 from tasks.quality.suites.arithmetic import Arithmetic
@@ -81,8 +81,9 @@ def _check_semantics(cfg: RunConfig) -> None:
     if len(refs) != 1:
         what = "no variant has" if not refs else f"{len(refs)} variants have"
         raise ConfigError(f"variants: {what} reference: true; mark exactly one variant as the reference")
-    if cfg.perf.trace:  # a bad trace line fails here, before any variant is built
-        load_trace(cfg.perf.trace.path, "perf.trace", cfg.perf.trace.max_requests)
+    if cfg.perf.trace:  # a bad trace line, or a span past the step's bound, fails here, before any variant is built
+        t = cfg.perf.trace
+        trace_span_note(load_trace(t.path, "perf.trace", t.max_requests), t, cfg.perf.max_duration_s)
     for i, v in enumerate(cfg.variants):
         where = f"variants[{i}] ({v.name})"
         if v.model not in cfg.models:
@@ -119,7 +120,7 @@ def _check_semantics(cfg: RunConfig) -> None:
                 f"quality.suites[{i}].variants: unknown variant '{unknown[0]}'{_close(unknown[0], names)}; "
                 f"list variants of this config"
             )
-        problem = check_params(s.name, s.params)
+        problem = check_params(s.name, s.params, s.limit)
         if problem:
             raise ConfigError(f"quality.suites[{i}] ({s.key}).{problem}")
         if s.name == "code":  # unconfined generated code: local engines only

@@ -3,7 +3,62 @@ a step without an ok request, is failed with the counts."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from typing import Any, Iterable
+
+from tasks.core.credentials import error_excerpt
+
+_HTTP = re.compile(r"HTTP (\d{3}): ?(.*)", re.S)
+# Errors whose tail is the server's bytes (an excerpt of one event): counted by what went wrong, not by the bytes.
+_BY_PREFIX = ("malformed SSE data", "SSE data is not a JSON object", "client error on this response")
+CAUSE_CHARS = 80
+
+
+def _server_message(body: str) -> str:
+    """The message of an HTTP error's body: OpenAI's {"error": {"message": ...}} (vLLM, llama-server), FastAPI's
+    {"detail": ...}, {"message": ...}, else the body's text."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(obj, dict):
+        inner = obj.get("error")
+        inner = inner.get("message") if isinstance(inner, dict) else inner
+        for found in (inner, obj.get("detail"), obj.get("message")):
+            if isinstance(found, str) and found.strip():
+                return found
+    return body
+
+
+def error_cause(error: str | None) -> str:
+    """A failed request's cause, to count requests by (as AIPerf summarises errors by kind): 'HTTP 503 overloaded'
+    (the status and the server's own message), 'request deadline of 10 s exceeded', 'malformed SSE data'; keys are
+    redacted (tasks.core.credentials), at most CAUSE_CHARS characters."""
+    text = " ".join((error_excerpt(error) or "unknown error").split())
+    http = _HTTP.fullmatch(text)
+    if http:
+        message = " ".join(_server_message(http[2]).split())
+        text = f"HTTP {http[1]} {message}".strip()
+    else:
+        text = next((p for p in _BY_PREFIX if text.startswith(p)), text)
+    return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 3] + "..."
+
+
+def count_causes(errors: Iterable[str | None]) -> dict[str, int]:
+    """Failed requests' errors counted by cause, the commonest first."""
+    return dict(Counter(error_cause(e) for e in errors).most_common())
+
+
+def error_causes(records: Iterable[Any]) -> dict[str, int]:
+    """The measured (non-warm-up) failed requests counted by cause, the commonest first."""
+    return count_causes(r.error for r in records if r.status != "ok" and not r.is_warmup)
+
+
+def causes_text(causes: dict[str, int]) -> str:
+    """'HTTP 503 overloaded x4; request deadline of 10 s exceeded x2' ('' for none)."""
+    return "; ".join(f"{cause} x{n}" for cause, n in causes.items())
 
 
 class PerfFailed(RuntimeError):

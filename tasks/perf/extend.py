@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tasks.perf.metrics import failed_requests
 from tasks.perf.slo import SloCheck
 
 # tasks.perf.sweep's Scenario, Step and StepRun (it runs the extension: importing them here would be a cycle)
@@ -68,6 +69,11 @@ class StepExtension:
             for sc in steps:
                 check = self.judge(sc)
                 if check.status != "not_enough_requests":
+                    continue
+                failed = failed_requests(r for run in sc.runs for r in run.warmup + run.measured)
+                if failed:  # a broken server's requests are not sent again (docs/failures.md)
+                    changed = changed or sc.extend_note is None
+                    sc.extend_note = f"not extended: {failed} of its requests failed (sent again they would fail again)"
                     continue
                 first_look = len(sc.runs) - sc.repeats_added  # a look adds at most as many repeats as the first had
                 k = repeats_to_add(check.n_needed, check.n, check.n // len(sc.runs), first_look)

@@ -111,6 +111,13 @@ def within_slo(values: dict[str, float | None], slo: dict[str, float]) -> bool:
     return all(values.get(k) is not None and values[k] <= limit for k, limit in slo.items())
 
 
+def failed_requests(records: Iterable[RequestRecord]) -> int:
+    """Requests the server failed (errored, cut short, past their deadline), warm-ups included. A window or step
+    holding one is never measured again nor extended (docs/failures.md, "What is measured again"): sent again,
+    the requests of a broken server fail again, each at the cost of its deadline."""
+    return sum(r.status != "ok" for r in records)
+
+
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     """Whether an ok request met every limit of `slo` (TPOT 0 for a one-token answer, as vLLM)."""
     return r.status == "ok" and within_slo(

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import PerfSpec
 from tasks.core.errors import ConfigError, validation_line
-from tasks.perf.trace import load_trace
+from tasks.perf.trace import load_trace, trace_span_note
 
 # PerfSpec field -> the flag that sets it, so errors name what the user typed.
 FLAGS = {
@@ -198,8 +198,9 @@ def spec_from_args(args: argparse.Namespace) -> PerfSpec:
         raise ConfigError(f"{FLAGS.get(field.split('.')[0], field)}: {rest}") from None
     if spec.dataset and not Path(spec.dataset).is_file():
         raise ConfigError(f"--dataset: file {spec.dataset} not found; give a ShareGPT-format JSON file")
-    if spec.trace:
-        load_trace(spec.trace.path, "--trace", spec.trace.max_requests)  # a bad line fails here, before any request
+    if spec.trace:  # a bad line, or a span past the step's bound, fails here, before any request
+        requests = load_trace(spec.trace.path, "--trace", spec.trace.max_requests)
+        trace_span_note(requests, spec.trace, spec.max_duration_s, "--trace")
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise ConfigError(f"--tokenizer: file {args.tokenizer} not found; give the model's GGUF file or leave it out")
     if args.model_bytes is not None and args.model_bytes <= 0:

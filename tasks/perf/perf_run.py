@@ -18,7 +18,7 @@ from tasks.core.credentials import error_excerpt
 from tasks.core.errors import ConfigError
 from tasks.engines.base import Artifact, engine_for
 from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, server_tokenizer
-from tasks.perf.energy import per_token
+from tasks.perf.energy import EnergyReading, per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
 from tasks.perf.extend import StepExtension
@@ -362,6 +362,7 @@ def measure_rounds(
     warn: Callable[[str], None] = warn_stderr,
     extension: StepExtension | None = None,
     rank: bool = False,
+    on_record: Callable[[Step, RequestRecord], None] | None = None,
 ) -> Generator[Round, int | None, list[Scenario]]:
     """The one perf run, for the nightly and `tradeoff perf`: every step of the sweep, each scenario summarised
     (metrics, energy, MBU) as soon as a repeat of it ends, then `on_scenario` with everything measured so
@@ -378,7 +379,7 @@ def measure_rounds(
     built_by = tok.label if tok else None
     force = output_force(spec, target.forces_output_len)
     workload = make_workload(spec, *((tok.encode, tok.decode, tok.count) if tok else ()))
-    trace = trace_replays(spec, count) if spec.trace else None
+    trace = trace_replays(spec, count, warn) if spec.trace else None
     # measured once per run, before the first request, and only where it describes the server's host
     bandwidth = target.bandwidth or (host_bandwidth() if target.on_host and target.model_bytes else None)
     scope = target.scope or EnergyScope(
@@ -417,6 +418,7 @@ def measure_rounds(
         warn=warn,
         extension=extension,
         rank=rank,
+        on_record=on_record,
     )
     if search is not None:
         scenarios += search(
@@ -496,7 +498,9 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     """`tradeoff perf`: validate the flags, reach the endpoint, run the sweep, write the JSON; returns the results.
 
     The file is rewritten after every (step, repeat), so what was measured is written even when
-    the sweep stops early (Ctrl-C, a dead server).
+    the sweep stops early (a dead server). Stopped by a signal (Ctrl-C, SIGTERM) mid-window, it is written once
+    more with the requests that window had answered, every line marked "interrupted" (interrupted_scenarios), and
+    the stop goes on (the command exits non-zero).
     """
     spec = spec_from_args(args)  # bad flags fail here, before anything is sent
     endpoint = api_root(args.endpoint)  # given with or without /v1
@@ -522,13 +526,60 @@ def run_standalone(args: argparse.Namespace) -> list[dict]:
     )
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
+    written: list[Scenario] = []  # what the file holds
+    answered: dict[tuple[str, int, int], tuple[Step, RequestRecord]] = {}  # since then: (step, repeat, index) -> it
 
-    def write(scenarios: list[Scenario]) -> None:
+    def write(scenarios: list[Scenario], marks: dict | None = None) -> None:
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(
-            "".join(json.dumps(vllm_result(spec, sc, model, args.tokenizer, args.detailed)) + "\n" for sc in scenarios)
+            "".join(
+                json.dumps(vllm_result(spec, sc, model, args.tokenizer, args.detailed) | (marks or {})) + "\n"
+                for sc in scenarios
+            )
         )
         tmp.replace(out)  # atomic: a reader sees the previous complete file or this one
 
-    scenarios = measure(spec, target, progress=args.progress, on_scenario=write)
+    def on_scenario(scenarios: list[Scenario]) -> None:
+        write(scenarios)
+        written[:] = scenarios
+        answered.clear()
+
+    def on_record(step: Step, r: RequestRecord) -> None:
+        answered[(step.label, r.repeat, r.index)] = (step, r)  # a window measured again replaces its answers
+
+    try:
+        scenarios = measure(spec, target, progress=args.progress, on_scenario=on_scenario, on_record=on_record)
+    except KeyboardInterrupt:
+        force = output_force(spec, target.forces_output_len)
+        kept = interrupted_scenarios(spec, written, list(answered.values()), force)
+        write(kept, {"interrupted": True})
+        n = sum(len(run.measured) for sc in kept for run in sc.runs)
+        print(f"interrupted: kept {n} answered requests in {len(kept)} scenario(s) in {out}", file=sys.stderr)
+        raise
     return [vllm_result(spec, sc, model, args.tokenizer, args.detailed) for sc in scenarios]
+
+
+def interrupted_scenarios(
+    spec: PerfSpec, written: list[Scenario], answered: list[tuple[Step, RequestRecord]], force: str | None
+) -> list[Scenario]:
+    """The scenarios of a run stopped mid-window: those written, each step whose window was cut with that window's
+    answered requests as one more run (its energy not metered: the window did not end), summarised again."""
+    by_label = {sc.step.label: sc for sc in written}
+    cut: dict[tuple[str, int], list[RequestRecord]] = {}
+    steps: dict[str, Step] = {}
+    for step, r in answered:
+        cut.setdefault((step.label, r.repeat), []).append(r)
+        steps[step.label] = step
+    out = list(written)
+    for (label, repeat), records in cut.items():
+        step = steps[label]
+        old = by_label.get(label)
+        run = StepRun(
+            step, repeat, [], sorted(records, key=lambda r: r.index),
+            EnergyReading(None, None, None, "interrupted: the window did not end"),
+        )  # fmt: skip
+        sc = Scenario(step, (old.runs if old else []) + [run])
+        sc.summary = summarize_scenario(spec, sc, force)
+        by_label[label] = sc
+        out = [sc if s.step.label == label else s for s in out] if old else out + [sc]
+    return out

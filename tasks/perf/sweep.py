@@ -45,7 +45,7 @@ from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
 from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
-from tasks.perf.metrics import RequestRecord
+from tasks.perf.metrics import RequestRecord, failed_requests
 from tasks.perf.outliers import outlier_repeats
 from tasks.perf.ranking import ranked
 from tasks.perf.rounds import Round
@@ -261,12 +261,19 @@ def run_step(
         if guard is None or run.noise is None:
             return run
         why = guard.retry_reason(run.noise, len(dropped))
-        if why is None:
+        failed = failed_requests(run.warmup + run.measured)
+        if why is None or failed:
             run.disturbed = guard.rule.judge(run.noise)
             if run.disturbed and warn:
+                kept = (
+                    f"not measured again: {failed} of its requests failed (the server's doing: sent again they "
+                    "would fail again)"
+                    if failed
+                    else f"no retry or re-measuring time left ({len(dropped)} measured again)"
+                )
                 warn(
                     f"{step.label} repeat {repeat}: window disturbed ({run.disturbed}; {run.noise.describe()}); "
-                    f"kept as it is: no retry or re-measuring time left ({len(dropped)} measured again)"
+                    f"kept as it is: {kept}"
                 )
             return run
         waited = guard.rule.wait_quiet(guard.engine_pids)
@@ -395,6 +402,7 @@ def perf_rounds(
     warn: Callable[[str], None] | None = None,
     extension: StepExtension | None = None,
     rank: bool = False,
+    on_record: Callable[[Step, RequestRecord], None] | None = None,
 ) -> Generator[Round, int | None, list[Scenario]]:
     """Every step of `spec`, `spec.repeats` times, interleaved; returns one Scenario per step (no summaries yet).
     A generator: it yields the Round it has just measured once every step has had it, so a caller can measure
@@ -412,7 +420,9 @@ def perf_rounds(
     `trace` after the fixed steps.
 
     `on_scenario` is called with everything measured so far after each (step, repeat), so
-    callers can write partial results as they come.
+    callers can write partial results as they come; `on_record` with each measured request as it is answered (its
+    step's first windows and added repeats; not a window measured again after the others), so a caller stopped
+    mid-window still has what that window answered (`tradeoff perf`'s interrupted file).
     """
     steps = (
         ([JITTER_STEP] if needs_jitter_step(spec) else [])
@@ -437,6 +447,13 @@ def perf_rounds(
     def first_time(step: Step, i: int, repeat: int, tracker: Callable[[RequestRecord], None] | None) -> StepRun:
         seed = spec.seed * 1_000_003 + i * 1009 + repeat
         sc = scenarios[step.label]
+        if on_record is not None:
+            bar_tracker = tracker
+
+            def tracker(r: RequestRecord) -> None:
+                if bar_tracker is not None:
+                    bar_tracker(r)
+                on_record(step, r)
 
         def make(window: int) -> list[Prompt]:
             ws = window_seed(seed, window)
@@ -528,11 +545,13 @@ def measure_outliers_again(
             continue
         for i, why in sorted(outlier_repeats([run.measured for run in sc.runs]).items()):
             old = sc.runs[i]
-            if guard is None or guard.spent_s >= guard.budget_s:
-                sc.runs[i] = replace(old, disturbed=old.disturbed or f"{why}; no re-measuring time left")
+            failed = failed_requests(old.warmup + old.measured)
+            if guard is None or guard.spent_s >= guard.budget_s or failed:
+                left = f"{failed} of its requests failed (not sent again)" if failed else "no re-measuring time left"
+                sc.runs[i] = replace(old, disturbed=old.disturbed or f"{why}; {left}")
                 replaced = True
                 if warn:
-                    warn(f"{sc.step.label} repeat {old.repeat}: {why}; kept: no re-measuring time left")
+                    warn(f"{sc.step.label} repeat {old.repeat}: {why}; kept: {left}")
                 continue
             t0 = time.perf_counter()
             guard.rule.wait_quiet(guard.engine_pids)

@@ -40,6 +40,9 @@ MAX_TRACE_BYTES = 256 << 20
 MAX_INPUT_TOKENS = 1_048_576
 MAX_OUTPUT_TOKENS = 131_072
 MAX_HASH_IDS = 65_536
+# The longest a step may send for: perf.max_duration_s's own bound (a day). A trace replayed without that setting is
+# held to it too: a trace whose timestamps span 31,000 years was waited out, silently (issue 49).
+MAX_STEP_S = 86_400.0
 MOONCAKE_FIX = (
     'each line is {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]} '
     '(Mooncake) or {"timestamp": ms, "prompt": text or "prompt_tokens": tokens, "max_tokens": tokens}'
@@ -219,7 +222,7 @@ def trace_prompts(
 
 
 def trace_replays(
-    spec: PerfSpec, count_tokens: Callable[[str], int] | None = None
+    spec: PerfSpec, count_tokens: Callable[[str], int] | None = None, warn: Callable[[str], None] | None = None
 ) -> Callable[[int, int], list[Prompt]]:
     """perf.trace's prompts for each replay and window ((replay, window) -> prompts, built once each; window > 0: the
     replay measured again). Replay 0's first window is seeded by perf.seed; any other by perf.seed, the replay and
@@ -227,9 +230,13 @@ def trace_replays(
     the requests share their hash_ids' prefixes as the trace says, across replays none, so a replay is not served
     from the prompt cache the one before filled (on 2026-12-06 the demo's second and third replays had a p50 TTFT
     of 21 ms against 255-385 ms for the first: cache hits, which the SLO claim then read as correlated requests).
-    Prompts the trace gives verbatim are sent as given in every replay: the cache may serve those."""
+    Prompts the trace gives verbatim are sent as given in every replay: the cache may serve those. A replay past
+    the step's bound is refused, one cut by perf.max_duration_s is `warn`ed of (trace_span_note)."""
     assert spec.trace is not None
     requests = load_trace(spec.trace.path, max_requests=spec.trace.max_requests)
+    cut = trace_span_note(requests, spec.trace, spec.max_duration_s)  # never waits out a trace past its bound
+    if cut and warn:
+        warn(cut)
     made: dict[tuple[int, int], list[Prompt]] = {}
 
     def replay(k: int, window: int = 0) -> list[Prompt]:
@@ -244,6 +251,51 @@ def trace_replays(
 def trace_duration_s(requests: Sequence[TraceRequest], speed: float = 1.0) -> float:
     """Seconds from the first send to the last, at `speed`."""
     return (requests[-1].at_ms - requests[0].at_ms) / 1000.0 / speed if requests else 0.0
+
+
+def session_think_s(requests: Sequence[TraceRequest]) -> float:
+    """The longest total think time of one session (s): its turns after the first wait at least that long between
+    them, whatever the replay speed (a think time is a user reading an answer, not a timestamp)."""
+    totals: dict[str, float] = {}
+    for r in requests:  # in send order: a session's first turn waits for no answer
+        if r.session_id is not None:
+            totals[r.session_id] = totals[r.session_id] + r.think_ms / 1000.0 if r.session_id in totals else 0.0
+    return max(totals.values(), default=0.0)
+
+
+def _span_words(s: float) -> str:
+    years = s / (365.25 * 86_400)
+    return f"{s:,.0f} s" + (f" ({years:,.0f} years)" if years >= 1 else f" ({s / 3600:,.1f} h)" if s >= 3600 else "")
+
+
+def trace_span_note(
+    requests: Sequence[TraceRequest], trace: TraceSpec, max_duration_s: float | None, field: str = "perf.trace"
+) -> str | None:
+    """A replay's span against the step's bound, before any request: ConfigError (one line: the span and the bound)
+    where the replay would run past a day with no perf.max_duration_s set; where max_duration_s is set and shorter,
+    the note that it cuts the replay there (requests due later are not sent); else None."""
+    span = trace_duration_s(requests, trace.speed)
+    think = session_think_s(requests)
+    what = (
+        f"its requests span {_span_words(span)} at speed {trace.speed:g}"
+        if span >= think
+        else f"a session's think times add up to {_span_words(think)}"
+    )
+    longest = max(span, think)
+    flag = field.startswith("--")  # `tradeoff perf --trace`: its flags, else the config's keys
+    speed, most, cut = (
+        ("--trace-speed", "--trace-max-requests", "--max-duration-s")
+        if flag
+        else (f"{field}.speed", f"{field}.max_requests", "perf.max_duration_s")
+    )
+    if max_duration_s is None and longest > MAX_STEP_S:
+        raise ConfigError(
+            f"{field}: {what}, over a step's bound of {MAX_STEP_S:,.0f} s; cut the trace, raise {speed}, set {most}, "
+            f"or set {cut} (the replay is then cut there)"
+        )
+    if max_duration_s is not None and longest > max_duration_s:
+        return f"trace: {what}; {cut} cuts each replay at {max_duration_s:g} s (requests due later are not sent)"
+    return None
 
 
 def send_error_stats(errors_ms: Sequence[float]) -> dict[str, float | None]:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from tasks.core.config import PerfSpec
 from tasks.core.credentials import error_excerpt
+from tasks.perf.error_share import causes_text, error_causes
 from tasks.perf.sweep import Scenario
 from tasks.perf.vllm_compat import vllm_keys
 from warehouse.contract import PERCENTILES
@@ -121,6 +122,7 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
     if detailed:
         out.update(_per_request(measured))
     out.update({k: s.get(k) for k in TRADEOFF_KEYS})
+    out["error_causes"] = error_causes(measured)  # failed requests by cause, with or without --detailed
     out["output_tokens_sources"] = dict(Counter(r.output_tokens_source for r in ok))
     out["prompt_tokens_sources"] = dict(Counter(r.prompt_tokens_source for r in ok))
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
@@ -129,9 +131,12 @@ def vllm_result(spec: PerfSpec, sc: Scenario, model: str, tokenizer_id: str | No
 def one_line(r: dict) -> str:
     """A scenario's headline numbers for the terminal."""
     f = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"
+    causes = causes_text(r.get("error_causes") or {})
     return (
-        f"{r['scenario']:>8}: {r['num_ok']} ok, {r['num_errors']} errored, {r['num_incomplete']} incomplete; "
-        f"{f(r['output_throughput'])} tok/s, "
+        f"{r['scenario']:>8}: {r['num_ok']} ok, {r['num_errors']} errored, {r['num_incomplete']} incomplete"
+        + (f" ({causes})" if causes else "")
+        + "; "
+        + f"{f(r['output_throughput'])} tok/s, "
         f"TTFT p50 {f(r['median_ttft_ms'])} ms, TPOT mean {f(r['mean_tpot_ms'], 2)} ms, "
         f"TTFT jitter {f(r['ttft_cv_pct_median'])} %, goodput {f(r['request_goodput'], 2)} req/s"
         + (f", MBU {f(r['mbu_pct'])} %" if r.get("mbu_pct") is not None else "")

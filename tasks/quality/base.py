@@ -100,6 +100,11 @@ class Suite:
     def run(self, ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
 
+    def supply(self, params: Any) -> int | None:
+        """Items the suite can answer with these (validated) params, known before it runs: a `limit` over it is
+        refused at load; None: no end (generated items) or not known until it runs (a data set)."""
+        return None
+
     def max_items(self, ctx: SuiteContext) -> int | None:
         """Items the sequence holds (an extendable suite; None: unlimited, e.g. generated)."""
         return None
@@ -186,10 +191,11 @@ def suite_for(name: str) -> Suite:
     return suite
 
 
-def check_params(name: str, params: dict[str, Any]) -> str | None:
-    """None when `params` suit suite `name`, else one line 'params.<field>: problem'."""
+def check_params(name: str, params: dict[str, Any], limit: int | None = None) -> str | None:
+    """None when `params` (and the suite's `limit`) suit suite `name`, else one line 'params.<field>: problem' or
+    'limit: problem' (a limit over the items the suite can supply with these params)."""
     try:
-        SUITES[name].Params.model_validate(params)
+        valid = SUITES[name].Params.model_validate(params)
     except ValidationError as err:
         return validation_line(
             err,
@@ -197,4 +203,7 @@ def check_params(name: str, params: dict[str, Any]) -> str | None:
             missing="required; add it",
             unknown=f"unknown parameter of suite {name}; known: {', '.join(SUITES[name].Params.model_fields)}",
         )
+    most = SUITES[name]().supply(valid)
+    if limit is not None and most is not None and limit > most:
+        return f"limit: {limit} is more than the {most} items suite {name} can supply with its params; set it <= {most}"
     return None

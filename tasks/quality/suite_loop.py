@@ -80,7 +80,7 @@ def load_suite_spec(
         raise ConfigError(f"--suite: {SUITES.unknown(spec.name)}")
     if problem := name_problem(spec.key, SUITE_KEY_PATTERN):  # the suite's folder under --output
         raise ConfigError(f"--suite: {problem}; give it a label")
-    problem = check_params(spec.name, spec.params)
+    problem = check_params(spec.name, spec.params, spec.limit)
     if problem:
         raise ConfigError(f"--suite ({spec.key}).{problem}")
     return spec

@@ -25,6 +25,7 @@ from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
 from tasks.report.text import (
     claim_lines,
+    error_lines,
     gate_plan_lines,
     host_noise_lines,
     quality_unit,
@@ -422,7 +423,13 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     if df.empty:
         return _note("no variants")
     # what else used the host too, and what correlated requests of a sustainable step are worth
-    lines = summary_lines(df) + trace_lines(df) + host_noise_lines(con, run_id) + claim_lines(con, run_id)
+    lines = (
+        summary_lines(df)
+        + trace_lines(df)
+        + host_noise_lines(con, run_id)
+        + error_lines(con, run_id)
+        + claim_lines(con, run_id)
+    )
     text = f"<p><b>{html.escape(lines[0])}</b></p><ul>{''.join(f'<li>{html.escape(t)}</li>' for t in lines[1:])}</ul>"
     plan = gate_plan_lines(con, run_id)
     if plan:

@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tasks.perf.error_share import causes_text, count_causes
 from tasks.quality.gate_plan import GatePlan, plan_lines
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
@@ -272,6 +273,23 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
+def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The measured requests that failed, per variant and step, counted by cause (tasks.perf.error_share): 'errors:
+    q2_k c2: HTTP 503 overloaded x4'; nothing when none failed."""
+    rows = con.execute(
+        "select variant, scenario, error from perf_requests where run_id = ? and not is_warmup and status <> 'ok' "
+        "order by variant, scenario, request_index",
+        [run_id],
+    ).fetchall()
+    groups: dict[tuple[str, str], list[str | None]] = {}
+    for variant, scenario, error in rows:
+        groups.setdefault((variant, scenario), []).append(error)
+    return [
+        f"errors: {variant} {scenario}: {causes_text(count_causes(errors))}"
+        for (variant, scenario), errors in groups.items()
+    ]
+
+
 def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """How the SLO claims counted their requests: the variants whose sustainable step's requests are correlated
     (v_slo_steps.n_effective below num_measured: what the claim counted them as, and the design effect;
@@ -417,6 +435,7 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
         *_energy_footnotes(df),
         *_threads_footnotes(con, run_id),
         *host_noise_lines(con, run_id),
+        *error_lines(con, run_id),
         "",
     ]
     knee = concurrency_lines(con, run_id)

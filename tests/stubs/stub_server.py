@@ -1,7 +1,8 @@
 """A local OpenAI-style SSE server used as a measuring instrument and to feed the client bad streams.
 
 The request's `model` picks the behaviour: ok (finish_reason length), stop (finish_reason
-stop), usage, html, garbage, http500, cut, empty, stall (two chunks, then 3 s of silence);
+stop), usage, html, garbage, http500, cut, empty, stall (two chunks, then 3 s of silence),
+overloaded (every other request HTTP 503 with OpenAI's error JSON, message "overloaded"), slow (ok, 20 ms a chunk);
 hostile ones: ping (': ping' every second, never an event, for up to a minute), nonewline
 (1.5 MiB without a newline), and the ODD shapes (two good chunks, then one odd JSON event).
 """
@@ -34,6 +35,8 @@ def _chunk(text: str, finish: str | None = None) -> bytes:
 
 class Handler(BaseHTTPRequestHandler):
     tokens = 5
+    posts = 0  # completions asked for so far (every mode), for a test that counts them or acts once some were
+    _count = threading.Lock()
 
     def log_message(self, *args):  # quiet
         pass
@@ -54,6 +57,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["content-length"])))
         mode = req.get("model", "ok")
+        with Handler._count:
+            Handler.posts += self.path.endswith("completions")
+            nth = Handler.posts
+        if mode == "overloaded" and nth % 2 == 0:
+            body = json.dumps({"error": {"message": "overloaded", "type": "server_error", "code": 503}}).encode()
+            self.send_response(503)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if mode == "http500":
             self.send_response(500)
             self.send_header("content-length", "4")
@@ -95,6 +109,8 @@ class Handler(BaseHTTPRequestHandler):
                 return  # connection closes mid-stream, no [DONE]
             if mode == "stall" and i == 1:
                 time.sleep(3)  # the server hangs mid-stream; the client's read timeout ends the request
+            if mode == "slow":
+                time.sleep(0.02)
         if mode == "usage":
             usage = {"prompt_tokens": 7, "completion_tokens": 42, "total_tokens": 49}
             self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())

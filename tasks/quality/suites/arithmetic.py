@@ -55,6 +55,7 @@ def arithmetic_problems(n: int, seed: int, tasks: list[str]) -> list[dict[str, A
 class ArithmeticParams(SuiteParams):
     tasks: list[str] = Field(
         default_factory=lambda: ["1D+", "1D-", "1Dx", "2D+"],
+        min_length=1,
         max_length=64,
         description=f"GPT-3 arithmetic tasks: {', '.join(ARITH_TASKS)}",
     )

@@ -56,7 +56,7 @@ class JudgeParams(BaseModel):
 
 class CoherenceParams(SuiteParams):
     prompts: list[str] | None = Field(
-        default=None, max_length=1000, description="story prompts (default: the built-in ones)"
+        default=None, min_length=1, max_length=1000, description="story prompts (default: the built-in ones)"
     )
     max_tokens: int = Field(default=2048, ge=16, le=131_072, description="tokens generated per prompt")
     force_length: bool = Field(default=True, description="send min_tokens = max_tokens so EOS does not end early")
@@ -183,6 +183,9 @@ class Coherence(Suite):
     name = "coherence"
     version = "1"
     Params = CoherenceParams
+
+    def supply(self, params: CoherenceParams) -> int:
+        return len(params.prompts or STORY_PROMPTS)
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)

@@ -124,6 +124,7 @@ class HelmError(RuntimeError):
 class HelmParams(SuiteParams):
     run_entries: list[str] | None = Field(
         default=None,
+        min_length=1,
         max_length=256,
         description="HELM run entries without model=, e.g. 'mmlu:subject=anatomy' "
         "(default: the suite name after 'helm:')",

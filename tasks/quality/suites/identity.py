@@ -29,7 +29,7 @@ from tasks.quality.texts import FIDELITY_TEXT, STORY_PROMPTS, STORY_TEMPLATE
 class IdentityParams(SuiteParams):
     max_tokens: int = Field(default=64, ge=1, le=131_072, description="tokens generated per prompt")
     prompts: list[str] | None = Field(
-        default=None, max_length=1000, description="prompts (default: built-in stories and text)"
+        default=None, min_length=1, max_length=1000, description="prompts (default: built-in stories and text)"
     )
 
 
@@ -52,6 +52,9 @@ class GreedyIdentity(Suite):
     name = "greedy_identity"
     version = "1"
     Params = IdentityParams
+
+    def supply(self, params: IdentityParams) -> int:
+        return len(params.prompts or default_prompts())
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         res = SuiteResult()

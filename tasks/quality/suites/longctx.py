@@ -41,11 +41,12 @@ _MARGIN_TOKENS = ANSWER_TOKENS + 8
 class LongCtxParams(SuiteParams):
     context_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(
         default_factory=lambda: [512, 1024, 2048],
+        min_length=1,
         max_length=64,
         description="prompt lengths (tokens); longer than the served context -> clipped to it",
     )
     depths_pct: list[Annotated[float, Field(ge=0, le=100)]] = Field(
-        default_factory=lambda: [0.0, 50.0, 100.0], max_length=64, description="needle depths (%)"
+        default_factory=lambda: [0.0, 50.0, 100.0], min_length=1, max_length=64, description="needle depths (%)"
     )
     trials: int = Field(default=1, ge=1, le=1000, description="samples per (length, depth) cell")
 
@@ -81,6 +82,10 @@ class LongContext(Suite):
     name = "longctx"
     version = "1"
     Params = LongCtxParams
+
+    def supply(self, params: LongCtxParams) -> int:
+        # at most: lengths clipped to the served context may merge (known only once it is served)
+        return len(set(params.context_tokens)) * len(params.depths_pct) * params.trials
 
     def run(self, ctx: SuiteContext) -> SuiteResult:
         p = self.params(ctx)
