@@ -38,6 +38,8 @@ def validation_line(
         msg = unknown or "unknown field; remove it or check its spelling"
     elif e["type"] == "missing":
         msg = missing
+    elif e["type"] == "too_short" and isinstance(e.get("input"), list) and not e["input"]:
+        msg = "is empty; list at least one"
     elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
         msg = f"{msg[0].lower()}{msg[1:]} (got {e.get('input')!r}); fix the value"
     return f"{where}: {msg}"

@@ -126,7 +126,7 @@ def _config_with_suite(tmp_path, suite: dict):
 @pytest.mark.parametrize(
     "suite, words",
     [
-        ({"name": "arithmetic", "params": {"tasks": []}}, ["(arithmetic).params.tasks", "at least 1"]),
+        ({"name": "arithmetic", "params": {"tasks": []}}, ["(arithmetic).params.tasks: is empty; list at least one"]),
         ({"name": "arithmetic", "params": {"tasks": ["9Dx"]}}, ["(arithmetic).params", "9Dx"]),
         ({"name": "coherence", "limit": 50, "params": {"prompts": ["a", "b"]}}, ["(coherence).limit: 50", "2 items"]),
         (

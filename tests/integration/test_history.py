@@ -274,13 +274,14 @@ FLIPS_QUERY = "-- 4. Which items did q2_k lose that q4_1 got right, and were the
 
 
 def documented_flips_query() -> str:
-    """The query the README and docs/warehouse.md give for the demo's warehouse after two nights."""
+    """The query docs/warehouse.md gives for the demo's warehouse after two nights (and the README, where it does)."""
     queries = []
-    for doc in (ROOT / "README.md", ROOT / "docs" / "warehouse.md"):
+    for doc in (ROOT / "docs" / "warehouse.md", ROOT / "README.md"):
         text = doc.read_text()
-        start = text.index(FLIPS_QUERY)
-        queries.append(text[start : text.index(";", start)])
-    assert queries[0] == queries[1]  # one query, documented twice
+        start = text.find(FLIPS_QUERY)
+        if start >= 0:
+            queries.append(text[start : text.index(";", start)])
+    assert queries and len(set(queries)) == 1, len(queries)  # documented, and the same wherever it is
     return queries[0]
 
 
