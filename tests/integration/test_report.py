@@ -165,3 +165,26 @@ def test_report_unknown_run(db: Path) -> None:
     with open_warehouse(db, read_only=True) as con, pytest.raises(WarehouseError) as e:
         format_report(con, "nope")
     assert str(e.value) == f"no run nope in {db}; latest runs: r1"
+
+
+def test_failed_requests_are_counted_by_cause_per_variant_and_step(tmp_path: Path) -> None:
+    """The nightly's report says why requests failed (issue 49): a count per cause, per variant and step."""
+    from tasks.report.text import error_lines
+
+    path = tmp_path / "tradeoff.duckdb"
+    load_run(write_sample_run(tmp_path), path)
+    with open_warehouse(path) as con:
+        assert error_lines(con, "r1") == []  # none failed
+        con.execute(
+            'update perf_requests set status = \'error\', error = \'HTTP 503: {"error": {"message": "overloaded"}}\' '
+            "where variant = 'q2_k' and not is_warmup and request_index % 2 = 0"
+        )
+        n = con.execute(
+            "select count(*) from perf_requests where variant = 'q2_k' and status = 'error' and not is_warmup"
+        ).fetchone()[0]
+        scenario = con.execute("select min(scenario) from perf_requests where variant = 'q2_k'").fetchone()[0]
+        lines = error_lines(con, "r1")
+        assert n > 0 and lines and all(line.startswith("errors: q2_k ") for line in lines)
+        assert f"errors: q2_k {scenario}: HTTP 503 overloaded x" in lines[0]
+        assert sum(int(line.rsplit(" x", 1)[1]) for line in lines) == n
+        assert any(line in format_report(con, "r1").splitlines() for line in lines)
