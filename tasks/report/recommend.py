@@ -127,6 +127,13 @@ def add_arguments(p) -> None:
     p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
     p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
     p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    layer = p.add_mutually_exclusive_group()
+    layer.add_argument(
+        "--explain",
+        action="store_true",
+        help="the evidence in full: every claim with its requests, looks, design effects, host and ranking",
+    )
+    layer.add_argument("--json", action="store_true", help="the same decision as one JSON object, for machines")
     p.add_argument(
         "--stability",
         default=str(STABILITY_RESAMPLES),
@@ -458,14 +465,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def reference_row(df: pd.DataFrame) -> pd.Series | None:
+    """The reference variant's row; None when the run has none, or more than one."""
+    refs = df[df["is_reference"].fillna(False).astype(bool)]
+    return refs.iloc[0] if len(refs) == 1 else None
+
+
 def summary_lines(df: pd.DataFrame) -> list[str]:
     """The decision in plain language: the recommendation (or why there is none), then one line per other variant."""
     if df.empty:
         return ["No variants in this run."]
     first = df.iloc[0]
     optimise, chosen = _v(first, "optimise"), _v(first, "recommended_variant")
-    refs = df[df["is_reference"].fillna(False).astype(bool)]
-    ref = refs.iloc[0] if len(refs) == 1 else None
+    ref = reference_row(df)
     lines = []
     if chosen is None:
         lines.append(
