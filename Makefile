@@ -59,7 +59,9 @@ bwrap:
 
 setup: bwrap $(BIN)/tradeoff $(OTAVA_DIR)/.installed $(HELM_VENV)/.installed
 
-# The demo ends with the answer the tool exists for (`tradeoff recommend`) and how long it took.
+# The demo ends with the answer the tool exists for: `tradeoff recommend` on one screen, whose last line says where
+# the rest is (`--explain`, `--json`, the run's HTML report runs/<run>/report.html, docs/decision.md); then how long
+# it took.
 demo: setup
 	@date +%s > .demo-started
 	$(BIN)/tradeoff doctor

@@ -157,15 +157,24 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    """Which variant to ship under the run's SLO and quality gate (v_recommendation), in words first."""
+    """Which variant to ship under the run's SLO and quality gate (v_recommendation): one screen, the evidence in
+    full (--explain) or the decision as JSON (--json)."""
+    import json
+
     from tasks.report.recommend import format_recommendation, overrides_from_args, stability_from_args
+    from tasks.report.screen import format_screen, recommendation_data
     from warehouse.db import open_warehouse
 
     overrides = overrides_from_args(args)  # bad flags fail here, before the warehouse is opened
     stability = stability_from_args(args)
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_recommendation(con, args.run, overrides, stability))
+        if args.json:
+            print(json.dumps(recommendation_data(con, args.run, overrides, stability), indent=1))
+        elif args.explain:
+            print(format_recommendation(con, args.run, overrides, stability))
+        else:
+            print(format_screen(con, args.run, overrides, stability))
     finally:
         con.close()
     return 0

@@ -232,7 +232,7 @@ def measure_validate_load(cfg: RunConfig, raw: dict, text: str, paths: RunPaths,
     counts = load_results_task(paths, warehouse)
     text = report_task(warehouse, paths)
     print(text)
-    print(f"html report: {paths.root / 'report.html'}")
+    print(f"html report: {paths.report_html}")
     notified = notify_outcome(cfg, warehouse, paths.run_id, status, rows)
     summary = {
         "run_id": paths.run_id,

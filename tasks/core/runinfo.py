@@ -38,7 +38,7 @@ PACKAGES = (
 
 @dataclass(frozen=True)
 class RunPaths:
-    """`runs/<run_id>/`: results (Parquet parts), logs (engine servers), and tool outputs."""
+    """`runs/<run_id>/`: results (Parquet parts), logs (engine servers), the HTML report, and tool outputs."""
 
     run_id: str
     root: Path
@@ -50,6 +50,11 @@ class RunPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def report_html(self) -> Path:
+        """The self-contained HTML report the nightly writes (tables and plots)."""
+        return self.root / "report.html"
 
 
 def runs_dir() -> Path:

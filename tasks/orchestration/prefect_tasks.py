@@ -206,7 +206,7 @@ def report_task(warehouse: Path, paths: RunPaths) -> str:
         text = format_report(con, run_id)
         metric = df["quality_metric"].dropna().iloc[0] if df["quality_metric"].notna().any() else None
         lines = takeaways(df, quality_unit(con, run_id, metric))
-        html_path = write_html(con, run_id, paths.root / "report.html").resolve()
+        html_path = write_html(con, run_id, paths.report_html).resolve()
         decision = recommendation_markdown(con, run_id)
     finally:
         con.close()

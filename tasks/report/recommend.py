@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.report.text import _cell as _v
 from tasks.report.text import (
     _fmt,
     _value,
@@ -29,6 +28,7 @@ from tasks.report.text import (
     md_escape,
     trace_lines,
 )
+from tasks.report.text import cell as _v
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 from warehouse.pairs import COLUMNS as PAIR_COLUMNS
@@ -127,6 +127,13 @@ def add_arguments(p) -> None:
     p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
     p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
     p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
+    layer = p.add_mutually_exclusive_group()
+    layer.add_argument(
+        "--explain",
+        action="store_true",
+        help="the evidence in full: every claim with its requests, looks, design effects, host and ranking",
+    )
+    layer.add_argument("--json", action="store_true", help="the same decision as one JSON object, for machines")
     p.add_argument(
         "--stability",
         default=str(STABILITY_RESAMPLES),
@@ -458,14 +465,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def reference_row(df: pd.DataFrame) -> pd.Series | None:
+    """The reference variant's row; None when the run has none, or more than one."""
+    refs = df[df["is_reference"].fillna(False).astype(bool)]
+    return refs.iloc[0] if len(refs) == 1 else None
+
+
 def summary_lines(df: pd.DataFrame) -> list[str]:
     """The decision in plain language: the recommendation (or why there is none), then one line per other variant."""
     if df.empty:
         return ["No variants in this run."]
     first = df.iloc[0]
     optimise, chosen = _v(first, "optimise"), _v(first, "recommended_variant")
-    refs = df[df["is_reference"].fillna(False).astype(bool)]
-    ref = refs.iloc[0] if len(refs) == 1 else None
+    ref = reference_row(df)
     lines = []
     if chosen is None:
         lines.append(
@@ -635,11 +647,8 @@ def format_recommendation(
 ) -> str:
     """`tradeoff recommend`: the decision in words first (with `stability` resamples, how often the pick holds when
     the perf side is measured again), then the table and the reasons figures are NULL."""
-    run_id = resolve_run(con, run_id)
     overrides = overrides or {}
-    spec = settings(con, run_id, overrides)
-    apply_overrides(con, spec, overrides)
-    df = recommendation_frame(con, run_id)
+    run_id, _, df = decided_frame(con, run_id, overrides)
     head = (
         f"run {run_id}: decision under {slo_text(df.iloc[0]) if len(df) else 'no SLO'}" if len(df) else f"run {run_id}"
     )
@@ -654,8 +663,8 @@ def format_recommendation(
         )
         head += (
             f", {gate} on "
-            f"{', '.join(_gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
-            + (" (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else "")
+            f"{', '.join(gate_metrics(con, run_id)) or 'no metric'}, optimising {_v(first, 'optimise')}"
+            + overridden_text(overrides)
         )
     lines = summary_lines(df) + trace_lines(df)
     if stability and len(df):
@@ -664,7 +673,24 @@ def format_recommendation(
     return "\n".join([head, "", *lines, "", _table(df), *_notes(df)])
 
 
-def _gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+def decided_frame(
+    con: duckdb.DuckDBPyConnection, run_id: str | None, overrides: dict[str, Any]
+) -> tuple[str, DecisionSpec, pd.DataFrame]:
+    """The run (`run_id` or the latest), its settings with `overrides` (validated, then shadowing v_decision on
+    this connection) and its rows of v_recommendation under them: what every form of `tradeoff recommend` says."""
+    run_id = resolve_run(con, run_id)
+    spec = settings(con, run_id, overrides)
+    apply_overrides(con, spec, overrides)
+    return run_id, spec, recommendation_frame(con, run_id)
+
+
+def overridden_text(overrides: dict[str, Any]) -> str:
+    """' (overridden: --slo, --gate)': the flags that replaced the run's settings; '' when none did."""
+    return " (overridden: " + ", ".join(FLAGS[k] for k in overrides) + ")" if overrides else ""
+
+
+def gate_metrics(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The gating quality metrics ('suite.metric') the decision was made on (v_decision, overrides included)."""
     rows = con.execute("select gate_metrics from v_decision where run_id = ?", [run_id]).fetchall()
     return list(rows[0][0] or []) if rows else []
 

@@ -228,17 +228,24 @@ def _threads_footnotes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]
     return out
 
 
-def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """What else used the host during the perf windows (perf_summary, migration 016; tasks/perf/host_noise.py): the
-    steps with a window measured again or kept disturbed, each with its note, then the worst of the kept windows
-    against the threshold; nothing for runs recorded before 016."""
-    rows = con.execute(
+def host_noise_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple]:
+    """Each perf step's host record (perf_summary, migration 016): variant, scenario, windows_kept,
+    windows_remeasured, windows_disturbed, host_noise_note, host_other_cpu_pct, host_steal_pct, host_noise_max_pct,
+    gpu_other_procs, gpu_other_sm_pct, interleaved_with; none for runs recorded before 016."""
+    return con.execute(
         "select variant, scenario, windows_kept, windows_remeasured, windows_disturbed, host_noise_note, "
         "host_other_cpu_pct, host_steal_pct, host_noise_max_pct, gpu_other_procs, gpu_other_sm_pct, interleaved_with "
         "from perf_summary where run_id = ? "
         "and windows_kept is not null order by variant, scenario",
         [run_id],
     ).fetchall()
+
+
+def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """What else used the host during the perf windows (perf_summary, migration 016; tasks/perf/host_noise.py): the
+    steps with a window measured again or kept disturbed, each with its note, then the worst of the kept windows
+    against the threshold; nothing for runs recorded before 016."""
+    rows = host_noise_rows(con, run_id)
     if not rows:
         return []
     out = [
@@ -273,14 +280,19 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
-def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """The measured requests that failed, per variant and step, counted by cause (tasks.perf.error_share): 'errors:
-    q2_k c2: HTTP 503 overloaded x4'; nothing when none failed."""
-    rows = con.execute(
+def failed_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, str | None]]:
+    """The run's measured requests that failed: (variant, scenario, error), in the order they were sent."""
+    return con.execute(
         "select variant, scenario, error from perf_requests where run_id = ? and not is_warmup and status <> 'ok' "
         "order by variant, scenario, request_index",
         [run_id],
     ).fetchall()
+
+
+def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The measured requests that failed, per variant and step, counted by cause (tasks.perf.error_share): 'errors:
+    q2_k c2: HTTP 503 overloaded x4'; nothing when none failed."""
+    rows = failed_requests(con, run_id)
     groups: dict[tuple[str, str], list[str | None]] = {}
     for variant, scenario, error in rows:
         groups.setdefault((variant, scenario), []).append(error)
@@ -290,22 +302,37 @@ def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     ]
 
 
-def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """How the SLO claims counted their requests: the variants whose sustainable step's requests are correlated
-    (v_slo_steps.n_effective below num_measured: what the claim counted them as, and the design effect;
-    docs/statistics.md, 1c), the steps decision.extend added repeats to or could not (its note, with the
-    confidence every look was judged at), and what the interleaved rounds' ranking looks found (migration 021).
-    Nothing when there is none of these."""
-    rows = con.execute(
+def correlated_claims(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, int, float, float]]:
+    """The variants whose sustainable step's requests are correlated (v_slo_steps.n_effective below num_measured):
+    (variant, scenario, requests, what the claim counted them as, design effect), the recommended first."""
+    return con.execute(
         "select r.variant, s.scenario, s.num_measured, s.n_effective, s.requests_deff "
         "from v_recommendation as r join v_slo_steps as s on s.run_id = r.run_id and s.variant = r.variant "
         "and s.scenario = r.sustainable_scenario where r.run_id = ? and s.n_effective < s.num_measured "
         "order by r.rank nulls last, r.variant",
         [run_id],
     ).fetchall()
+
+
+def extended_claims(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, str, int, float]]:
+    """The steps decision.extend added requests to, or could not: (variant, scenario, its note, the looks planned,
+    the confidence each look was judged at)."""
+    return con.execute(
+        "select variant, scenario, extend_note, slo_looks, claim_confidence from v_slo_steps "
+        "where run_id = ? and extend_note is not null order by variant, scenario",
+        [run_id],
+    ).fetchall()
+
+
+def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """How the SLO claims counted their requests: the variants whose sustainable step's requests are correlated
+    (v_slo_steps.n_effective below num_measured: what the claim counted them as, and the design effect;
+    docs/statistics.md, 1c), the steps decision.extend added repeats to or could not (its note, with the
+    confidence every look was judged at), and what the interleaved rounds' ranking looks found (migration 021).
+    Nothing when there is none of these."""
     parts = [
         f"{variant} {scenario}: {n} requests counted as {n_eff} (design effect {deff:.2f})"
-        for variant, scenario, n, n_eff, deff in rows
+        for variant, scenario, n, n_eff, deff in correlated_claims(con, run_id)
     ]
     out = []
     if parts:
@@ -313,11 +340,7 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
             "correlated requests (in flight together, a repeat's shared host state, a drift; the SLO claim counts "
             "them as fewer, docs/statistics.md 1c): " + "; ".join(parts)
         )
-    extended = con.execute(
-        "select variant, scenario, extend_note, slo_looks, claim_confidence from v_slo_steps "
-        "where run_id = ? and extend_note is not null order by variant, scenario",
-        [run_id],
-    ).fetchall()
+    extended = extended_claims(con, run_id)
     if extended:
         looks, conf = extended[0][3], extended[0][4]
         out.append(
@@ -338,7 +361,8 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
-def _cell(row: pd.Series, col: str) -> Any:
+def cell(row: pd.Series, col: str) -> Any:
+    """A row's value of `col`, None where it is NULL/NaN or the row has no such column."""
     return _value(row.get(col))
 
 
@@ -349,14 +373,14 @@ def trace_lines(df: pd.DataFrame) -> list[str]:
     if t.empty:
         return []
     t = t.sort_values(["trace_slo_attainment_pct", "trace_goodput_req_s"], ascending=False, na_position="last")
-    offered = _cell(t.iloc[0], "trace_offered_req_s")
+    offered = cell(t.iloc[0], "trace_offered_req_s")
     parts = [
-        f"{r['variant']} {_fmt(_cell(r, 'trace_slo_attainment_pct'), '.0f')} % of {_cell(r, 'trace_n'):.0f} "
-        f"requests within the SLO (goodput {_fmt(_cell(r, 'trace_goodput_req_s'), '.3f')} req/s, "
-        f"{_cell(r, 'trace_slo_status')}"
+        f"{r['variant']} {_fmt(cell(r, 'trace_slo_attainment_pct'), '.0f')} % of {cell(r, 'trace_n'):.0f} "
+        f"requests within the SLO (goodput {_fmt(cell(r, 'trace_goodput_req_s'), '.3f')} req/s, "
+        f"{cell(r, 'trace_slo_status')}"
         + (
-            f": {_cell(r, 'trace_fail_reason')}"
-            if _cell(r, "trace_slo_status") != "met" and _cell(r, "trace_fail_reason")
+            f": {cell(r, 'trace_fail_reason')}"
+            if cell(r, "trace_slo_status") != "met" and cell(r, "trace_fail_reason")
             else ""
         )
         + ")"

@@ -907,11 +907,13 @@ def test_a_search_or_an_extension_makes_the_perf_row_counts_open() -> None:
 def test_cli_recommend(demo_db: Path, capsys) -> None:
     from flows.cli import main
 
-    assert main(["recommend", "--warehouse", str(demo_db)]) == 0
+    assert main(["recommend", "--warehouse", str(demo_db), "--explain"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("run d1: decision under p99") and out[2].startswith("Ship q4_1 (the reference)")
     assert main(["recommend", "--warehouse", str(demo_db), "--optimise", "tps", "--gate", "arithmetic.accuracy"]) == 0
-    assert "(overridden: --gate, --optimise)" in capsys.readouterr().out.splitlines()[0]
+    screen = capsys.readouterr().out.splitlines()
+    assert screen[0].startswith("Ship q4_1 (the reference)")
+    assert any(n.startswith("run d1: ") and n.endswith("(overridden: --gate, --optimise)") for n in screen)
     for flags, message in (
         (["--retention", "ninety"], "error: --retention: 'ninety' is not a number; write e.g. --retention 0.99"),
         (
@@ -921,6 +923,136 @@ def test_cli_recommend(demo_db: Path, capsys) -> None:
     ):
         assert main(["recommend", "--warehouse", str(demo_db), *flags]) == 2
         assert capsys.readouterr().err.strip() == message
+
+
+def no_variant_db(tmp_path: Path) -> Path:
+    """demo_like under an SLO no variant meets: no variant to ship."""
+    db = tmp_path / "none.duckdb"
+    spec = {**RETENTION, "slo": {"ttft_ms": 250}}
+    load_run(write_decision_run(tmp_path / "runs-none", "s1", demo_like(), decision=spec), db)
+    return db
+
+
+def paired_db(tmp_path: Path) -> Path:
+    """`b` 8 % faster than the reference round by round, equal on quality: Ship b, with its paired interval."""
+    host = [1.00, 1.20, 0.80, 1.10, 0.90, 1.15]
+    per_repeat = {"ref": host, "b": [h * 1.08 * e for h, e in zip(host, (1.01, 0.99, 1.0, 1.01, 0.99, 1.0))]}
+    return two_variant_run(tmp_path, "p1", per_repeat)
+
+
+def printed(capsys, *argv: str) -> str:
+    from flows.cli import main
+
+    assert main(["recommend", *argv]) == 0
+    return capsys.readouterr().out.rstrip("\n")
+
+
+@pytest.mark.parametrize("shape", ["demo", "no variant", "paired"])
+def test_the_default_output_fits_one_screen(shape: str, demo_db: Path, tmp_path: Path, capsys) -> None:
+    """`tradeoff recommend` answers on one screen: at most 30 lines of at most 160 characters, the verdict first (at
+    most two lines, the first naming the variant to ship or saying there is none), one short row per variant, at
+    most five notes. The demo's with its stability line (the default 200 resamples)."""
+    db = {"demo": demo_db, "no variant": no_variant_db(tmp_path), "paired": paired_db(tmp_path)}[shape]
+    flags = [] if shape == "demo" else ["--stability", "20"]
+    lines = printed(capsys, "--warehouse", str(db), *flags).split("\n")
+    with open_warehouse(db, read_only=True) as con:
+        got = by_variant(con, {"demo": "d1", "no variant": "s1", "paired": "p1"}[shape])
+    (pick,) = {r["recommended_variant"] for r in got.values()}
+    assert len(lines) <= 30 and max(len(x) for x in lines) <= 160, lines
+    assert lines[0].startswith(f"Ship {pick}" if pick else "No variant to ship: ")
+    verdict, table, notes = "\n".join(lines).split("\n\n")
+    assert 1 <= len(verdict.split("\n")) <= 2 and 1 <= len(notes.split("\n")) <= 5
+    header, *rows = table.split("\n")
+    assert header.split() == ["variant", "verdict", "load", "speed", "vs", "ref", "quality", "vs", "ref", "reason"]
+    assert {r.split()[0]: r.split()[1] for r in rows} == {v: r["verdict"] for v, r in got.items()}
+    assert all(len(r[header.index("reason") :]) <= 40 for r in rows)
+    assert notes.split("\n")[-1].startswith("more: tradeoff recommend --explain")
+    if shape == "demo":
+        # the reference ships: no ratio to itself, and no quality change to state; its tie is said
+        assert lines[0] == (
+            "Ship q4_1 (the reference): 1.00 req/s completed at concurrency 2 within p99 TTFT <= 2000 ms, TPOT <= "
+            "200 ms; tied with q4_1-spec on rate."
+        )
+        assert lines[1] == "Faster but not shipped: q3_k_m 1.30x (not_enough_evidence), q2_k 1.80x (fails_gate)."
+        assert "stability: q4_1 is the pick in 100 % of 200 resamples of the perf side" in notes
+        assert "run d1: p99 TTFT <= 2000 ms, TPOT <= 200 ms; gate: retention >= 99.0 % on arithmetic.accuracy" in notes
+    if shape == "no variant":
+        assert lines[0] == "No variant to ship: no variant meets the SLO at any measured step."
+    if shape == "paired":
+        # the reference's ratio over the best's, paired round by round, turned round: b's over the reference's
+        ref = got["ref"]
+        low, high = 1 / ref["paired_ratio_ci_high"], 1 / ref["paired_ratio_ci_low"]
+        assert lines[0] == (
+            f"Ship b: 1.08x the reference's sustainable rate (paired {low:.2f}-{high:.2f}x over 6 rounds), "
+            "arithmetic.accuracy +0.0 points (-0.2..+0.2, 2,000 pairs)."
+        )
+        assert (
+            lines[1]
+            == "1.11 req/s completed at concurrency 1 within p50 TTFT <= 400 ms (300 requests, 0 over a limit)."
+        )
+        assert rows[0].split()[:5] == ["b", "recommended", "1.11", "req/s", "c1"]
+        assert f"1.08x ({low:.2f}-{high:.2f})" in rows[0] and "+0.0 pt (-0.2..+0.2)" in rows[0]
+
+
+def test_explain_is_the_full_evidence_and_json_the_same_decision(demo_db: Path, tmp_path: Path, capsys) -> None:
+    """`--explain` prints what the default printed before the screen (format_recommendation, every claim and the
+    17-column table); `--json` the same decision as data, NULL as null."""
+    import json
+
+    from tasks.report.recommend import STABILITY_RESAMPLES, format_recommendation
+
+    explain = printed(capsys, "--warehouse", str(demo_db), "--explain")
+    with open_warehouse(demo_db, read_only=True) as con:
+        assert explain == format_recommendation(con, "d1", {}, STABILITY_RESAMPLES)
+    for db, run_id in ((demo_db, "d1"), (paired_db(tmp_path), "p1")):
+        data = json.loads(printed(capsys, "--warehouse", str(db), "--json", "--stability", "20"))
+        with open_warehouse(db, read_only=True) as con:
+            got = by_variant(con, run_id)
+        assert data["run_id"] == run_id and data["pick"] == got[data["variants"][0]["variant"]]["recommended_variant"]
+        assert {v["variant"]: v["verdict"] for v in data["variants"]} == {v: r["verdict"] for v, r in got.items()}
+        assert {v["variant"]: v["verdict_reason"] for v in data["variants"]} == {
+            v: r["verdict_reason"] for v, r in got.items()
+        }
+        assert sum(s["count"] for s in data["stability"]) == 20
+        assert data["settings"]["gate_metrics"] == ["arithmetic.accuracy"] and data["settings"]["overridden"] == []
+    failed = next(
+        v
+        for v in json.loads(printed(capsys, "--warehouse", str(demo_db), "--json", "--stability", "0"))["variants"]
+        if v["variant"] == "q8_0"
+    )
+    assert failed["sustainable_req_s"] is None and failed["screen"]["speed_vs_reference"]["ratio"] is None
+    paired = {v["variant"]: v for v in data["variants"]}
+    speed = paired["b"]["screen"]["speed_vs_reference"]
+    assert speed["rounds"] == 6 and speed["ci_low"] == pytest.approx(1 / paired["ref"]["paired_ratio_ci_high"])
+
+
+def test_the_screen_names_the_runs_html_report(demo_db: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Where the nightly wrote the HTML report (runs/<run>/report.html), the screen's last line gives its path."""
+    import json
+
+    monkeypatch.setenv("TRADEOFF_RUNS_DIR", str(tmp_path / "runs"))
+    page = tmp_path / "runs" / "d1" / "report.html"
+    assert "HTML report: tradeoff report --html FILE" in printed(
+        capsys, "--warehouse", str(demo_db), "--stability", "0"
+    )
+    page.write_text("<html></html>")
+    last = printed(capsys, "--warehouse", str(demo_db), "--stability", "0").split("\n")[-1]
+    assert last.startswith("more: tradeoff recommend --explain") and f" {page} | docs/decision.md" in last
+    data = json.loads(printed(capsys, "--warehouse", str(demo_db), "--json", "--stability", "0"))
+    assert data["html_report"] == str(page) and data["stability"] is None
+
+
+def test_a_long_table_is_cut_to_the_screen(demo_db: Path) -> None:
+    import pandas as pd
+
+    from tasks.report.recommend import recommendation_frame
+    from tasks.report.screen import table_lines
+
+    with open_warehouse(demo_db, read_only=True) as con:
+        df = recommendation_frame(con, "d1")
+    many = pd.concat([df.assign(variant=df["variant"] + f"-{i}") for i in range(8)], ignore_index=True)
+    lines = table_lines(many, 21)
+    assert len(lines) == 21 and lines[-1].startswith("... 21 more variants: --explain")
 
 
 def test_a_warehouse_written_before_the_views_existed_is_one_line(demo_db: Path) -> None:
