@@ -1,7 +1,9 @@
-"""The HTML report of one run: one self-contained page (inline CSS and SVG plots, no scripts, no
+"""The HTML report of one run: one self-contained page (inline CSS, SVG plots and one inline script, no
 external resources) with the trade-off table, takeaways and the plots an inference team reads.
 
-First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes).
+First the decision (v_recommendation: which variant to ship, its frontier plot with intervals on both axes), then
+its explorer: the decision under other SLO limits, percentiles, gates and objectives, precomputed for a grid of
+`tradeoff recommend`'s flags (tasks.report.explorer) and looked up by the page's script (explorer.js).
 Plots: tokens/s vs quality with the Pareto frontier, TTFT and ITL CDFs per variant, jitter bars,
 throughput and latency vs concurrency, energy per token, the long-context length x depth grid.
 Then nights as a history: the headline series across nights with their change points marked (v_change_points),
@@ -21,6 +23,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from tasks.core.errors import ConfigError
+from tasks.report.explorer import explorer_data
 from tasks.report.history import flips_frame
 from tasks.report.recommend import recommendation_frame, summary_lines
 from tasks.report.text import (
@@ -45,7 +49,12 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.note{color:#666;font-size:13px}
 summary{cursor:pointer;margin:6px 0}table.people{width:100%;font-size:12.5px}table.people td{white-space:nowrap}
 table.people td.l{white-space:normal}th{font-weight:600;vertical-align:bottom}
 th.grp{text-align:center;background:#e6e6e6}small.ci{color:#666}th[title]{cursor:help}
+.explorer-controls{display:flex;flex-wrap:wrap;gap:8px 18px;font-size:13px;margin:8px 0}
+.explorer-controls select{font-size:13px;margin-left:4px}#explorer-flags{font-size:12px}
+.explorer-body{display:grid;grid-template-columns:590px 1fr;gap:16px;align-items:start}
 """
+# The explorer's script (tasks/report/explorer.js), inlined into the page.
+EXPLORER_JS = Path(__file__).with_name("explorer.js")
 
 
 def _svg(fig) -> str:
@@ -447,6 +456,32 @@ def decision_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     )
 
 
+def explorer_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The decision under other settings: controls for the SLO's limits, its percentile, the quality gate and the
+    objective, snapping to a grid decided as `tradeoff recommend` decides it (tasks.report.explorer); the page's
+    script shows the setting's pick, each variant's verdict and reason, and the frontier. Data and script inline."""
+    try:
+        data = explorer_data(con, run_id)
+    except ConfigError as err:  # a setting of the grid the run's own settings make invalid: the page still renders
+        return _note(f"no explorer: {err}")
+    if data is None:
+        return _note("no variants")
+    # inside a script element, '<' may only start its end: written as the JSON escape it is
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    return (
+        _note(
+            f"What if the SLO, the gate or the objective were different? Each control offers a few values around "
+            f"the run's own; every one of their {len(data['points'])} combinations was decided, when this report "
+            f"was written ({data['seconds']:g} s), by the code of tradeoff recommend with the flags shown under the "
+            f"pick, so the page and the command agree. A link to the page ending in #percentile=90 (any control's "
+            f"name and value) opens it at that setting."
+        )
+        + '<div id="explorer"><noscript><p class="note">The explorer needs JavaScript.</p></noscript></div>'
+        + f'<script type="application/json" id="explorer-data">{payload}</script>'
+        + f"<script>{EXPLORER_JS.read_text()}</script>"
+    )
+
+
 def _decision_plot(df: pd.DataFrame) -> str:
     """Sustainable output tokens/s vs retention with both intervals as error bars; the frontier and the
     recommended variant marked; the variants left out named."""
@@ -698,6 +733,7 @@ def render_html(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
 <h1>tradeoff: run {html.escape(run_id)} ({html.escape(str(run.config_name))}, {html.escape(str(run.status))})</h1>
 <p class="note">started {_fmt(run.started_at)} UTC · reference {html.escape(str(run.reference_variant))} · {meta}</p>
 <h2>Decision: which variant to ship</h2>{decision_section(con, run_id)}
+<h2>Explore the decision: other limits, percentiles, gates and objectives</h2>{explorer_section(con, run_id)}
 <h2>Trade-off table</h2><div class="scroll">{table}</div>
 <p class="note">Small type under a value: its 95 % interval. Hover a heading for the column's name in the
 warehouse (v_tradeoff).</p>

@@ -242,6 +242,15 @@ def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, override
     """
     if not overrides:
         return
+    cols = decision_columns(spec, overrides)
+    db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
+    replace = ", ".join(f"{v} as {k}" for k, v in cols.items())
+    con.execute(f'create or replace temp view v_decision as select * replace ({replace}) from "{db}".main.v_decision')
+
+
+def decision_columns(spec: DecisionSpec, overrides: dict[str, Any]) -> dict[str, str]:
+    """The v_decision columns that `overrides` set, each as a SQL literal of `spec`'s value: what apply_overrides
+    replaces (and the report's explorer, for each setting of its grid)."""
     cols: dict[str, str] = {}
     if "slo" in overrides and spec.slo is not None:
         limits = spec.slo.limits()
@@ -261,9 +270,7 @@ def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, override
         cols["optimise"] = _literal(spec.optimise)
     if "grid_gco2e_per_kwh" in overrides:
         cols["grid_gco2e_per_kwh"] = _literal(spec.grid_gco2e_per_kwh) + "::double"
-    db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
-    replace = ", ".join(f"{v} as {k}" for k, v in cols.items())
-    con.execute(f'create or replace temp view v_decision as select * replace ({replace}) from "{db}".main.v_decision')
+    return cols
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
@@ -279,15 +286,17 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     return run_id
 
 
+# The order of a run's rows of v_recommendation as the command shows them: the recommended variant first, then by
+# verdict and rank (variant last: one order).
+RECOMMENDATION_ORDER = """case verdict when 'recommended' then 0 when 'passes' then 1 when 'not_ranked' then 2
+                 when 'not_enough_evidence' then 3 when 'fails_gate' then 4 when 'misses_slo' then 5 else 6 end,
+                 rank nulls last, objective desc nulls last, variant"""
+
+
 def recommendation_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """The run's rows of v_recommendation: the recommended variant first, then by verdict and rank."""
     return con.execute(
-        """
-        select * from v_recommendation where run_id = ?
-        order by case verdict when 'recommended' then 0 when 'passes' then 1 when 'not_ranked' then 2
-                 when 'not_enough_evidence' then 3 when 'fails_gate' then 4 when 'misses_slo' then 5 else 6 end,
-                 rank nulls last, objective desc nulls last, variant""",
-        [run_id],
+        f"select * from v_recommendation where run_id = ? order by {RECOMMENDATION_ORDER}", [run_id]
     ).df()
 
 

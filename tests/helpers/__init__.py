@@ -62,15 +62,23 @@ def q(db: Path, sql: str) -> list[tuple]:
 CHROMIUM = chromium()
 
 
-def _run_chromium(page: Path, tmp: Path, *flags: str) -> subprocess.CompletedProcess:
+def _run_chromium(page: Path, tmp: Path, *flags: str, fragment: str = "") -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     return subprocess.run(
-        [CHROMIUM, *HEADLESS_FLAGS, f"--user-data-dir={tmp / 'chromium'}", *flags, page.as_uri()],
+        [CHROMIUM, *HEADLESS_FLAGS, f"--user-data-dir={tmp / 'chromium'}", *flags, page.as_uri() + fragment],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def dom_in_chromium(page: Path, tmp: Path, *flags: str, fragment: str = "") -> str:
+    """The DOM of a page (opened at `fragment`, e.g. '#percentile=90') after its scripts ran in headless Chromium
+    (skipped without it), as --dump-dom prints it."""
+    proc = _run_chromium(page, tmp, "--dump-dom", *flags, fragment=fragment)
+    assert proc.returncode == 0 and "</html>" in proc.stdout, proc.stderr[-2000:]
+    return proc.stdout
 
 
 def render_in_chromium(page: Path, tmp: Path, width: int = 1400) -> Path:
@@ -86,7 +94,7 @@ def render_in_chromium(page: Path, tmp: Path, width: int = 1400) -> Path:
     return shot
 
 
-# Appended to a copy of a page (the report itself has no script): after layout, each scrolling table box's
+# Appended to a copy of a page: after layout, each scrolling table box's
 # heading with its content and box widths, and the page's, written into the DOM that --dump-dom prints.
 _WIDTH_PROBE = """<script>addEventListener('load', () => {
   const boxes = [...document.querySelectorAll('div.scroll')].map(d => [

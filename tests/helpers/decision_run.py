@@ -364,3 +364,36 @@ def ttfts(n: int, ms: float) -> list[float]:
 def by_variant(con, run_id: str = "d1") -> dict[str, dict]:
     """v_recommendation's rows of run RUN_ID by variant."""
     return {r["variant"]: r for r in rows(con, f"select * from v_recommendation where run_id = '{run_id}'")}
+
+
+def what_if_run() -> dict[str, dict]:
+    """A run whose pick moves with each setting of the decision (the report's explorer): q4_1 (reference, the only
+    energy and price figures), q4_1-2s (identical outputs, 1.6 req/s at c2 but TTFTs up to 1.2 s: shipped at TTFT
+    2000 ms, not at 1000 ms), q5_k (identical outputs, 2 req/s, 60 requests a step: too few to show a p99, enough
+    for a p90), q3_k_m (1.3 req/s, -1.25 points, 95 % CI -5 to +2.5: passes a 5-point margin only), q2_k (1.8
+    req/s, 20 points worse) and q8_0 (failed)."""
+    same = delta(0.5, 0.5, no_pair_differs(2000), n=2000, p_value=1.0, lost=0, gained=0)
+    steady = lambda req_s, n=N, c2_ms=500: [
+        step("c1", 1, req_s / 2, ttfts(n, 300)),
+        step("c2", 2, req_s, ttfts(n, c2_ms)),
+    ]
+    return {
+        "q4_1": {
+            "ref": True,
+            "steps": [
+                step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
+                step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4),
+            ],
+            "accuracy": 0.5,
+            "cost": {"usd_per_hour": 3.6},
+        },
+        "q4_1-2s": {"steps": steady(1.6, c2_ms=900), "accuracy": 0.5, "delta": same},
+        "q5_k": {"steps": steady(2.0, n=60, c2_ms=400), "accuracy": 0.5, "delta": same},
+        "q3_k_m": {
+            "steps": steady(1.3),
+            "accuracy": 39 / 80,
+            "delta": delta(0.5, 39 / 80, (-0.05, 0.025), lost=3, gained=2),
+        },
+        "q2_k": {"steps": steady(1.8), "accuracy": 0.3, "delta": delta(0.5, 0.3, (-0.28, -0.12))},
+        "q8_0": {"status": "failed", "error": "ServerDied: server exited with code 1\nlog tail"},
+    }
