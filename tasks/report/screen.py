@@ -9,7 +9,11 @@ not guessed. The evidence in full (`--explain`) is recommend.format_recommendati
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
 
 from tasks.core.runinfo import RunPaths, runs_dir
 from tasks.report.recommend import (
@@ -25,12 +29,6 @@ from tasks.report.recommend import (
 )
 from tasks.report.text import cell as _v
 from tasks.report.text import correlated_claims, extended_claims, failed_requests, host_noise_rows
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    import duckdb
-    import pandas as pd
 
 WIDTH = 160  # characters a line of the screen takes at most
 LINES = 30  # lines the screen takes at most
