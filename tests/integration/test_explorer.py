@@ -104,7 +104,8 @@ def command(db: Path, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[l
     from flows.cli import main, parser
     from tasks.report.recommend import apply_overrides, overrides_from_args, recommendation_frame, settings
 
-    assert main(["recommend", "--warehouse", str(db), "--run", RUN, "--stability", "0", *argv]) == 0
+    # --explain: the full text, whose first sentence the page shows (the default screen words it shorter)
+    assert main(["recommend", "--warehouse", str(db), "--run", RUN, "--stability", "0", "--explain", *argv]) == 0
     printed = capsys.readouterr().out.splitlines()
     overrides = overrides_from_args(parser().parse_args(["recommend", *argv]))
     with open_warehouse(db, read_only=True) as con:
