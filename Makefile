@@ -59,14 +59,14 @@ bwrap:
 
 setup: bwrap $(BIN)/tradeoff $(OTAVA_DIR)/.installed $(HELM_VENV)/.installed
 
-# The demo ends with the answer the tool exists for: `tradeoff recommend` on one screen, whose last line says where
-# the rest is (`--explain`, `--json`, the run's HTML report runs/<run>/report.html, docs/decision.md); then how long
-# it took.
+# The demo ends with the answer the tool exists for: a short report (the nightly's log above has it in full), then
+# `tradeoff recommend` on one screen, whose last line says where the rest is (`--explain`, `--json`, the run's HTML
+# report runs/<run>/report.html, docs/decision.md); then how long it took.
 demo: setup
 	@date +%s > .demo-started
 	$(BIN)/tradeoff doctor
 	$(BIN)/tradeoff run configs/demo.yaml
-	$(BIN)/tradeoff report
+	$(BIN)/tradeoff report --brief
 	$(BIN)/tradeoff recommend
 	@echo "demo: doctor, nightly, report and recommendation in $$(( ($$(date +%s) - $$(cat .demo-started)) / 60 )) min $$(( ($$(date +%s) - $$(cat .demo-started)) % 60 )) s"; rm -f .demo-started
 

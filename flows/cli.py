@@ -132,7 +132,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     con = open_warehouse(_warehouse(args), read_only=True)
     try:
-        print(format_report(con, args.run))  # also rejects an unknown run id
+        print(format_report(con, args.run, brief=args.brief))  # also rejects an unknown run id
         if args.html:
             path = write_html(con, args.run or latest_run_id(con), args.html)
             print(f"html report: {path}")
@@ -389,6 +389,11 @@ def _add_warehouse_commands(sub) -> None:
     c = sub.add_parser("report", help="print a run's trade-off table and takeaways")
     c.add_argument("--run", help="run id (default: the latest)")
     c.add_argument("--html", metavar="PATH", help="also write the self-contained HTML report (tables and plots)")
+    c.add_argument(
+        "--brief",
+        action="store_true",
+        help="the table, takeaways and the gates' power only (the evidence: tradeoff recommend --explain)",
+    )
     _add_warehouse(c)
     c.set_defaults(func=cmd_report)
     c = sub.add_parser(

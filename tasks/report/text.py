@@ -446,8 +446,10 @@ def gate_plan_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return [f"- {line}" for line in plan_lines(plans)]
 
 
-def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> str:
-    """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways."""
+def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None, brief: bool = False) -> str:
+    """The report of `run_id` (default: the latest run): header, table, energy footnotes, takeaways. `brief` (`make
+    demo`, before the recommendation's screen): the table, the batching knee, the takeaways and the gates' power,
+    without the evidence lines (host, trace, claims; `tradeoff recommend --explain` has them) and the items lost."""
     run_id = resolve_run(con, run_id)
     df = tradeoff_frame(con, run_id)
     metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
@@ -457,21 +459,21 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> 
         "",
         _table(df, metric or "quality"),
         *_energy_footnotes(df),
-        *_threads_footnotes(con, run_id),
-        *host_noise_lines(con, run_id),
+        *([] if brief else _threads_footnotes(con, run_id)),
+        *([] if brief else host_noise_lines(con, run_id)),
         *error_lines(con, run_id),
         "",
     ]
     knee = concurrency_lines(con, run_id)
     lines += [*knee, ""] if knee else []
     # SLO attainment on a replayed trace, per variant; what correlated requests of a sustainable step are worth
-    served = trace_lines(trace_frame(con, run_id)) + claim_lines(con, run_id)
+    served = [] if brief else trace_lines(trace_frame(con, run_id)) + claim_lines(con, run_id)
     lines += [*served, ""] if served else []
     lines += [f"- {t}" for t in takeaways(df, quality_unit(con, run_id, metric))]
     plan = gate_plan_lines(con, run_id)
     if plan:
         lines += ["", "The quality gate's power, stated before the evidence (tradeoff check; docs/decision.md):", *plan]
-    flips = flip_lines(flips_frame(con, run_id))
+    flips = [] if brief else flip_lines(flips_frame(con, run_id))
     if flips:
         lines += [
             "",

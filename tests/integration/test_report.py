@@ -188,3 +188,23 @@ def test_failed_requests_are_counted_by_cause_per_variant_and_step(tmp_path: Pat
         assert f"errors: q2_k {scenario}: HTTP 503 overloaded x" in lines[0]
         assert sum(int(line.rsplit(" x", 1)[1]) for line in lines) == n
         assert any(line in format_report(con, "r1").splitlines() for line in lines)
+
+
+def test_brief_report_keeps_the_table_takeaways_and_power_and_leaves_the_evidence(tmp_path: Path, capsys) -> None:
+    """`make demo`'s short report before the recommendation's screen: `tradeoff report --brief` leaves out the
+    evidence lines (here: the host's), keeps the rest of the report as it is."""
+    from flows.cli import main
+
+    path = tmp_path / "tradeoff.duckdb"
+    load_run(write_sample_run(tmp_path), path)
+    with open_warehouse(path) as con:  # a window measured again: the host's evidence lines
+        con.execute(
+            "update perf_summary set windows_kept = 3, windows_remeasured = 1, windows_disturbed = 0, "
+            "host_noise_note = 'repeat 0: measured again 1x', host_other_cpu_pct = 3, host_steal_pct = 0, "
+            "host_noise_max_pct = 25 where variant = 'q2_k'"
+        )
+        full, brief = format_report(con, "r1").splitlines(), format_report(con, "r1", brief=True).splitlines()
+    host = [ln for ln in full if ln.startswith("host:")]
+    assert host and [ln for ln in full if ln not in host] == brief
+    assert main(["report", "--warehouse", str(path), "--run", "r1", "--brief"]) == 0
+    assert capsys.readouterr().out.splitlines() == brief
