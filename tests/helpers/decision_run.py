@@ -366,6 +366,21 @@ def by_variant(con, run_id: str = "d1") -> dict[str, dict]:
     return {r["variant"]: r for r in rows(con, f"select * from v_recommendation where run_id = '{run_id}'")}
 
 
+def reference_q4_1(**more) -> dict:
+    """The reference of the demo-like runs: 0.5 / 1.0 req/s at c1 / c2, accuracy 0.5, the only energy and price
+    figures (`more`: its samples, ...)."""
+    return {
+        "ref": True,
+        "steps": [
+            step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
+            step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4),
+        ],
+        "accuracy": 0.5,
+        "cost": {"usd_per_hour": 3.6},
+        **more,
+    }
+
+
 def what_if_run() -> dict[str, dict]:
     """A run whose pick moves with each setting of the decision (the report's explorer): q4_1 (reference, the only
     energy and price figures), q4_1-2s (identical outputs, 1.6 req/s at c2 but TTFTs up to 1.2 s: shipped at TTFT
@@ -378,15 +393,7 @@ def what_if_run() -> dict[str, dict]:
         step("c2", 2, req_s, ttfts(n, c2_ms)),
     ]
     return {
-        "q4_1": {
-            "ref": True,
-            "steps": [
-                step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
-                step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4),
-            ],
-            "accuracy": 0.5,
-            "cost": {"usd_per_hour": 3.6},
-        },
+        "q4_1": reference_q4_1(),
         "q4_1-2s": {"steps": steady(1.6, c2_ms=900), "accuracy": 0.5, "delta": same},
         "q5_k": {"steps": steady(2.0, n=60, c2_ms=400), "accuracy": 0.5, "delta": same},
         "q3_k_m": {

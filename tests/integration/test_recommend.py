@@ -21,6 +21,7 @@ from tests.helpers.decision_run import (
     by_variant,
     delta,
     no_pair_differs,
+    reference_q4_1,
     step,
     ttfts,
     write_decision_run,
@@ -49,16 +50,7 @@ def demo_like() -> dict[str, dict]:
     q3_k_m (faster, CI straddles 99 %), q8_0 (failed)."""
     steady = lambda req_s: [step("c1", 1, req_s / 2, ttfts(N, 300)), step("c2", 2, req_s, ttfts(N, 500))]
     return {
-        "q4_1": {
-            "ref": True,
-            "steps": [
-                step("c1", 1, 0.5, ttfts(N, 300), j_per_token=0.5),
-                step("c2", 2, 1.0, ttfts(N, 500), j_per_token=0.4),
-            ],
-            "accuracy": 0.5,
-            "samples": REF,
-            "cost": {"usd_per_hour": 3.6},
-        },
+        "q4_1": reference_q4_1(samples=REF),
         "q4_1-spec": {
             "steps": steady(0.98),
             "accuracy": 0.5,
