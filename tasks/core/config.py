@@ -27,6 +27,9 @@ from tasks.core.errors import ConfigError
 from tasks.core.names import safe_name
 
 # Files that make a folder a Hugging Face tokenizer.
+# The longest a step may send for (perf.max_duration_s's bound); a trace replayed without that setting is held to it
+# too (tasks.perf.trace.trace_span_note).
+MAX_STEP_S = 86_400
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
@@ -290,7 +293,7 @@ class PerfSpec(_Strict):
         "flagged warm-up; a decision with an SLO sets its warmup_share",
     )
     max_duration_s: float | None = Field(
-        default=None, gt=0, le=86_400, description="stop sending a step's requests after (s)"
+        default=None, gt=0, le=MAX_STEP_S, description="stop sending a step's requests after (s)"
     )
     warmup_requests: int = Field(
         default=1, ge=0, le=10_000, description="requests sent first, one by one, and excluded"

@@ -43,7 +43,7 @@ def error_cause(error: str | None) -> str:
         text = f"HTTP {http[1]} {message}".strip()
     else:
         text = next((p for p in _BY_PREFIX if text.startswith(p)), text)
-    return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 3] + "..."
+    return error_excerpt(text, CAUSE_CHARS)
 
 
 def count_causes(errors: Iterable[str | None]) -> dict[str, int]:

@@ -72,8 +72,9 @@ class StepExtension:
                     continue
                 failed = failed_requests(r for run in sc.runs for r in run.warmup + run.measured)
                 if failed:  # a broken server's requests are not sent again (docs/failures.md)
-                    changed = changed or sc.extend_note is None
-                    sc.extend_note = f"not extended: {failed} of its requests failed (sent again they would fail again)"
+                    note = f"not extended: {failed} of its requests failed (sent again they would fail again)"
+                    changed = changed or sc.extend_note != note
+                    sc.extend_note = note
                     continue
                 first_look = len(sc.runs) - sc.repeats_added  # a look adds at most as many repeats as the first had
                 k = repeats_to_add(check.n_needed, check.n, check.n // len(sc.runs), first_look)

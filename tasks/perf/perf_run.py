@@ -564,22 +564,17 @@ def interrupted_scenarios(
 ) -> list[Scenario]:
     """The scenarios of a run stopped mid-window: those written, each step whose window was cut with that window's
     answered requests as one more run (its energy not metered: the window did not end), summarised again."""
-    by_label = {sc.step.label: sc for sc in written}
-    cut: dict[tuple[str, int], list[RequestRecord]] = {}
-    steps: dict[str, Step] = {}
+    by_label = {sc.step.label: sc for sc in written}  # in the file's order; a step first seen cut goes last
+    cut: dict[tuple[Step, int], list[RequestRecord]] = {}
     for step, r in answered:
-        cut.setdefault((step.label, r.repeat), []).append(r)
-        steps[step.label] = step
-    out = list(written)
-    for (label, repeat), records in cut.items():
-        step = steps[label]
-        old = by_label.get(label)
+        cut.setdefault((step, r.repeat), []).append(r)
+    for (step, repeat), records in cut.items():
         run = StepRun(
             step, repeat, [], sorted(records, key=lambda r: r.index),
             EnergyReading(None, None, None, "interrupted: the window did not end"),
         )  # fmt: skip
+        old = by_label.get(step.label)
         sc = Scenario(step, (old.runs if old else []) + [run])
         sc.summary = summarize_scenario(spec, sc, force)
-        by_label[label] = sc
-        out = [sc if s.step.label == label else s for s in out] if old else out + [sc]
-    return out
+        by_label[step.label] = sc
+    return list(by_label.values())

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks.core.config import PerfSpec, TraceSpec
+from tasks.core.config import MAX_STEP_S, PerfSpec, TraceSpec
 from tasks.core.errors import ConfigError
 from tasks.perf.workload import WORDS, Prompt
 
@@ -40,9 +40,6 @@ MAX_TRACE_BYTES = 256 << 20
 MAX_INPUT_TOKENS = 1_048_576
 MAX_OUTPUT_TOKENS = 131_072
 MAX_HASH_IDS = 65_536
-# The longest a step may send for: perf.max_duration_s's own bound (a day). A trace replayed without that setting is
-# held to it too: a trace whose timestamps span 31,000 years was waited out, silently (issue 49).
-MAX_STEP_S = 86_400.0
 MOONCAKE_FIX = (
     'each line is {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]} '
     '(Mooncake) or {"timestamp": ms, "prompt": text or "prompt_tokens": tokens, "max_tokens": tokens}'

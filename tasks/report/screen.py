@@ -28,7 +28,7 @@ from tasks.report.recommend import (
     slo_text,
 )
 from tasks.report.text import cell as _v
-from tasks.report.text import correlated_claims, extended_claims, failed_requests, host_noise_rows
+from tasks.report.text import correlated_claims, extended_claims, failed_request_rows, host_noise_rows
 
 WIDTH = 160  # characters a line of the screen takes at most
 LINES = 30  # lines the screen takes at most
@@ -317,7 +317,7 @@ def evidence_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, in
         "disturbed_steps": sum(1 for r in host if r[3] or r[4]),
         "windows_measured_again": sum(r[3] or 0 for r in host),
         "windows_kept_disturbed": sum(r[4] or 0 for r in host),
-        "failed_requests": len(failed_requests(con, run_id)),
+        "failed_requests": len(failed_request_rows(con, run_id)),
     }
 
 

@@ -280,7 +280,7 @@ def host_noise_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return out
 
 
-def failed_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, str | None]]:
+def failed_request_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, str | None]]:
     """The run's measured requests that failed: (variant, scenario, error), in the order they were sent."""
     return con.execute(
         "select variant, scenario, error from perf_requests where run_id = ? and not is_warmup and status <> 'ok' "
@@ -292,7 +292,7 @@ def failed_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[s
 def error_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The measured requests that failed, per variant and step, counted by cause (tasks.perf.error_share): 'errors:
     q2_k c2: HTTP 503 overloaded x4'; nothing when none failed."""
-    rows = failed_requests(con, run_id)
+    rows = failed_request_rows(con, run_id)
     groups: dict[tuple[str, str], list[str | None]] = {}
     for variant, scenario, error in rows:
         groups.setdefault((variant, scenario), []).append(error)
