@@ -10,6 +10,7 @@ hostile ones: ping (': ping' every second, never an event, for up to a minute), 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -117,8 +118,20 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
-def start_stub() -> tuple[ThreadingHTTPServer, str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class StubServer(ThreadingHTTPServer):
+    """Keeps what went wrong while serving (a client that hung up mid-response) in `errors` instead of printing a
+    traceback into the test process's stderr, which tests of the command's own stderr read."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.errors: list[str] = []
+
+    def handle_error(self, request, client_address) -> None:
+        self.errors.append(f"{client_address}: {sys.exc_info()[1]!r}")
+
+
+def start_stub() -> tuple[StubServer, str]:
+    srv = StubServer(("127.0.0.1", 0), Handler)
     srv.protocol_version = "HTTP/1.0"  # close after each response: a cut stream ends the connection
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f"http://127.0.0.1:{srv.server_address[1]}"
