@@ -17,7 +17,7 @@ import time
 
 from instruments.slo_server import SEARCH_CASE, md1_highest_rate, start_paced_stub
 from tasks.core.config import RunConfig
-from tasks.perf.load_search import chain, judge, search_load
+from tasks.decision.load_search import chain, judge, search_load
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
 

@@ -25,9 +25,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from tasks.core.percentiles import look_confidence
     from tasks.loader import load_config
-    from tasks.perf.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
-    from tasks.perf.slo import evidence_lines
-    from tasks.quality.gate_plan import plan_config, plan_lines
+    from tasks.decision.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
+    from tasks.decision.slo import evidence_lines
+    from tasks.decision.gate_plan import plan_config, plan_lines
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     valid_run_id(args.run_id, "--run-id")
     text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     # Results location, work pool, notify block: one line each. The nightly takes the checked run as it is.

@@ -26,7 +26,7 @@ from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
 from tasks.perf.trace import load_trace, trace_span_note
-from tasks.quality.adaptive import adaptive_suites, gating_metrics
+from tasks.decision.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.base import check_params
 from tasks.quality.suites.arithmetic import Arithmetic
 from tasks.quality.suites.code import Code, unconfined_refused

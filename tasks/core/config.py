@@ -751,7 +751,7 @@ class DecisionSpec(_Strict):
 
     def fixed_step_confidence(self) -> float:
         """The confidence a fixed step's claim is judged at: `confidence`, or with `extend` each of its looks'
-        (tasks.perf.extend.look_confidence)."""
+        (tasks.decision.extend.look_confidence)."""
         from tasks.core.percentiles import look_confidence
 
         return look_confidence(self.confidence, self.extend.looks if self.extend else 1)

@@ -26,13 +26,14 @@ from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.variant_bookkeeping import error_line
-from tasks.perf.extend import StepExtension
-from tasks.perf.load_search import judge, search_load
+from tasks.decision.extend import StepExtension
+from tasks.decision.load_search import judge, search_load
 from tasks.perf.perf_run import measure_into_rounds, variant_target
-from tasks.perf.ranking import RankExtension
+from tasks.decision.ranking import RankExtension
 from tasks.perf.rounds import Round, interleave
 from tasks.perf.sweep import drain
-from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
+from tasks.decision.gate_plan import plan_config, plan_json, plan_lines
+from tasks.decision.suite_gate import AdaptiveGate
 from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send
@@ -146,7 +147,8 @@ def measure_quality(
 ) -> dict:
     """Every configured suite against the variant, then its deltas against the reference (parts written as they
     come)."""
-    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, run_logger())
+    gate = AdaptiveGate(cfg)
+    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, gate, run_logger())
 
 
 @task(name="write-run-row", cache_policy=NONE)

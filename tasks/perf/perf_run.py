@@ -21,21 +21,20 @@ from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, s
 from tasks.perf.energy import EnergyReading, per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
-from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import GpuWatch, HostGuard, NoiseRule, engine_process_ids
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
-from tasks.perf.rounds import Round
+from tasks.perf.rounds import Extension, Round
 from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
 from tasks.perf.trace import send_error_stats, trace_replays
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
 from warehouse.contract import SCHEMAS, write_table
 
-# The decision's sustainable-load search (tasks.perf.load_search): after the sweep, more steps as Scenarios.
+# The decision's sustainable-load search (tasks.decision.load_search): after the sweep, more steps as Scenarios.
 # Called with keywords energy_off_reason and meter_opener too: its steps are metered as the sweep's.
 Search = Callable[..., list[Scenario]]
 
@@ -360,7 +359,7 @@ def measure_rounds(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
+    extension: Extension | None = None,
     rank: bool = False,
     on_record: Callable[[Step, RequestRecord], None] | None = None,
 ) -> Generator[Round, int | None, list[Scenario]]:
@@ -448,7 +447,7 @@ def measure_into_rounds(
     results_dir: Path,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
+    extension: Extension | None = None,
     interleaved_with: list[str] | None = None,
     rank: bool = False,
 ) -> Generator[Round, int | None, dict]:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tasks.perf.error_share import causes_text, count_causes
-from tasks.quality.gate_plan import GatePlan, plan_lines
+from tasks.decision.gate_plan import GatePlan, plan_lines
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 

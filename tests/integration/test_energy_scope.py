@@ -202,7 +202,7 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
     import tasks.perf.energy as energy
     from instruments.slo_server import start_paced_stub
     from tasks.core.config import RunConfig
-    from tasks.perf.load_search import search_load
+    from tasks.decision.load_search import search_load
     from tasks.perf.perf_run import Target, measure
 
     monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))

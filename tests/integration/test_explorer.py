@@ -192,7 +192,7 @@ def test_the_slo_is_judged_once_per_slo_setting_because_it_reads_only_the_slo_co
     # tasks.report.explorer shares v_slo_steps between settings that agree on SLO_COLUMNS: it may, as long as
     # v_slo_steps reads v_decision once, in its `decision` CTE, and only those columns there
     sql = "\n".join(
-        line.split("--")[0] for line in (ROOT / "warehouse/views/marts/v_slo_steps.sql").read_text().splitlines()
+        line.split("--")[0] for line in (ROOT / "tasks/decision/sql/v_slo_steps.sql").read_text().splitlines()
     )
     assert sql.count("v_decision") == 1
     (columns,) = re.findall(r"decision as \(\s*select (.*?)\s+from v_decision\s*\)", sql, re.S)

@@ -14,7 +14,7 @@ import pytest
 
 from tasks.core.stat_tests import tango_interval
 from tasks.quality.deltas import add_identity_bounds, delta_row
-from tasks.quality.gate import judge
+from tasks.decision.gate import judge
 from tests.helpers.decision_run import RETENTION, N, by_variant, delta, step, ttfts, write_decision_run
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse

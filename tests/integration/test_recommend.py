@@ -358,10 +358,10 @@ def records_of(con, variant: str, scenario: str) -> list[list]:
 
 
 def judged_both(tmp_path: Path, s: dict, decision: dict, rate_step: bool = False) -> tuple[dict, object]:
-    """A run of one step `s` loaded: (its v_slo_steps row, tasks.perf.slo.check_step on the same stored requests, at
+    """A run of one step `s` loaded: (its v_slo_steps row, tasks.decision.slo.check_step on the same stored requests, at
     the confidence of each of the step's looks)."""
     from tasks.core.percentiles import look_confidence
-    from tasks.perf.slo import check_step
+    from tasks.decision.slo import check_step
 
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "j1", {"ref": {"ref": True, "steps": [s]}}, decision=decision), db)
@@ -758,7 +758,7 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
 
 
 def test_search_bisects_between_passing_and_failing_rates() -> None:
-    from tasks.perf.load_search import search_rates
+    from tasks.decision.load_search import search_rates
 
     threshold = 23.0
     tried = search_rates(4.0, 40.0, LoadSearchSpec(max_steps=10, tolerance_pct=5), lambda r: r <= threshold)
@@ -770,7 +770,7 @@ def test_search_bisects_between_passing_and_failing_rates() -> None:
 
 
 def test_search_stops_at_its_time_budget() -> None:
-    from tasks.perf.load_search import search_rates
+    from tasks.decision.load_search import search_rates
 
     now = [0.0]
 

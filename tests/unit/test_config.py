@@ -110,7 +110,7 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
     """Issue 36, item 3: p99 at 95 % needs 299 requests a step; the shipped vllm-cpu config's closed-loop steps
     gave 12 each, so every variant ended 'not enough requests' after 30 minutes. Now each step is stated, and a
     config whose steps cannot show the percentile is said to judge no variant on the SLO, with the fixes."""
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     cfg = parse_config(_decision_config({"concurrency": [1, 2], "repeats": 3, "num_prompts": 4}))
     lines, cannot = evidence_lines(cfg)
@@ -142,7 +142,7 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
 def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_steps(tmp_path):
     """Beside other steps a variant ships only when it serves the trace within the SLO (v_recommendation's
     trace_required): a trace that cannot show the percentile would let none ship, so check says so first."""
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"timestamp": {i * 100}, "input_length": 8, "output_length": 4}}\n' for i in range(17)))

@@ -10,19 +10,12 @@ import pytest
 from scipy import stats
 
 from tasks.core.stat_tests import tango_interval
-from tasks.quality.adaptive import Budget, sequential_gate
+from tasks.quality.looks import Budget, sequential_gate
 from tasks.quality.deltas import add_identity_bounds, delta_row
-from tasks.quality.design import boundaries, look_level, look_schedule
-from tasks.quality.gate import (
-    FAIL,
-    PASS,
-    UNDECIDED,
-    Look,
-    flip_rate_high,
-    identity_retention_low,
-    judge,
-    retention_interval,
-)
+from tasks.decision.design import boundaries, look_level, look_schedule
+from tasks.decision.gate import FAIL, PASS, judge, look_at
+from tasks.quality.deltas import flip_rate_high, identity_retention_low, retention_interval
+from tasks.quality.looks import UNDECIDED, Look
 
 
 def _samples(variant, scores, errored=()):
@@ -173,7 +166,7 @@ def test_looks_have_no_sliver_and_one_look_is_the_fixed_design():
     assert look_schedule(30, 1000) == [30, 60, 120, 240, 480, 1000]
     assert look_level(0.95, [80], 0) == 0.95 and Look.fixed(0.95) == Look(0.95, 1, 1)
     schedule = look_schedule(30, 1000)
-    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
+    assert look_at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
 
 
 def test_boundaries_are_lan_demets_obrien_fleming_and_pocock():

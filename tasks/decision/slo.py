@@ -1,5 +1,5 @@
 """A perf step judged against the decision's SLO: what its requests support about a latency percentile, and
-whether a rate step's load was sustained. Plain Python; warehouse/views/marts/v_slo_steps.sql applies the same
+whether a rate step's load was sustained. Plain Python; tasks/decision/sql/v_slo_steps.sql applies the same
 rule to the stored requests (tests/integration/test_recommend.py holds the two equal, case by case).
 
 **The percentile claim** (tasks.core.percentiles, MLPerf LoadGen's early stopping as the anchor). Over a step's

@@ -252,7 +252,7 @@ thresholds as (
 ),
 
 -- over of n counts as ceil(over n_eff / n): in requests of n, the thresholds at n_eff are allowed n // n_eff and
--- (shown_above - 1) n // n_eff + 1 (tasks.perf.slo.counted_thresholds; the same as at n when n_eff = n)
+-- (shown_above - 1) n // n_eff + 1 (tasks.decision.slo.counted_thresholds; the same as at n when n_eff = n)
 counted as (
     select
         s.*,

@@ -1,7 +1,7 @@
 """The sustainable-load search: after the sweep, rate steps that bracket the highest sustainable request rate
 and bisect the bracket, within a time budget.
 
-A rate step passes when tasks.perf.slo judges it `met`: its requests show the decision's percentile within
+A rate step passes when tasks.decision.slo judges it `met`: its requests show the decision's percentile within
 every limit (an order-statistic bound at decision.confidence; failed requests are misses) and its load was
 sustained (it achieved decision.min_rate_ratio of its offered rate: its queue did not grow, and the
 over-saturation rule did not stop it: tasks.perf.stopping). The sustainable
@@ -29,7 +29,7 @@ from tasks.core.config import LoadSearchSpec, RunConfig
 from tasks.core.percentiles import look_confidence
 from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
-from tasks.perf.slo import SloCheck, check_step
+from tasks.decision.slo import SloCheck, check_step
 from tasks.perf.sweep import Scenario, Step, fresh_prompts, is_rate_step, run_step, step_prompts, window_seed
 from tasks.perf.workload import Workload
 
