@@ -17,13 +17,14 @@ import duckdb
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
-from tasks.decision import SQL_DIR as DECISION_SQL_DIR
 from warehouse.pairs import update_pairs
 from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
-# The decision's views (the ship rules) live beside their Python twins, in tasks/decision/sql/.
+# The decision's views (the ship rules) live beside their Python twins, in tasks/decision/sql/:
+# read as files, the store imports nothing of the layers above it.
+DECISION_SQL_DIR = Path(__file__).parents[1] / "tasks" / "decision" / "sql"
 VIEW_DIRS = (VIEWS_DIR / "staging", VIEWS_DIR / "marts", DECISION_SQL_DIR)
 # Creation order: a view comes after the views it selects from. staging/ (stg_*) owns the shared
 # definitions (the headline scenario, the primary quality metric, the band rule over v_history); marts/ (v_*) are
