@@ -7,11 +7,11 @@ them with the code the pipeline runs (issue 24, items 3 and 4):
   delta_row computes once the samples are paired; delta_row itself, with errored requests, in table 3;
 - tasks.decision.gate.judge: the gate's rule (v_quality_gate applies the same rule; `--sql-check`
   puts simulated rows through the view itself and counts disagreements, which must be 0);
-- tasks.decision.adaptive.sequential_gate with tasks.decision.design.look_schedule / Look.at: the looks
+- tasks.quality.looks.sequential_gate with tasks.decision.design.look_schedule / Look.at: the looks
   of an adaptive suite, from the first n to 4 x n (looks at n, 2n, 4n), alpha spent over them.
 
 The reference is drawn too (its right answers with probability p_ref), so its own sampling error is
-in every figure: the gate takes the reference value as known (tasks/quality/gate.py) and this
+in every figure: the gate takes the reference value as known (tasks/decision/gate.py) and this
 measures what that costs.
 
 1. False pass: true retention at the target (the worst case of "below": the false pass can only

@@ -1,11 +1,11 @@
 """Benchmark: can the quality gate say yes? Power and size of the gate's designs, simulated with known truth through
-the pipeline's own path, against the exact figures of tasks/quality/design.py that `tradeoff check` states.
+the pipeline's own path, against the exact figures of tasks/decision/design.py that `tradeoff check` states.
 
 Every simulated sample is a set of paired right/wrong answers of a reference (right with p_ref) and a variant that
 loses p_lost and gains p_gain of the pairs (absolute shares), judged as the nightly judges it:
 tasks.quality.deltas.pairs_row (Tango's interval at the look's level) and tasks.decision.gate.judge, the looks of an
-adaptive suite through tasks.decision.adaptive.sequential_gate with tasks.decision.design.look_schedule and
-tasks.decision.gate.Look.at (O'Brien-Fleming-type boundaries). "old adaptive" replays the design before issue 32
+adaptive suite through tasks.quality.looks.sequential_gate with tasks.decision.design.look_schedule and
+tasks.decision.gate.look_at (O'Brien-Fleming-type boundaries). "old adaptive" replays the design before issue 32
 (doubling looks with a sliver last look, each at the linear alpha-spending level of its increment).
 
 1. An equal variant (delta 0; discordance d, half each way) under the default gate (a 2-point margin): the chance

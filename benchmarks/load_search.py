@@ -3,8 +3,8 @@
 A single-slot server (instruments/slo_server.py) takes SERVICE ms per request, first come first served; under
 Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its waiting time gives the highest rate whose
 p-th percentile of TTFT is within a limit (slo_server.md1_highest_rate). The sweep measures two rates, then the
-search (tasks/perf/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
-(tasks/perf/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
+search (tasks/decision/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
+(tasks/decision/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
 benchmarks/slo_check.py simulates the same search without a live server (no host stalls).
 
     python benchmarks/load_search.py [--runs 3]

@@ -1,5 +1,5 @@
 """Benchmark: more interleaved rounds while two variants' ranking is unsettled, with the looks corrected (issue 36,
-item 3; tasks/perf/ranking.py).
+item 3; tasks/decision/ranking.py).
 
 Known truth: two variants' per-repeat objective (completed requests/s of a closed-loop step) is log-normal with a
 coefficient of variation `sigma` per repeat, variant a's mean `ratio` times b's; optionally each round shares a

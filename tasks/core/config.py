@@ -469,7 +469,7 @@ class SuiteSpec(_Strict):
 class AdaptiveSpec(_Strict):
     """Evidence gathered until the gate decides: a gating suite that can extend its sample (generated items, or
     a data set's next items) answers more of them, in doubling batches, while its gate is undecided
-    (tasks/quality/adaptive.py). The reference answers every planned item first, within the same budget."""
+    (tasks/decision/adaptive.py). The reference answers every planned item first, within the same budget."""
 
     max_items: int = Field(ge=1, le=1_000_000, description="most items a suite extends to (its last planned look)")
     budget_s: float = Field(
@@ -596,7 +596,7 @@ class NotifySpec(_Strict):
 
 class LoadSearchSpec(_Strict):
     """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
-    that misses it, halving the gap each time (tasks/perf/load_search.py)."""
+    that misses it, halving the gap each time (tasks/decision/load_search.py)."""
 
     budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
     max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")
@@ -607,8 +607,8 @@ class LoadSearchSpec(_Strict):
 
 class ExtendSpec(_Strict):
     """More repeats for a fixed step whose SLO percentile claim lacks requests, judged at corrected looks
-    (tasks/perf/extend.py); with perf.interleave, more rounds while the variants' ranking is unsettled
-    (tasks/perf/ranking.py)."""
+    (tasks/decision/extend.py); with perf.interleave, more rounds while the variants' ranking is unsettled
+    (tasks/decision/ranking.py)."""
 
     budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant (s)")
     looks: int = Field(
@@ -623,7 +623,7 @@ class ExtendSpec(_Strict):
         ge=0,
         le=86_400,
         description="with perf.interleave: longest the rounds added while the variants' ranking is unsettled may "
-        "take per variant (s), a look's rounds counted among the same `looks` (tasks/perf/ranking.py); 0: none",
+        "take per variant (s), a look's rounds counted among the same `looks` (tasks/decision/ranking.py); 0: none",
     )
 
 

@@ -8,7 +8,7 @@ config's previous nights measured it (per variant: its lost + gained pairs over 
 HISTORY_NIGHTS nights), else DEFAULT_DISCORDANCE, said so. A gate whose power is below LOW_POWER gets one line
 naming the fix: the items that would give 80 % and the margin that would at the planned items.
 
-The exact power computation is tasks/quality/design.py; benchmarks/gate_power.py checks it by simulation.
+The exact power computation is tasks/decision/design.py; benchmarks/gate_power.py checks it by simulation.
 """
 
 from __future__ import annotations

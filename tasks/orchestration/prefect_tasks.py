@@ -154,7 +154,7 @@ def measure_quality(
 @task(name="write-run-row", cache_policy=NONE)
 @task(name="state-gate-plan", cache_policy=NONE)
 def state_gate_plan(cfg: RunConfig) -> str:
-    """The quality gate's power before the evidence (tasks/quality/gate_plan.py), logged first; its JSON for the
+    """The quality gate's power before the evidence (tasks/decision/gate_plan.py), logged first; its JSON for the
     run row. A gate that cannot pass an equal variant is a warning naming the fix, not a stop."""
     plans = plan_config(cfg, cfg.warehouse_path())
     log = run_logger()

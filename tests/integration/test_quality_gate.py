@@ -1,4 +1,4 @@
-"""The quality gate in the warehouse: v_quality_gate judges exactly as tasks/quality/gate.py:judge (the rule the
+"""The quality gate in the warehouse: v_quality_gate judges exactly as tasks/decision/gate.py:judge (the rule the
 nightly's adaptive suites and benchmarks/gate_error.py use), and `tradeoff recommend` says no more than each
 verdict's bound supports: pass, fail, not enough evidence (both n-needed figures), margin, identity."""
 

@@ -1,5 +1,5 @@
 """Issue 36, item 3: while two variants' ranking is unsettled, both get more interleaved rounds, the looks corrected
-(decision.extend.rank_budget_s, tasks/perf/ranking.py); a ranking that is settled gets none.
+(decision.extend.rank_budget_s, tasks/decision/ranking.py); a ranking that is settled gets none.
 
 Two "variants" are two pacings of the paced server (instruments/paced_server.py): the model name sets it. Their
 perf runs are the nightly's generators of rounds (tasks.perf.perf_run.measure_rounds), driven by

@@ -1,4 +1,4 @@
-"""The gate's design before the evidence (tasks/quality/design.py, tasks/quality/gate_plan.py): its exact power
+"""The gate's design before the evidence (tasks/decision/design.py, tasks/decision/gate_plan.py): its exact power
 against a brute-force enumeration through the pipeline's own interval and rule, and against random walks of the
 paired counts; the n needed; the plan `tradeoff check` prints."""
 

@@ -1,5 +1,5 @@
-"""The quality gate's bounds and rule (tasks/quality/gate.py), errored samples in the pairs, and the looks of an
-adaptive suite (tasks/quality/adaptive.py): pure functions on tiny inputs."""
+"""The quality gate's bounds and rule (tasks/decision/gate.py), errored samples in the pairs, and the looks of an
+adaptive suite (tasks/decision/adaptive.py): pure functions on tiny inputs."""
 
 from __future__ import annotations
 

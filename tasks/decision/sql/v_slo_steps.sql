@@ -1,6 +1,6 @@
 -- v_slo_steps: every perf step (run, variant, scenario) judged against its run's decision SLO (v_decision), from
 -- the per-request latencies: what its requests support about the SLO percentile, and for a rate step whether its
--- load was sustained. tasks/perf/slo.py applies the same rule to a live step (the sustainable-load search);
+-- load was sustained. tasks/decision/slo.py applies the same rule to a live step (the sustainable-load search);
 -- tests/integration/test_recommend.py holds the two equal. The rule (MLPerf LoadGen's early stopping):
 -- over the step's measured requests (warm-up excluded, repeats pooled: n), a request that errored or did not
 -- complete is over every limit; with `over` requests over a limit, p = slo_percentile / 100, q = 1 - p and
