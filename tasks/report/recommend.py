@@ -20,13 +20,13 @@ from pydantic import ValidationError
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
 from tasks.report.text import (
-    _fmt,
-    _value,
-    _warehouse_path,
+    cell_value,
     claim_lines,
+    fmt_or_null,
     host_noise_lines,
     md_escape,
     trace_lines,
+    warehouse_path,
 )
 from tasks.report.text import cell as _v
 from tasks.report.text import resolve_run as run_id_of
@@ -276,7 +276,7 @@ def decision_columns(spec: DecisionSpec, overrides: dict[str, Any]) -> dict[str,
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     """`run_id`, or the latest run, of a warehouse whose views include v_recommendation; one line otherwise."""
     run_id = run_id_of(con, run_id)
-    path = _warehouse_path(con)
+    path = warehouse_path(con)
     if not con.execute("select count(*) from duckdb_views() where view_name = 'v_recommendation'").fetchall()[0][0]:
         # a read-only connection sees the views as the last writer left them
         raise WarehouseError(
@@ -600,25 +600,25 @@ def _table(df: pd.DataFrame) -> str:
     for i, h in enumerate(headers):
         table.add_column(h, justify="left" if i < 3 or h == "gate" else "right")
     for _, r in df.iterrows():
-        lo, hi = _value(r["retention_ci_low"]), _value(r["retention_ci_high"])
+        lo, hi = cell_value(r["retention_ci_low"]), cell_value(r["retention_ci_high"])
         table.add_row(
             r["variant"],
             r["verdict"],
-            _value(r["sustainable_scenario"]) or "",
-            "NULL" if _value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
-            _fmt(r["sustainable_output_tok_s"], ".1f"),
-            _fmt(r["sustainable_n"], ".0f") if _value(r["n_needed_slo"]) is None else f"needs {r['n_needed_slo']:.0f}",
-            _fmt(r["sustainable_over"], ".0f") if _value(r["sustainable_scenario"]) else "",
-            _fmt(r["sustainable_ttft_ms_bound"], ".0f"),
-            _fmt(r["sustainable_tpot_ms_bound"], ".1f"),
-            _value(r["gate"]) or "",
-            _fmt(None if _value(r["retention"]) is None else r["retention"] * 100, ".1f"),
+            cell_value(r["sustainable_scenario"]) or "",
+            "NULL" if cell_value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
+            fmt_or_null(r["sustainable_output_tok_s"], ".1f"),
+            fmt_or_null(r["sustainable_n"], ".0f") if cell_value(r["n_needed_slo"]) is None else f"needs {r['n_needed_slo']:.0f}",
+            fmt_or_null(r["sustainable_over"], ".0f") if cell_value(r["sustainable_scenario"]) else "",
+            fmt_or_null(r["sustainable_ttft_ms_bound"], ".0f"),
+            fmt_or_null(r["sustainable_tpot_ms_bound"], ".1f"),
+            cell_value(r["gate"]) or "",
+            fmt_or_null(None if cell_value(r["retention"]) is None else r["retention"] * 100, ".1f"),
             f"{lo * 100:.1f}-{hi * 100:.1f}" if lo is not None and hi is not None else "",
             _needed_cell(r),
-            _fmt(r["j_per_1m_output_tok"], ".3g"),
-            _fmt(r["gco2e_per_1m_output_tok"], ".3g"),
-            _fmt(r["usd_per_1m_output_tok"], ".3g"),
-            _fmt(r["output_tok_per_correct"], ".1f"),
+            fmt_or_null(r["j_per_1m_output_tok"], ".3g"),
+            fmt_or_null(r["gco2e_per_1m_output_tok"], ".3g"),
+            fmt_or_null(r["usd_per_1m_output_tok"], ".3g"),
+            fmt_or_null(r["output_tok_per_correct"], ".1f"),
         )
     console = Console(file=io.StringIO(), width=260, color_system=None)
     console.print(table)
@@ -627,9 +627,9 @@ def _table(df: pd.DataFrame) -> str:
 
 def _needed_cell(r: pd.Series) -> str:
     """'15680 / 431' (paired samples if truly equal / at the observed effect), '1474 identical' (identity gate)."""
-    if _value(r.get("identity_n_needed")) is not None:
+    if cell_value(r.get("identity_n_needed")) is not None:
         return f"{r['identity_n_needed']:.0f} identical"
-    equal, observed = _value(r.get("n_needed_if_equal")), _value(r.get("n_needed"))
+    equal, observed = cell_value(r.get("n_needed_if_equal")), cell_value(r.get("n_needed"))
     if equal is None and observed is None:
         return ""
     return f"{'-' if equal is None else f'{equal:.0f}'} / {'-' if observed is None else f'{observed:.0f}'}"
@@ -717,12 +717,12 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         "|---|---|---|---|---|---|",
     ]
     for _, r in df.iterrows():
-        lo, hi, ret = _value(r["retention_ci_low"]), _value(r["retention_ci_high"]), _value(r["retention"])
+        lo, hi, ret = cell_value(r["retention_ci_low"]), cell_value(r["retention_ci_high"]), cell_value(r["retention"])
         ci = f"{ret * 100:.1f} % ({lo * 100:.1f}-{hi * 100:.1f})" if None not in (lo, hi, ret) else ""
-        rate = _value(r["sustainable_req_s"])
+        rate = cell_value(r["sustainable_req_s"])
         lines.append(
             f"| {r['variant']} | {r['verdict']} | {'' if rate is None else num(rate)} | "
-            f"{_value(r['gate']) or ''} | {ci} | {md_escape(_value(r['verdict_reason']) or '')} |"
+            f"{cell_value(r['gate']) or ''} | {ci} | {md_escape(cell_value(r['verdict_reason']) or '')} |"
         )
     return "\n".join(lines)
 
