@@ -29,10 +29,10 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from tasks.decision.what_if import decision_columns
 from tasks.report.recommend import (
     RECOMMENDATION_ORDER,
     add_arguments,
-    decision_columns,
     overrides_from_args,
     recommendation_frame,
     settings,

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
+from tasks.decision.what_if import LIMIT_NAMES, apply_overrides, literal
 from tasks.report.text import (
     cell_value,
     claim_lines,
@@ -50,7 +51,6 @@ FLAGS = {
     "optimise": "--optimise",
     "grid_gco2e_per_kwh": "--grid-gco2e-per-kwh",
 }
-LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 # How a variant that beats the recommended one on the objective is described.
 AHEAD = {
     "rate": "faster",
@@ -222,55 +222,6 @@ def settings(con: duckdb.DuckDBPyConnection, run_id: str, overrides: dict[str, A
             f"known: {', '.join(sorted(known)) or 'none'}"
         )
     return spec
-
-
-def _literal(x: Any) -> str:
-    if x is None:
-        return "null"
-    if isinstance(x, str):
-        return "'" + x.replace("'", "''") + "'"
-    if isinstance(x, list):
-        return "[" + ", ".join(_literal(i) for i in x) + "]::varchar[]"
-    return repr(float(x))
-
-
-def apply_overrides(con: duckdb.DuckDBPyConnection, spec: DecisionSpec, overrides: dict[str, Any]) -> None:
-    """Shadow v_decision for this connection with the overridden settings (a temp view: the warehouse is untouched).
-
-    DuckDB resolves names in the temp catalog first, so v_slo_steps, v_quality_gate and v_recommendation read
-    the temp view while it lives; the stored views and other connections are unaffected.
-    """
-    if not overrides:
-        return
-    cols = decision_columns(spec, overrides)
-    db = con.execute("select current_database()").fetchall()[0][0].replace('"', '""')
-    replace = ", ".join(f"{v} as {k}" for k, v in cols.items())
-    con.execute(f'create or replace temp view v_decision as select * replace ({replace}) from "{db}".main.v_decision')
-
-
-def decision_columns(spec: DecisionSpec, overrides: dict[str, Any]) -> dict[str, str]:
-    """The v_decision columns that `overrides` set, each as a SQL literal of `spec`'s value: what apply_overrides
-    replaces (and the report's explorer, for each setting of its grid)."""
-    cols: dict[str, str] = {}
-    if "slo" in overrides and spec.slo is not None:
-        limits = spec.slo.limits()
-        cols["slo_label"] = _literal(spec.slo.label())
-        cols.update({f"slo_{k}": _literal(limits.get(k)) + "::double" for k in LIMIT_NAMES})
-    if "percentile" in overrides:
-        cols["slo_percentile"] = _literal(spec.percentile)
-    if "gate_metrics" in overrides:
-        cols["gate_metrics"] = _literal(spec.gate_metrics or [])
-    if "retention" in overrides:
-        cols["retention_target"] = _literal(spec.retention)
-    if "margin_points" in overrides:
-        cols["margin_points"] = _literal(spec.margin_points) + "::double"
-    if "identity_gate" in overrides:
-        cols["identity_gate"] = "true" if spec.identity_gate else "false"
-    if "optimise" in overrides:
-        cols["optimise"] = _literal(spec.optimise)
-    if "grid_gco2e_per_kwh" in overrides:
-        cols["grid_gco2e_per_kwh"] = _literal(spec.grid_gco2e_per_kwh) + "::double"
-    return cols
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
@@ -753,7 +704,7 @@ def pick_stability(
             "where c.database_name = current_database() and c.schema_name = 'main' and c.column_name = 'run_id'"
         ).fetchall()
     ]
-    run, b = _literal(run_id), int(resamples)
+    run, b = literal(run_id), int(resamples)
     views = []
     try:
         # the run's requests with each step's repeats numbered 0..m-1 (k_), and each replicate's draw: the repeat
