@@ -16,6 +16,7 @@ import duckdb
 import pandas as pd
 
 from tasks.core.runinfo import RunPaths, runs_dir
+from tasks.decision.stability import pick_stability
 from tasks.report.recommend import (
     AHEAD,
     FLAGS,
@@ -23,7 +24,6 @@ from tasks.report.recommend import (
     gate_metrics,
     num,
     overridden_text,
-    pick_stability,
     reference_row,
     slo_text,
 )
