@@ -1,7 +1,7 @@
 """How often the same variant would be shipped if the perf side were measured again: the pick's stability.
 
 `tradeoff recommend` says it in one line ("Stability: q4_1 is the pick in 97 % of 200 resamples ...",
-tasks.report.recommend.stability_text). pick_stability decides `resamples` bootstrap replicates of the run with
+tasks.report.sentences.stability_text). pick_stability decides `resamples` bootstrap replicates of the run with
 v_recommendation itself: each step's repeats are drawn again with replacement (a cluster bootstrap, the requests of
 one repeat kept together), a closed-loop step's throughputs and paired ratios recomputed from its drawn repeats, and
 the quality side, the settings and everything else held as measured. The replicates are temp views on this

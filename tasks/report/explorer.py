@@ -36,8 +36,8 @@ from tasks.report.recommend import (
     overrides_from_args,
     recommendation_frame,
     settings,
-    summary_lines,
 )
+from tasks.report.sentences import summary_lines
 
 # The values each control offers beside the run's own: a limit as a multiple of the run's, percentiles, gates.
 LIMIT_SCALES = {"ttft_ms": (0.25, 0.5, 1.0, 2.0), "tpot_ms": (0.5, 1.0), "e2el_ms": (0.5, 1.0)}
