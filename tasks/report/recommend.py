@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from tasks.core.config import SLO_PRESETS, DecisionSpec
 from tasks.core.errors import ConfigError
-from tasks.decision.stability import STABILITY_RESAMPLES, pick_stability
+from tasks.decision.stability import pick_stability
 from tasks.decision.what_if import LIMIT_NAMES, apply_overrides
 from tasks.report.sentences import num, pct, slo_text, stability_text, summary_lines
 from tasks.report.text import (
@@ -73,54 +73,6 @@ def parse_slo(text: str) -> dict[str, Any]:
     return out
 
 
-def add_arguments(p) -> None:
-    """`tradeoff recommend`'s flags; values are checked by `overrides_from_args` and DecisionSpec, one line each."""
-    p.add_argument("--run", help="run id (default: the latest)")
-    p.add_argument(
-        "--slo",
-        help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
-        "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)",
-    )
-    p.add_argument("--percentile", help="share of a step's requests that must meet each limit, e.g. 99 (default 99)")
-    p.add_argument(
-        "--gate",
-        action="append",
-        metavar="SUITE.METRIC",
-        help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)",
-    )
-    p.add_argument(
-        "--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999"
-    )
-    p.add_argument(
-        "--margin-points",
-        dest="margin_points",
-        help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost",
-    )
-    p.add_argument(
-        "--identity-gate",
-        dest="identity_gate",
-        action="store_true",
-        default=None,
-        help="a speculative variant whose plain decoding is the reference passes on its identity evidence",
-    )
-    p.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
-    p.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
-    p.add_argument("--warehouse", help="DuckDB file (default: TRADEOFF_WAREHOUSE or warehouse/tradeoff.duckdb)")
-    layer = p.add_mutually_exclusive_group()
-    layer.add_argument(
-        "--explain",
-        action="store_true",
-        help="the evidence in full: every claim with its requests, looks, design effects, host and ranking",
-    )
-    layer.add_argument("--json", action="store_true", help="the same decision as one JSON object, for machines")
-    p.add_argument(
-        "--stability",
-        default=str(STABILITY_RESAMPLES),
-        metavar="N",
-        help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)",
-    )
-
-
 def _number(flag: str, text: str, example: str) -> float:
     try:
         return float(text)
@@ -140,26 +92,28 @@ def stability_from_args(args) -> int:
 
 
 def overrides_from_args(args) -> dict[str, Any]:
-    """The DecisionSpec fields the command line sets (only those given)."""
+    """The DecisionSpec fields the command line sets (only those given), from `tradeoff recommend`'s parsed flags
+    (flows.cli), or a namespace of only some of them."""
+    given = vars(args)  # a flag the namespace lacks is not given (the explorer's settings set a few)
     out: dict[str, Any] = {}
-    if args.slo is not None:
-        out["slo"] = parse_slo(args.slo)
-    if args.percentile is not None:
-        out["percentile"] = _number("--percentile", args.percentile, "99")
-    if args.gate:
-        out["gate_metrics"] = args.gate
-    if args.retention is not None:
-        out["retention"] = _number("--retention", args.retention, "0.99")
-    if getattr(args, "margin_points", None) is not None:
-        out["margin_points"] = _number("--margin-points", args.margin_points, "2")
+    if given.get("slo") is not None:
+        out["slo"] = parse_slo(given["slo"])
+    if given.get("percentile") is not None:
+        out["percentile"] = _number("--percentile", given["percentile"], "99")
+    if given.get("gate"):
+        out["gate_metrics"] = given["gate"]
+    if given.get("retention") is not None:
+        out["retention"] = _number("--retention", given["retention"], "0.99")
+    if given.get("margin_points") is not None:
+        out["margin_points"] = _number("--margin-points", given["margin_points"], "2")
     elif "retention" in out:
         out["margin_points"] = None  # --retention alone asks for the retention gate, whatever the run recorded
-    if getattr(args, "identity_gate", None):
+    if given.get("identity_gate"):
         out["identity_gate"] = True
-    if args.optimise is not None:
-        out["optimise"] = args.optimise
-    if args.grid is not None:
-        out["grid_gco2e_per_kwh"] = _number("--grid-gco2e-per-kwh", args.grid, "400")
+    if given.get("optimise") is not None:
+        out["optimise"] = given["optimise"]
+    if given.get("grid") is not None:
+        out["grid_gco2e_per_kwh"] = _number("--grid-gco2e-per-kwh", given["grid"], "400")
     return out
 
 
