@@ -23,6 +23,7 @@ from tasks.core.errors import ConfigError
 from tasks.decision.stability import pick_stability
 from tasks.decision.what_if import LIMIT_NAMES, apply_overrides
 from tasks.report.sentences import num, pct, slo_text, stability_text, summary_lines
+from tasks.report.text import cell as _v
 from tasks.report.text import (
     cell_value,
     claim_lines,
@@ -32,7 +33,6 @@ from tasks.report.text import (
     trace_lines,
     warehouse_path,
 )
-from tasks.report.text import cell as _v
 from tasks.report.text import resolve_run as run_id_of
 from warehouse.db import WarehouseError
 
@@ -219,7 +219,9 @@ def _table(df: pd.DataFrame) -> str:
             cell_value(r["sustainable_scenario"]) or "",
             "NULL" if cell_value(r["sustainable_req_s"]) is None else num(r["sustainable_req_s"]),
             fmt_or_null(r["sustainable_output_tok_s"], ".1f"),
-            fmt_or_null(r["sustainable_n"], ".0f") if cell_value(r["n_needed_slo"]) is None else f"needs {r['n_needed_slo']:.0f}",
+            fmt_or_null(r["sustainable_n"], ".0f")
+            if cell_value(r["n_needed_slo"]) is None
+            else f"needs {r['n_needed_slo']:.0f}",
             fmt_or_null(r["sustainable_over"], ".0f") if cell_value(r["sustainable_scenario"]) else "",
             fmt_or_null(r["sustainable_ttft_ms_bound"], ".0f"),
             fmt_or_null(r["sustainable_tpot_ms_bound"], ".1f"),
@@ -277,8 +279,7 @@ def format_recommendation(
         first = df.iloc[0]
         margin = _v(first, "margin_points")
         gate = (
-            f"at most {margin:g} points lost (fraction metrics; else retention >= "
-            f"{pct(_v(first, 'retention_target'))})"
+            f"at most {margin:g} points lost (fraction metrics; else retention >= {pct(_v(first, 'retention_target'))})"
             if margin is not None
             else f"retention >= {pct(_v(first, 'retention_target'))}"
         )
@@ -337,5 +338,3 @@ def recommendation_markdown(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
             f"{cell_value(r['gate']) or ''} | {ci} | {md_escape(cell_value(r['verdict_reason']) or '')} |"
         )
     return "\n".join(lines)
-
-

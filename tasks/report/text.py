@@ -17,8 +17,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tasks.perf.error_share import causes_text, count_causes
 from tasks.decision.gate_plan import GatePlan, plan_lines
+from tasks.perf.error_share import causes_text, count_causes
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 
@@ -133,7 +133,8 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
         if row_is_ref:
             continue
         speedup, ttft, jitter, dq = (
-            cell_value(row[f"{c}_vs_reference"]) for c in ("speedup", "ttft_change_pct", "ttft_cv_ratio", "quality_delta")
+            cell_value(row[f"{c}_vs_reference"])
+            for c in ("speedup", "ttft_change_pct", "ttft_cv_ratio", "quality_delta")
         )
         clauses = [
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
@@ -420,7 +421,9 @@ def concurrency_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
         if len(vs) < 2:
             continue
         base = vs[0][1]
-        cells = [f"c{c} {tok_s:.1f} tok/s ({tok_s / base:.2f}x), TPOT {fmt_or_null(tpot, '.1f')} ms" for c, tok_s, tpot in vs]
+        cells = [
+            f"c{c} {tok_s:.1f} tok/s ({tok_s / base:.2f}x), TPOT {fmt_or_null(tpot, '.1f')} ms" for c, tok_s, tpot in vs
+        ]
         lines.append(f"{variant}: " + "; ".join(cells))
     if lines:
         lines.insert(0, "Output throughput by concurrency (closed-loop steps; x: over the lowest concurrency):")
