@@ -14,10 +14,10 @@ from pathlib import Path
 
 import duckdb
 
+from tasks.decision import SQL_DIR as DECISION_SQL_DIR
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
-from tasks.decision import SQL_DIR as DECISION_SQL_DIR
 from warehouse.pairs import update_pairs
 from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
