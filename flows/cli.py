@@ -366,8 +366,6 @@ def _add_warehouse(c: argparse.ArgumentParser) -> None:
 
 def _add_warehouse_commands(sub) -> None:
     """The commands that load, rebuild, read and export the warehouse."""
-    from tasks.report.recommend import add_arguments as add_recommend_arguments
-
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
     _add_warehouse(c)
@@ -410,12 +408,7 @@ def _add_warehouse_commands(sub) -> None:
     c.add_argument("--all", action="store_true", help="every matching series, with or without a change")
     _add_warehouse(c)
     c.set_defaults(func=cmd_history)
-    c = sub.add_parser(
-        "recommend",
-        help="which variant to ship under an SLO and a quality gate, at what load and cost (v_recommendation)",
-    )
-    add_recommend_arguments(c)
-    c.set_defaults(func=cmd_recommend)
+    _add_recommend_command(sub)
     c = sub.add_parser("sql", help="run a SQL query on the warehouse (read-only) and print the result")
     c.add_argument("query")
     c.add_argument("--max-rows", type=int, default=100)
@@ -434,6 +427,62 @@ def _add_warehouse_commands(sub) -> None:
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
     _add_warehouse(c)
     c.set_defaults(func=cmd_export)
+
+
+def _add_recommend_command(sub) -> None:
+    """`tradeoff recommend`: the flags are read by tasks.report.recommend (overrides_from_args, stability_from_args)
+    and checked by DecisionSpec, one line each."""
+    from tasks.decision.stability import STABILITY_RESAMPLES
+
+    c = sub.add_parser(
+        "recommend",
+        help="which variant to ship under an SLO and a quality gate, at what load and cost (v_recommendation)",
+    )
+    c.add_argument("--run", help="run id (default: the latest)")
+    c.add_argument(
+        "--slo",
+        help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
+        "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)",
+    )
+    c.add_argument("--percentile", help="share of a step's requests that must meet each limit, e.g. 99 (default 99)")
+    c.add_argument(
+        "--gate",
+        action="append",
+        metavar="SUITE.METRIC",
+        help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)",
+    )
+    c.add_argument(
+        "--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999"
+    )
+    c.add_argument(
+        "--margin-points",
+        dest="margin_points",
+        help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost",
+    )
+    c.add_argument(
+        "--identity-gate",
+        dest="identity_gate",
+        action="store_true",
+        default=None,
+        help="a speculative variant whose plain decoding is the reference passes on its identity evidence",
+    )
+    c.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
+    c.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
+    _add_warehouse(c)
+    layer = c.add_mutually_exclusive_group()
+    layer.add_argument(
+        "--explain",
+        action="store_true",
+        help="the evidence in full: every claim with its requests, looks, design effects, host and ranking",
+    )
+    layer.add_argument("--json", action="store_true", help="the same decision as one JSON object, for machines")
+    c.add_argument(
+        "--stability",
+        default=str(STABILITY_RESAMPLES),
+        metavar="N",
+        help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)",
+    )
+    c.set_defaults(func=cmd_recommend)
 
 
 def _add_quality_command(sub) -> None:

@@ -102,7 +102,8 @@ def command(db: Path, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[l
     """`tradeoff recommend` with `argv`: its printed lines (run in-process), and its rows (variant, verdict, reason)
     and pick, read from v_recommendation under the same flags as the command reads them."""
     from flows.cli import main, parser
-    from tasks.report.recommend import apply_overrides, overrides_from_args, recommendation_frame, settings
+    from tasks.decision.what_if import apply_overrides
+    from tasks.report.recommend import overrides_from_args, recommendation_frame, settings
 
     # --explain: the full text, whose first sentence the page shows (the default screen words it shorter)
     assert main(["recommend", "--warehouse", str(db), "--run", RUN, "--stability", "0", "--explain", *argv]) == 0

@@ -991,7 +991,8 @@ def test_explain_is_the_full_evidence_and_json_the_same_decision(demo_db: Path, 
     17-column table); `--json` the same decision as data, NULL as null."""
     import json
 
-    from tasks.report.recommend import STABILITY_RESAMPLES, format_recommendation
+    from tasks.decision.stability import STABILITY_RESAMPLES
+    from tasks.report.recommend import format_recommendation
 
     explain = printed(capsys, "--warehouse", str(demo_db), "--explain")
     with open_warehouse(demo_db, read_only=True) as con:
@@ -1204,7 +1205,7 @@ def test_stability_draws_whole_repeats(tmp_path: Path) -> None:
     3 repeats stalled (every TTFT over the limit), so it is not shown within the SLO and the reference ships. A
     replicate shows `fast` within it only when the stalled repeat is not drawn: (2/3)^3 = 29.6 % of them. (Drawing
     requests within each repeat, as before, kept the stalled repeat in every replicate: 0 %.)"""
-    from tasks.report.recommend import pick_stability
+    from tasks.decision.stability import pick_stability
 
     fine, stalled = [100.0] * 10, [900.0] * 10
     variants = {
@@ -1336,7 +1337,7 @@ def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> Non
     Drawn again, the interval excludes 1 in some replicates and `b` is the pick there. Before, a replicate kept the
     stored throughputs, and the stability line said 100 % for a pick that one more night would flip (the demo,
     2026-12-05: "Ship q4_1-2s", 100 %; the same config with a stall elsewhere: "Ship q4_1", 100 %)."""
-    from tasks.report.recommend import pick_stability
+    from tasks.decision.stability import pick_stability
 
     per_repeat = {"ref": [1.00, 1.05, 0.95, 1.02, 0.98, 1.00], "b": [1.06, 1.02, 1.10, 1.04, 1.08, 1.03]}
     db = two_variant_run(tmp_path, "j1", per_repeat)

@@ -1,6 +1,6 @@
-"""More interleaved rounds while the variants' ranking is unsettled (tasks.decision.ranking, decision.extend.
-rank_budget_s): a pair is separated, equivalent within the tolerance, or unsettled; the looks and the budget bound
-what is added; the rounds driver sends the added rounds to every live run."""
+"""More interleaved rounds while the variants' ranking is unsettled (tasks.decision.ranking,
+decision.extend.rank_budget_s): a pair is separated, equivalent within the tolerance, or unsettled; the looks and the
+budget bound what is added; the rounds driver sends the added rounds to every live run."""
 
 from __future__ import annotations
 
