@@ -5,8 +5,8 @@ stored in `quality_deltas` (retention_ci_low/_high, identity_*); they do not dep
 so `tradeoff recommend --retention/--margin-points` re-judges a run without recomputing them.
 The rule that compares them with the target is `judge` here and the `gated` CTE of
 tasks/decision/sql/v_quality_gate.sql (the decision is made in SQL); a test holds the two equal
-on every branch, as it holds v_slo_steps equal to tasks/perf/load_search.py. The nightly's
-adaptive suites (tasks/quality/adaptive.py) and benchmarks/gate_error.py judge through `judge`.
+on every branch, as it holds v_slo_steps equal to tasks/decision/load_search.py. The nightly's
+adaptive suites (tasks/decision/adaptive.py) and benchmarks/gate_error.py judge through `judge`.
 
 Errors: the gate's error is a false pass (true retention below the target, gate says pass); each
 side of the stored two-sided interval at `confidence` errs at most (1 - confidence) / 2 = 2.5 %.
@@ -15,7 +15,7 @@ Looks: an adaptive suite looks at its sample at planned sizes (`look_schedule`: 
 first sample up to `max_items`, no sliver of a last look) and stops when the gate decides. Every look is a
 chance of a false pass, so each look's interval is taken at the level of a group-sequential boundary
 (`look_level`: Lan-DeMets O'Brien-Fleming-type spending of (1 - confidence) / 2 over the planned information
-fractions, computed from the joint distribution of the looks, tasks/quality/design.py). A single look is the
+fractions, computed from the joint distribution of the looks, tasks/decision/design.py). A single look is the
 fixed design: the full confidence.
 """
 
@@ -103,7 +103,6 @@ def combine(gates: list[str]) -> str:
 
 
 def look_at(confidence: float, schedule: list[int], k: int) -> Look:
-    """Look k (0-based) of `schedule`, its interval at the group-sequential level of
-    tasks.decision.design.look_level."""
+    """Look k (0-based) of `schedule`, its interval at the group-sequential level (design.look_level)."""
     first = schedule[0] if len(schedule) > 1 else None
     return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)
