@@ -94,13 +94,16 @@ def pair_state(a: dict[int, float], b: dict[int, float], level: float, tolerance
     """Whether two variants' per-round objectives are separated, equivalent within the tolerance, or neither, read
     at `level` (see the module docstring)."""
     got = paired_ratio(a, b, level)
-    if got is None:
-        return "unsettled"
-    _, lo, hi, _ = got
+    return "unsettled" if got is None else interval_state(got[1], got[2], tolerance_pct)
+
+
+def interval_state(low: float, high: float, tolerance_pct: float) -> PairState:
+    """The pair read from the interval of its ratio: v_recommendation's tie rule (`in_tie`, rule 5), where a pair
+    that is not separated ties."""
     bound = 1.0 + tolerance_pct / 100.0
-    if 1.0 / bound <= lo and hi <= bound:
+    if 1.0 / bound <= low and high <= bound:
         return "equivalent"  # even a lead shown, when it is within the tolerance: a tie (rule 5)
-    return "separated" if hi < 1.0 or lo > 1.0 else "unsettled"
+    return "separated" if high < 1.0 or low > 1.0 else "unsettled"
 
 
 def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: float) -> list[tuple[Standing, Standing]]:

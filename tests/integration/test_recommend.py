@@ -1330,6 +1330,35 @@ def test_a_level_both_variants_share_in_a_round_is_paired_out(tmp_path: Path) ->
         assert ratio == pytest.approx(1.08 / price, rel=0.02)  # the other's cost over the best's
 
 
+@pytest.mark.parametrize(
+    ("state", "b_over_ref", "spread"),
+    [
+        ("separated", 1.08, (1.01, 0.99, 1.0, 1.01, 0.99, 1.0)),
+        ("equivalent", 1.02, (1.002, 0.998, 1.0, 1.001, 0.999, 1.0)),
+        ("unsettled", 1.04, (1.08, 0.94, 1.06, 0.93, 1.0, 1.05)),
+    ],
+)
+def test_the_tie_rule_reads_a_pair_as_the_ranking_does(
+    tmp_path: Path, state: str, b_over_ref: float, spread: tuple[float, ...]
+) -> None:
+    """The tie rule's two homes agree: the ranking that steers the added rounds (tasks.decision.ranking.
+    interval_state) and v_recommendation's `in_tie` read the same stored interval of the pair's ratio, and the two
+    variants tie in SQL exactly when the pair is not separated in Python."""
+    from tasks.decision.ranking import interval_state
+
+    host = [1.00, 1.20, 0.80, 1.10, 0.90, 1.15]
+    per_repeat = {"ref": host, "b": [h * b_over_ref * e for h, e in zip(host, spread)]}
+    db = two_variant_run(tmp_path, state, per_repeat)
+    with open_warehouse(db, read_only=True) as con:
+        (pair,) = rows(con, "select * from perf_pairs where variant = 'b' and other_variant = 'ref'")
+        got = by_variant(con, state)
+    read = interval_state(pair["request_throughput_ratio_ci_low"], pair["request_throughput_ratio_ci_high"], 5.0)
+    assert read == state
+    shipped = got["ref"]["recommended_variant"]
+    tied = got[shipped]["tied_with"] is not None
+    assert tied == (read != "separated"), (read, shipped, got[shipped]["tied_with"])
+
+
 def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:
     """A closed-loop step's throughput, its interval and its paired ratio (the objective and the tie rule) are read
     again from each replicate's drawn rounds. `b` completes ~5 % more requests/s than the reference over 6 repeats
