@@ -14,10 +14,12 @@ from pathlib import Path
 
 import duckdb
 
+from tasks.decision import SQL_DIR as DECISION_SQL_DIR
+from tasks.decision.defaults import VIEW as DECISION_DEFAULTS
+from tasks.decision.defaults import defaults_sql
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
-from tasks.decision import SQL_DIR as DECISION_SQL_DIR
 from warehouse.pairs import update_pairs
 from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
@@ -179,7 +181,8 @@ def _metric_columns(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create every view of VIEW_DIRS (views/ and the decision's sql/), in the order of VIEWS."""
+    """(Re)create every view of VIEW_DIRS (views/ and the decision's sql/), in the order of VIEWS, after the
+    decision's defaults (tasks.decision.defaults)."""
     paths = {p.stem: p for d in VIEW_DIRS for p in d.glob("*.sql")}
     files = set(paths)
     if files != set(VIEWS):
@@ -188,6 +191,7 @@ def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
             "once, in order"
         )
     metric_columns = _metric_columns(con)
+    con.execute(f"create or replace view {DECISION_DEFAULTS} as {defaults_sql()}")  # what v_decision falls back on
     for view in VIEWS:
         sql = paths[view].read_text().replace(METRIC_COLUMNS, metric_columns)
         con.execute(f"create or replace view {view} as\n{sql}")

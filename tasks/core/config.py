@@ -647,6 +647,8 @@ class DecisionSpec(_Strict):
     the primary quality metric losing at most DEFAULT_MARGIN_POINTS points (a retention target on request); the
     recommendation maximises the sustainable request rate. The perf sweep measures goodput against the same SLO,
     its intervals at `confidence` and its rate steps' warm-up at `warmup_share` (RunConfig fills perf from here).
+    The SQL views read a run's settings from its recorded config, and a setting it lacks from decision_defaults
+    (tasks.decision.defaults builds it from this model's defaults).
     """
 
     slo: Slo = Field(

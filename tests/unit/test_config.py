@@ -1,13 +1,17 @@
 """Config validation: bad input fails at load with one line naming the field and the fix."""
 
 import copy
+import re
 
+import duckdb
 import pytest
 import yaml
 
 from flows.cli import main
-from tasks.core.config import RunConfig, upgrade_recorded
+from tasks.core.config import DecisionSpec, RunConfig, upgrade_recorded
 from tasks.core.errors import ConfigError
+from tasks.decision import SQL_DIR
+from tasks.decision.defaults import decision_defaults, defaults_sql
 from tasks.loader import load_config, parse_config
 from tests.helpers import ROOT
 
@@ -242,3 +246,13 @@ def test_a_config_recorded_before_the_move_reads_as_the_run_used_it():
     assert (cfg.perf.rate_warmup_share, cfg.decision.confidence) == (0.25, 0.95)
     unset = _decision_config({"rates": [1.0], "slo": None, "rate_warmup_share": 0.0}, {"slo": None})
     assert RunConfig.model_validate(upgrade_recorded(unset)).perf.rate_warmup_share == 0.0  # no SLO: none then
+
+
+def test_each_decision_default_is_declared_once_in_the_config_model():
+    """Issue 46, item 3: v_decision falls back on decision_defaults, built from DecisionSpec; no SQL repeats one."""
+    row = duckdb.connect().execute(defaults_sql()).fetchall()[0]
+    assert dict(zip(decision_defaults(), row)) == decision_defaults()
+    assert decision_defaults()["tie_tolerance_pct"] == DecisionSpec.model_fields["tie_tolerance_pct"].default
+    v_decision = (SQL_DIR / "v_decision.sql").read_text()
+    assert all(f"dflt.{column}" in v_decision for column in decision_defaults())
+    assert not re.findall(r"coalesce\(s\.\w+, *[\d'tf]", v_decision)  # no literal fallback
