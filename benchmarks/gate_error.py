@@ -44,11 +44,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from tasks.quality.looks import sequential_gate
-from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat
 from tasks.decision.design import look_schedule
 from tasks.decision.gate import PASS, judge, look_at
-from tasks.quality.looks import Look
+from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat
+from tasks.quality.looks import Look, sequential_gate
 
 CONF = 0.95
 MEAN = parse_sample_stat("mean(score)")

@@ -27,10 +27,9 @@ import time
 import numpy as np
 from gate_error import CONF, draw, row_of  # the same simulated pairs and rows as the false-pass benchmark
 
-from tasks.quality.looks import sequential_gate
 from tasks.decision.design import look_schedule, n_for_power, operating
 from tasks.decision.gate import PASS, judge, look_at
-from tasks.quality.looks import Look
+from tasks.quality.looks import Look, sequential_gate
 
 MARGIN = 2.0
 FIRST = 40

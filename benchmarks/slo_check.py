@@ -43,8 +43,8 @@ from tasks.core.config import LoadSearchSpec
 from tasks.core.percentiles import interval
 from tasks.core.stat_tests import t_interval
 from tasks.decision.load_search import chain, search_rates
-from tasks.perf.metrics import RequestRecord
 from tasks.decision.slo import check_step, linear_percentile
+from tasks.perf.metrics import RequestRecord
 from tasks.perf.sweep import arrival_offsets_s
 
 SIGMA = 0.5  # lognormal latency spread

@@ -24,10 +24,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     import math
 
     from tasks.core.percentiles import look_confidence
-    from tasks.loader import load_config
+    from tasks.decision.gate_plan import plan_config, plan_lines
     from tasks.decision.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
     from tasks.decision.slo import evidence_lines
-    from tasks.decision.gate_plan import plan_config, plan_lines
+    from tasks.loader import load_config
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)

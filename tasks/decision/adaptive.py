@@ -55,4 +55,3 @@ def judge_rows(rows: list[dict], metrics: list[str], cfg: RunConfig) -> str:
             for m in metrics
         ]
     )
-

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tasks.perf.metrics import failed_requests
 from tasks.decision.slo import SloCheck
+from tasks.perf.metrics import failed_requests
 
 # tasks.perf.sweep's Scenario, Step and StepRun (it runs the extension: importing them here would be a cycle)
 Scenario = StepRun = Step = Any

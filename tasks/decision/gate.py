@@ -102,8 +102,7 @@ def combine(gates: list[str]) -> str:
     return UNDECIDED if UNDECIDED in gates or not gates else PASS
 
 
-
 def look_at(confidence: float, schedule: list[int], k: int) -> Look:
-    """Look k (0-based) of `schedule`, its interval at the group-sequential level of tasks.decision.design.look_level."""
+    """Look k (0-based) of `schedule`, its interval at the group-sequential level (tasks.decision.design.look_level)."""
     first = schedule[0] if len(schedule) > 1 else None
     return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)

@@ -27,9 +27,9 @@ from typing import Callable
 
 from tasks.core.config import LoadSearchSpec, RunConfig
 from tasks.core.percentiles import look_confidence
+from tasks.decision.slo import SloCheck, check_step
 from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
-from tasks.decision.slo import SloCheck, check_step
 from tasks.perf.sweep import Scenario, Step, fresh_prompts, is_rate_step, run_step, step_prompts, window_seed
 from tasks.perf.workload import Workload
 

@@ -39,9 +39,9 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from tasks.decision.extend import window_s
+from tasks.decision.slo import SloCheck
 from tasks.perf.metrics import summarize
 from tasks.perf.rounds import ranked
-from tasks.decision.slo import SloCheck
 from warehouse.pairs import ratio_interval
 
 # tasks.perf.sweep's Scenario (it drives the rounds: importing it here would be a cycle)
@@ -50,7 +50,6 @@ Scenario = Any
 PairState = Literal["separated", "equivalent", "unsettled"]
 RANKED_OBJECTIVE = {"rate": "request_throughput", "tps": "output_throughput"}
 OBJECTIVE_WORDS = {"request_throughput": "completed requests/s", "output_throughput": "output tokens/s"}
-
 
 
 @dataclass

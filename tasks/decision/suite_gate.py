@@ -1,6 +1,6 @@
-"""The quality gate as the nightly's quality loop consults it while an adaptive suite grows (tasks.quality.looks.SuiteGate):
-the flow makes one from the run's config and hands it to tasks.quality.suite_loop.run_suites, which imports nothing of
-the decision."""
+"""The quality gate as the nightly's quality loop consults it while an adaptive suite grows
+(tasks.quality.looks.SuiteGate): the flow makes one from the run's config and hands it to
+tasks.quality.suite_loop.run_suites, which imports nothing of the decision."""
 
 from __future__ import annotations
 

@@ -20,20 +20,20 @@ from tasks.core.config import RunConfig, Variant
 from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.percentiles import look_confidence
 from tasks.core.runinfo import RunPaths, host_info
+from tasks.decision.extend import StepExtension
+from tasks.decision.gate_plan import plan_config, plan_json, plan_lines
+from tasks.decision.load_search import judge, search_load
+from tasks.decision.ranking import RankExtension
+from tasks.decision.suite_gate import AdaptiveGate
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.variant_bookkeeping import error_line
-from tasks.decision.extend import StepExtension
-from tasks.decision.load_search import judge, search_load
 from tasks.perf.perf_run import measure_into_rounds, variant_target
-from tasks.decision.ranking import RankExtension
 from tasks.perf.rounds import Round, interleave
 from tasks.perf.sweep import drain
-from tasks.decision.gate_plan import plan_config, plan_json, plan_lines
-from tasks.decision.suite_gate import AdaptiveGate
 from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send

@@ -506,8 +506,8 @@ def perf_rounds(
         more_of = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
         if extension is not None and extension.run(scenarios, more_of, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
-        # open: the caller may ask further rounds of the closed-loop steps (tasks.decision.ranking), now that the stalled
-        # windows are measured again and the claims that lacked requests have them
+        # open: the caller may ask further rounds of the closed-loop steps (tasks.decision.ranking), now that the
+        # stalled windows are measured again and the claims that lacked requests have them
         more = yield Round(rounds, scenarios)
         added = 0
         while more:  # one round of every closed-loop step at a time, the last of them open again

@@ -71,7 +71,6 @@ class SampleStat:
         return _STATS[self.fn][1](*cols)
 
 
-
 def retention_interval(
     reference: float | None, ci_low: float | None, ci_high: float | None, higher_is_better: bool
 ) -> tuple[float | None, float | None]:

@@ -242,7 +242,16 @@ def run_suites(
         if spec.key in adaptive and raw is not None and raw.samples:
             _write(results_dir, variant.name, samples + got_samples, scores + got_scores)
             adaptive_run = AdaptiveRun(
-                cfg, spec, ctx, key, raw, (got_samples, got_scores), time.monotonic() - t0, adaptive[spec.key], gate, log
+                cfg,
+                spec,
+                ctx,
+                key,
+                raw,
+                (got_samples, got_scores),
+                time.monotonic() - t0,
+                adaptive[spec.key],
+                gate,
+                log,
             )
             extended[spec.key] = adaptive_run.run(
                 written,

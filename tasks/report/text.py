@@ -17,8 +17,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tasks.perf.error_share import causes_text, count_causes
 from tasks.decision.gate_plan import GatePlan, plan_lines
+from tasks.perf.error_share import causes_text, count_causes
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from tasks.core.config import RunConfig
-from tasks.engines.base import Artifact
-from tasks.loader import parse_config
 from tasks.decision.design import look_schedule
 from tasks.decision.gate import judge, look_at
 from tasks.decision.suite_gate import AdaptiveGate
+from tasks.engines.base import Artifact
+from tasks.loader import parse_config
 from tasks.quality.suite_loop import run_suites
 from tests.helpers import ROOT
 from tests.helpers.oracle import oracle_completion

@@ -16,8 +16,8 @@ from instruments import paced_server
 from tasks.core.config import DecisionSpec, PerfSpec
 from tasks.core.percentiles import look_confidence, min_requests, sized_requests
 from tasks.decision.extend import StepExtension, repeats_to_add
-from tasks.perf.perf_run import Target, measure
 from tasks.decision.slo import check_step
+from tasks.perf.perf_run import Target, measure
 from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
 SPEC = SMALL_STEPS

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tasks.core.stat_tests import tango_interval
-from tasks.quality.deltas import add_identity_bounds, delta_row
 from tasks.decision.gate import judge
+from tasks.quality.deltas import add_identity_bounds, delta_row
 from tests.helpers.decision_run import RETENTION, N, by_variant, delta, step, ttfts, write_decision_run
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse

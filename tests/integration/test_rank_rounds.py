@@ -15,8 +15,8 @@ from instruments import paced_server
 from tasks.core.config import PerfSpec
 from tasks.core.percentiles import look_confidence
 from tasks.decision.extend import StepExtension
-from tasks.perf.perf_run import Target, measure_rounds
 from tasks.decision.ranking import RankExtension
+from tasks.perf.perf_run import Target, measure_rounds
 from tasks.perf.rounds import interleave
 from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
@@ -88,9 +88,9 @@ def test_the_stored_pairs_read_each_repeat_as_the_night_summarised_it(tmp_path):
     import numpy as np
     import pandas as pd
 
+    from tasks.decision.ranking import paired_ratio
     from tasks.perf.metrics import summarize
     from tasks.perf.perf_run import request_row, summary_row
-    from tasks.decision.ranking import paired_ratio
     from tests.helpers.queries import rows
     from warehouse.db import open_warehouse
     from warehouse.pairs import update_pairs

@@ -12,9 +12,9 @@ from scipy import stats
 
 from flows.cli import main
 from tasks.core.stat_tests import tango_interval, tango_z
-from tasks.loader import load_config
 from tasks.decision.design import look_levels, look_schedule, n_for_power, operating, pass_probability
 from tasks.decision.gate_plan import Assumed, plan_config, plan_gate
+from tasks.loader import load_config
 from tests.helpers.configs import ROOT
 
 DEMO = ROOT / "configs" / "demo.yaml"

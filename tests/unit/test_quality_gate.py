@@ -10,12 +10,16 @@ import pytest
 from scipy import stats
 
 from tasks.core.stat_tests import tango_interval
-from tasks.quality.looks import Budget, sequential_gate
-from tasks.quality.deltas import add_identity_bounds, delta_row
 from tasks.decision.design import boundaries, look_level, look_schedule
 from tasks.decision.gate import FAIL, PASS, judge, look_at
-from tasks.quality.deltas import flip_rate_high, identity_retention_low, retention_interval
-from tasks.quality.looks import UNDECIDED, Look
+from tasks.quality.deltas import (
+    add_identity_bounds,
+    delta_row,
+    flip_rate_high,
+    identity_retention_low,
+    retention_interval,
+)
+from tasks.quality.looks import UNDECIDED, Budget, Look, sequential_gate
 
 
 def _samples(variant, scores, errored=()):
