@@ -37,9 +37,9 @@ def one(case: dict) -> None:
                     "warmup_requests": 1,
                     "input_len": 8,
                     "output_len": 4,
-                    "slo": {"ttft_ms": limit},
                 },
                 "decision": {
+                    "slo": {"ttft_ms": limit},
                     "percentile": pct,
                     "min_requests": case["requests"],
                     "search": {"budget_s": 600, "max_steps": case["max_steps"], "tolerance_pct": case["tolerance_pct"]},

@@ -38,12 +38,13 @@ import time
 import numpy as np
 from scipy import stats
 
+from tasks.core.config import DecisionSpec
 from tasks.core.percentiles import look_confidence
 from tasks.core.stat_tests import log_t_interval
 from tasks.decision.ranking import pair_state
 
 CONF = 0.95
-TOLERANCE_PCT = 5.0
+TOLERANCE_PCT = DecisionSpec().tie_tolerance_pct  # the decision's default
 ROWS = (  # (sigma, round_sd, ratio)
     (0.05, 0.0, 1.0),
     (0.05, 0.0, 1.03),

@@ -67,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 "get "
                 f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of their closed-loop steps, within "
                 f"{ext.rank_budget_s:g} s a variant, up to {ext.looks} looks (shared with a step's own claim), each "
-                f"read at {look_confidence(cfg.perf.confidence, ext.looks) * 100:.4g} % (tasks/decision/ranking.py)"
+                f"read at {look_confidence(cfg.decision.confidence, ext.looks) * 100:.4g} % (tasks/decision/ranking.py)"
             )
     print("\n".join(lines))
     if cannot:

@@ -43,7 +43,7 @@ def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
     d = cfg.decision
     return check_step(
         [run.measured for run in sc.runs],
-        d.slo_limits(cfg.perf) or {},
+        d.slo_limits() or {},
         d.percentile,
         look_confidence(d.confidence, sc.looks),
         is_rate_step(sc.step),
@@ -143,7 +143,7 @@ def search_load(
     engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or there is nothing
     to start from."""
     search, perf = cfg.decision.search, cfg.perf
-    if search is None or not cfg.decision.slo_limits(perf):
+    if search is None or not cfg.decision.slo_limits():
         return []
     lo, hi, start = bracket(scenarios, cfg)
     if lo is None and hi is None and start is None:

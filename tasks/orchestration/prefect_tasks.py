@@ -102,7 +102,7 @@ def rank_extension(cfg: RunConfig, log: Callable[[str], None] | None = None) -> 
         partial(judge, cfg=cfg),
         d.optimise,
         d.extend.looks,
-        look_confidence(cfg.perf.confidence, d.extend.looks),
+        look_confidence(d.confidence, d.extend.looks),
         d.tie_tolerance_pct,
         d.extend.rank_budget_s,
         math.ceil(cfg.perf.repeats / 2),

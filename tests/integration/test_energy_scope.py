@@ -219,10 +219,10 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
                     "warmup_requests": 0,
                     "input_len": 8,
                     "output_len": 4,
-                    "slo": {"ttft_ms": 500.0},
                     "idle_baseline_s": 0,
                 },
                 "decision": {
+                    "slo": {"ttft_ms": 500.0},
                     "percentile": 50,
                     "min_requests": 12,
                     "search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5},

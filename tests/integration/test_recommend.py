@@ -703,7 +703,8 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
     with open_warehouse(db, read_only=True) as con:
         (ret,) = rows(con, "select margin_points, retention_target from v_decision where run_id = 'ret'")
     assert ret == {"margin_points": None, "retention_target": 0.99}
-    # neither sets an SLO: the goodput SLO the perf steps recorded (perf.slo) applies
+    # neither sets an SLO: the old run's is the goodput SLO its perf steps recorded (then perf.slo), the new run's
+    # decision.slo's default: the same limits
     assert (new["slo_label"], new["slo_ttft_ms"], new["slo_tpot_ms"]) == ("mlperf-llama2-70b-server", 2000.0, 200.0)
     assert new["gate_metrics"] == ["arithmetic.accuracy"] and new["min_samples"] == 30
 
@@ -727,7 +728,7 @@ def test_decision_config_writes_preset_limits_out_and_checks_gate_metrics() -> N
     with pytest.raises(ConfigError, match=r"^decision.optimise: "):
         parse_config({**base, "decision": {"optimise": "fast"}})
     cfg = parse_config({**base, "decision": {"search": {"budget_s": 30}}})
-    assert cfg.decision.slo_limits(cfg.perf) == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # perf.slo's
+    assert cfg.decision.slo_limits() == cfg.perf.slo.limits() == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # default
     assert cfg.decision.search.max_steps == 6
 
 
@@ -827,9 +828,9 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
                     "input_len": 8,
                     "output_len": 4,
                     "idle_baseline_s": 0,
-                    "slo": {"ttft_ms": CASE["limit_ms"]},
                 },
                 "decision": {
+                    "slo": {"ttft_ms": CASE["limit_ms"]},
                     "percentile": CASE["percentile"],
                     "min_requests": CASE["requests"],
                     "search": {"budget_s": 150, "max_steps": CASE["max_steps"], "tolerance_pct": CASE["tolerance_pct"]},

@@ -75,7 +75,7 @@ def test_rate_steps_are_sized_from_the_percentile() -> None:
     cfg = RunConfig.model_validate({**BASE, "perf": {"rates": [1.0, 2.0], "num_prompts": 8, "repeats": 3}})
     # p99 at 95 % needs 299 a step counted, so 3 x 159 (TTFT and TPOT limited): independent requests are counted as
     # 299 on both 95 % of the time; after a 10 % warm-up share of the stream
-    assert len(cfg.decision.slo_limits(cfg.perf)) == 2 and sized_requests(99.0, 0.95, 3, 2) == 477
+    assert len(cfg.decision.slo_limits()) == 2 and sized_requests(99.0, 0.95, 3, 2) == 477
     assert (cfg.perf.rate_requests, cfg.perf.rate_warmup_share, cfg.perf.stream_requests()) == (159, 0.1, 175)
     again = RunConfig.model_validate(cfg.model_dump(mode="json"))  # the recorded config reloads the same
     assert (again.perf.rate_requests, again.perf.stream_requests()) == (159, 175)

@@ -24,7 +24,7 @@
 --   identity_n, identity_same, identity_flip_high, identity_retention_low   the identity evidence (quality_deltas)
 --   gate                           pass | fail | not_enough_evidence
 --   gate_reason                    why, in words
---   n_needed                       paired samples to decide at the observed effect with v_decision's power (0.8):
+--   n_needed                       paired samples to decide at the observed effect with v_decision's power:
 --                                  for a 0/1 metric judged at the run's own threshold, the exact figure under the
 --                                  design in use (quality_deltas.n_needed: the last look of the adaptive suite's
 --                                  looks, or the fixed n; tasks/decision/design.py); otherwise (another target, other

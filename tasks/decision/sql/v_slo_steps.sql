@@ -505,7 +505,7 @@ final as (
         slo_status = 'met' as slo_met,
         case when slo_status = 'not_enough_requests' then needed_any end as n_needed,
         case
-            when no_slo then 'no SLO: set decision.slo or perf.slo'
+            when no_slo then 'no SLO: set decision.slo'
             when n = 0 then 'no measured request'
             when slo_status <> 'met' then concat_ws('; ',
                 case when failed > 0 then failed || ' of ' || n || ' requests failed or did not complete' end,
