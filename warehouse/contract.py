@@ -924,6 +924,12 @@ def write_table(results_dir: Path, name: str, part: str, rows: list[dict]) -> Pa
     return path
 
 
+def write_tables(results_dir: Path, part: str, tables: dict[str, list[dict]]) -> None:
+    """Write (replace) one part of each of `tables` (name -> rows), each as write_table writes it."""
+    for name, rows in tables.items():
+        write_table(results_dir, name, part, rows)
+
+
 def table_parts(results_dir: Path, name: str) -> list[Path]:
     return sorted((results_dir / name).glob("*.parquet"))
 

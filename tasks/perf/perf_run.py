@@ -32,7 +32,7 @@ from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
 from tasks.perf.trace import send_error_stats, trace_replays
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
-from warehouse.contract import SCHEMAS, write_table
+from warehouse.contract import SCHEMAS, write_tables
 
 # The decision's sustainable-load search (tasks.decision.load_search): after the sweep, more steps as Scenarios.
 # Called with keywords energy_off_reason and meter_opener too: its steps are metered as the sweep's.
@@ -439,6 +439,20 @@ def measure_rounds(
     return scenarios
 
 
+def perf_rows(spec: PerfSpec, run_id: str, variant: str, scenarios: list[Scenario], more: dict) -> dict[str, list]:
+    """A variant's perf tables from what it measured so far: perf_requests, perf_power and perf_summary (each
+    summary with the columns in `more`)."""
+    return {
+        "perf_requests": [
+            request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
+            for sc in scenarios
+            for r in sc.records
+        ],
+        "perf_power": [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
+        "perf_summary": [summary_row(run_id, variant, {**sc.summary, **more}) for sc in scenarios],
+    }
+
+
 def measure_into_rounds(
     spec: PerfSpec,
     target: Target,
@@ -451,34 +465,14 @@ def measure_into_rounds(
     interleaved_with: list[str] | None = None,
     rank: bool = False,
 ) -> Generator[Round, int | None, dict]:
-    """`measure_rounds`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step,
-    repeat); returns a short summary for the run's log and the request counts the variant's failure check reads.
+    """`measure_rounds`, writing the variant's perf tables (perf_rows) in one write after each (step, repeat): a
+    failure later loses no finished window (docs/failures.md); returns a short summary for the run's log and the
+    request counts the variant's failure check reads.
     `interleaved_with`: the other variants whose rounds alternate with this one's (tasks.perf.rounds), recorded."""
     rounds = {"interleaved_with": ", ".join(interleaved_with) if interleaved_with else None}
 
     def write(scenarios: list[Scenario]) -> None:
-        write_table(
-            results_dir,
-            "perf_requests",
-            variant,
-            [
-                request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
-                for sc in scenarios
-                for r in sc.records
-            ],
-        )
-        write_table(
-            results_dir,
-            "perf_power",
-            variant,
-            [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
-        )
-        write_table(
-            results_dir,
-            "perf_summary",
-            variant,
-            [summary_row(run_id, variant, {**sc.summary, **rounds}) for sc in scenarios],
-        )
+        write_tables(results_dir, variant, perf_rows(spec, run_id, variant, scenarios, rounds))
 
     scenarios = yield from measure_rounds(
         spec, target, on_scenario=write, search=search, warn=warn, extension=extension, rank=rank
