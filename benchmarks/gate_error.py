@@ -5,13 +5,13 @@ them with the code the pipeline runs (issue 24, items 3 and 4):
 
 - tasks.quality.deltas.pairs_row: the quality_deltas row (Tango's interval, the gate's bounds) that
   delta_row computes once the samples are paired; delta_row itself, with errored requests, in table 3;
-- tasks.quality.gate.judge: the gate's rule (v_quality_gate applies the same rule; `--sql-check`
+- tasks.decision.gate.judge: the gate's rule (v_quality_gate applies the same rule; `--sql-check`
   puts simulated rows through the view itself and counts disagreements, which must be 0);
-- tasks.quality.adaptive.sequential_gate with tasks.quality.design.look_schedule / Look.at: the looks
+- tasks.quality.looks.sequential_gate with tasks.decision.design.look_schedule / Look.at: the looks
   of an adaptive suite, from the first n to 4 x n (looks at n, 2n, 4n), alpha spent over them.
 
 The reference is drawn too (its right answers with probability p_ref), so its own sampling error is
-in every figure: the gate takes the reference value as known (tasks/quality/gate.py) and this
+in every figure: the gate takes the reference value as known (tasks/decision/gate.py) and this
 measures what that costs.
 
 1. False pass: true retention at the target (the worst case of "below": the false pass can only
@@ -44,10 +44,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from tasks.quality.adaptive import sequential_gate
+from tasks.decision.design import look_schedule
+from tasks.decision.gate import PASS, judge, look_at
 from tasks.quality.deltas import delta_row, pairs_row, parse_sample_stat
-from tasks.quality.design import look_schedule
-from tasks.quality.gate import PASS, Look, judge
+from tasks.quality.looks import Look, sequential_gate
 
 CONF = 0.95
 MEAN = parse_sample_stat("mean(score)")
@@ -122,7 +122,7 @@ def adaptive(ref: np.ndarray, var: np.ndarray, n: int, target: float, margin: fl
     looks = sequential_gate(
         schedule,
         lambda k: gate_of(
-            row_of(ref[: schedule[k]], var[: schedule[k]], Look.at(CONF, schedule, k)), target, margin, keep=True
+            row_of(ref[: schedule[k]], var[: schedule[k]], look_at(CONF, schedule, k)), target, margin, keep=True
         ),
         lambda _: True,
     )

@@ -1,11 +1,11 @@
 """Benchmark: can the quality gate say yes? Power and size of the gate's designs, simulated with known truth through
-the pipeline's own path, against the exact figures of tasks/quality/design.py that `tradeoff check` states.
+the pipeline's own path, against the exact figures of tasks/decision/design.py that `tradeoff check` states.
 
 Every simulated sample is a set of paired right/wrong answers of a reference (right with p_ref) and a variant that
 loses p_lost and gains p_gain of the pairs (absolute shares), judged as the nightly judges it:
-tasks.quality.deltas.pairs_row (Tango's interval at the look's level) and tasks.quality.gate.judge, the looks of an
-adaptive suite through tasks.quality.adaptive.sequential_gate with tasks.quality.design.look_schedule and
-tasks.quality.gate.Look.at (O'Brien-Fleming-type boundaries). "old adaptive" replays the design before issue 32
+tasks.quality.deltas.pairs_row (Tango's interval at the look's level) and tasks.decision.gate.judge, the looks of an
+adaptive suite through tasks.quality.looks.sequential_gate with tasks.decision.design.look_schedule and
+tasks.decision.gate.look_at (O'Brien-Fleming-type boundaries). "old adaptive" replays the design before issue 32
 (doubling looks with a sliver last look, each at the linear alpha-spending level of its increment).
 
 1. An equal variant (delta 0; discordance d, half each way) under the default gate (a 2-point margin): the chance
@@ -27,9 +27,9 @@ import time
 import numpy as np
 from gate_error import CONF, draw, row_of  # the same simulated pairs and rows as the false-pass benchmark
 
-from tasks.quality.adaptive import sequential_gate
-from tasks.quality.design import look_schedule, n_for_power, operating
-from tasks.quality.gate import PASS, Look, judge
+from tasks.decision.design import look_schedule, n_for_power, operating
+from tasks.decision.gate import PASS, judge, look_at
+from tasks.quality.looks import Look, sequential_gate
 
 MARGIN = 2.0
 FIRST = 40
@@ -71,7 +71,7 @@ def simulate(
     """Pass rates of the fixed design at n, the adaptive one (FIRST -> n) and the old adaptive one."""
     rng = np.random.default_rng(seed)
     new = look_schedule(FIRST, n)
-    new_levels = [Look.at(CONF, new, k).level for k in range(len(new))]
+    new_levels = [look_at(CONF, new, k).level for k in range(len(new))]
     old = old_schedule(FIRST, n)
     counts = {"fixed": 0, "adaptive": 0, "old adaptive": 0}
     for _ in range(sims):
@@ -152,7 +152,7 @@ def needed(sims: int, seed: int) -> None:
                 n = n_for_power(d / 2, d / 2, -MARGIN / 100, CONF, first=first, min_samples=30)
                 rng = np.random.default_rng([seed, 5, int(p_ref * 10), int(d * 1000), first or 0])
                 schedule = look_schedule(FIRST, n) if first else [n]
-                levels = [Look.at(CONF, schedule, k).level for k in range(len(schedule))]
+                levels = [look_at(CONF, schedule, k).level for k in range(len(schedule))]
                 passes = 0
                 for _ in range(sims):
                     ref, var = draw(rng, n, p_ref, d / 2, d / 2)

@@ -3,8 +3,8 @@
 A single-slot server (instruments/slo_server.py) takes SERVICE ms per request, first come first served; under
 Poisson arrivals it is an M/D/1 queue, and Erlang's formula for its waiting time gives the highest rate whose
 p-th percentile of TTFT is within a limit (slo_server.md1_highest_rate). The sweep measures two rates, then the
-search (tasks/perf/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
-(tasks/perf/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
+search (tasks/decision/load_search.py) brackets and bisects; each step is judged as v_slo_steps judges it
+(tasks/decision/slo.py). Prints, per case, that rate, the capacity, every step and the sustainable rate found.
 benchmarks/slo_check.py simulates the same search without a live server (no host stalls).
 
     python benchmarks/load_search.py [--runs 3]
@@ -17,7 +17,7 @@ import time
 
 from instruments.slo_server import SEARCH_CASE, md1_highest_rate, start_paced_stub
 from tasks.core.config import RunConfig
-from tasks.perf.load_search import chain, judge, search_load
+from tasks.decision.load_search import chain, judge, search_load
 from tasks.perf.sweep import run_perf
 from tasks.perf.workload import make_workload
 
@@ -37,9 +37,9 @@ def one(case: dict) -> None:
                     "warmup_requests": 1,
                     "input_len": 8,
                     "output_len": 4,
-                    "slo": {"ttft_ms": limit},
                 },
                 "decision": {
+                    "slo": {"ttft_ms": limit},
                     "percentile": pct,
                     "min_requests": case["requests"],
                     "search": {"budget_s": 600, "max_steps": case["max_steps"], "tolerance_pct": case["tolerance_pct"]},

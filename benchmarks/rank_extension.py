@@ -1,5 +1,5 @@
 """Benchmark: more interleaved rounds while two variants' ranking is unsettled, with the looks corrected (issue 36,
-item 3; tasks/perf/ranking.py).
+item 3; tasks/decision/ranking.py).
 
 Known truth: two variants' per-repeat objective (completed requests/s of a closed-loop step) is log-normal with a
 coefficient of variation `sigma` per repeat, variant a's mean `ratio` times b's; optionally each round shares a
@@ -8,7 +8,7 @@ host level (`round_sd`, the same for both variants of a round: what interleaving
 while unsettled and looks are left, adds ceil(repeats / 2) rounds to both. The decision calls a variant faster
 exactly when the pair is separated at the last look (v_recommendation's tie rule). Two rules of reading a pair:
 
-- `paired`: tasks.perf.ranking.pair_state, what tradeoff does: the interval of the ratio paired round by round
+- `paired`: tasks.decision.ranking.pair_state, what tradeoff does: the interval of the ratio paired round by round
   (warehouse.pairs.ratio_interval, stored in perf_pairs) excludes 1 (separated) or lies within the tolerance;
 - `overlap`: the rule before it: the two variants' own log-scale intervals (stat_tests.log_t_interval) apart, or the
   Welch interval of their ratio within the tolerance.
@@ -38,12 +38,13 @@ import time
 import numpy as np
 from scipy import stats
 
+from tasks.core.config import DecisionSpec
 from tasks.core.percentiles import look_confidence
 from tasks.core.stat_tests import log_t_interval
-from tasks.perf.ranking import pair_state
+from tasks.decision.ranking import pair_state
 
 CONF = 0.95
-TOLERANCE_PCT = 5.0
+TOLERANCE_PCT = DecisionSpec().tie_tolerance_pct  # the decision's default
 ROWS = (  # (sigma, round_sd, ratio)
     (0.05, 0.0, 1.0),
     (0.05, 0.0, 1.03),

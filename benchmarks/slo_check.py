@@ -1,7 +1,7 @@
 """Benchmark: do the decision's perf claims keep their promises? (issue 24, the perf half)
 
 Simulates requests with a known truth and runs the pipeline's own functions on them
-(tasks.perf.slo.check_step, tasks.core.percentiles, tasks.perf.load_search.search_rates and chain,
+(tasks.decision.slo.check_step, tasks.core.percentiles, tasks.decision.load_search.search_rates and chain,
 tasks.perf.sweep.arrival_offsets_s), printing:
 
 1. The SLO check's false "meets": latencies lognormal (sigma 0.5), the limit set so the true p-th percentile is
@@ -42,9 +42,9 @@ from instruments.slo_server import SEARCH_CASE, md1_highest_rate
 from tasks.core.config import LoadSearchSpec
 from tasks.core.percentiles import interval
 from tasks.core.stat_tests import t_interval
-from tasks.perf.load_search import chain, search_rates
+from tasks.decision.load_search import chain, search_rates
+from tasks.decision.slo import check_step, linear_percentile
 from tasks.perf.metrics import RequestRecord
-from tasks.perf.slo import check_step, linear_percentile
 from tasks.perf.sweep import arrival_offsets_s
 
 SIGMA = 0.5  # lognormal latency spread

@@ -12,7 +12,7 @@ Each step has `repeats` repeats of n / repeats requests in send order. For each 
 model it prints how often the claim is made:
 - with the limit at 1/1.1 of the true percentile (the truth is 1.1x the limit: every "meets" is false; goal
   <= 5 %), counting every request as independent ("naive") and counting n_eff = n / deff of them as
-  tasks.perf.slo.check_step does (tasks.core.percentiles.effective_requests);
+  tasks.decision.slo.check_step does (tasks.core.percentiles.effective_requests);
 - with the limit at 1.25x the true percentile ("power 1.25x") and at 3x it ("power 3x": the truth far within, as
   on the demo's steps, where a claim is made when the requests are worth enough), counted as n_eff.
 
@@ -45,7 +45,7 @@ from tasks.core.percentiles import (
     min_requests,
     sized_requests,
 )
-from tasks.perf.slo import counted_thresholds
+from tasks.decision.slo import counted_thresholds
 
 CONF = 0.95
 MODELS = ("ar0", "ar0.5", "ar0.9", "pairs", "host")

@@ -1,7 +1,7 @@
 """Benchmark: extending a step that lacks requests for its SLO claim, with the looks corrected (issue 36, item 3).
 
 A step whose percentile claim is shown neither way (`not_enough_requests`) gets more repeats, within a budget, and
-is judged again (tasks.perf.extend). Judging the same growing step again and stopping when it shows "meets" is a
+is judged again (tasks.decision.extend). Judging the same growing step again and stopping when it shows "meets" is a
 sequential test: at the uncorrected confidence every look is another chance of a false "meets". The correction
 (Bonferroni over the planned looks): with at most K looks, each is judged at 1 - (1 - c) / K, so the chance that
 any look claims falsely is at most 1 - c, whichever look the step stops at and whatever rule stopped it.
@@ -29,8 +29,8 @@ from scipy import stats
 
 from benchmarks.slo_dependence import log_latencies
 from tasks.core.percentiles import effective_requests, look_confidence
-from tasks.perf.extend import repeats_to_add
-from tasks.perf.slo import counted_thresholds, needed_counted
+from tasks.decision.extend import repeats_to_add
+from tasks.decision.slo import counted_thresholds, needed_counted
 
 CONF = 0.95
 MODELS = ("ar0", "pairs", "host")

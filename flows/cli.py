@@ -4,8 +4,10 @@ recommendation."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,10 +26,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     import math
 
     from tasks.core.percentiles import look_confidence
+    from tasks.decision.gate_plan import plan_config, plan_lines
+    from tasks.decision.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
+    from tasks.decision.slo import evidence_lines
     from tasks.loader import load_config
-    from tasks.perf.ranking import OBJECTIVE_WORDS, RANKED_OBJECTIVE
-    from tasks.perf.slo import evidence_lines
-    from tasks.quality.gate_plan import plan_config, plan_lines
 
     cfg = load_config(args.config)
     names = ", ".join(f"{v.name}{' (reference)' if v.reference else ''}" for v in cfg.variants)
@@ -65,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 "get "
                 f"{math.ceil(cfg.perf.repeats / 2)} more round(s) of their closed-loop steps, within "
                 f"{ext.rank_budget_s:g} s a variant, up to {ext.looks} looks (shared with a step's own claim), each "
-                f"read at {look_confidence(cfg.perf.confidence, ext.looks) * 100:.4g} % (tasks/perf/ranking.py)"
+                f"read at {look_confidence(cfg.decision.confidence, ext.looks) * 100:.4g} % (tasks/decision/ranking.py)"
             )
     print("\n".join(lines))
     if cannot:
@@ -91,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     valid_run_id(args.run_id, "--run-id")
     text, raw, cfg = load_config_file(args.config)  # bad input fails here, before Prefect or any engine starts
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     tie_prefect_api()  # Prefect's ephemeral API, when this process starts one, dies with it
     # Results location, work pool, notify block: one line each. The nightly takes the checked run as it is.
@@ -364,8 +366,6 @@ def _add_warehouse(c: argparse.ArgumentParser) -> None:
 
 def _add_warehouse_commands(sub) -> None:
     """The commands that load, rebuild, read and export the warehouse."""
-    from tasks.report.recommend import add_arguments as add_recommend_arguments
-
     c = sub.add_parser("load", help="load a run folder's Parquet results into the warehouse")
     c.add_argument("run_dir")
     _add_warehouse(c)
@@ -408,12 +408,7 @@ def _add_warehouse_commands(sub) -> None:
     c.add_argument("--all", action="store_true", help="every matching series, with or without a change")
     _add_warehouse(c)
     c.set_defaults(func=cmd_history)
-    c = sub.add_parser(
-        "recommend",
-        help="which variant to ship under an SLO and a quality gate, at what load and cost (v_recommendation)",
-    )
-    add_recommend_arguments(c)
-    c.set_defaults(func=cmd_recommend)
+    _add_recommend_command(sub)
     c = sub.add_parser("sql", help="run a SQL query on the warehouse (read-only) and print the result")
     c.add_argument("query")
     c.add_argument("--max-rows", type=int, default=100)
@@ -432,6 +427,62 @@ def _add_warehouse_commands(sub) -> None:
     c.add_argument("--output", "-o", required=True, help="file name ending in .parquet or .csv")
     _add_warehouse(c)
     c.set_defaults(func=cmd_export)
+
+
+def _add_recommend_command(sub) -> None:
+    """`tradeoff recommend`: the flags are read by tasks.report.recommend (overrides_from_args, stability_from_args)
+    and checked by DecisionSpec, one line each."""
+    from tasks.decision.stability import STABILITY_RESAMPLES
+
+    c = sub.add_parser(
+        "recommend",
+        help="which variant to ship under an SLO and a quality gate, at what load and cost (v_recommendation)",
+    )
+    c.add_argument("--run", help="run id (default: the latest)")
+    c.add_argument(
+        "--slo",
+        help="a preset (mlperf-llama2-70b-server, mlperf-llama2-70b-interactive) or limits, "
+        "e.g. ttft_ms=500,tpot_ms=50 (default: the run's decision.slo, else perf.slo)",
+    )
+    c.add_argument("--percentile", help="share of a step's requests that must meet each limit, e.g. 99 (default 99)")
+    c.add_argument(
+        "--gate",
+        action="append",
+        metavar="SUITE.METRIC",
+        help="gating quality metric; repeatable (default: the run's decision.gate_metrics, else the primary)",
+    )
+    c.add_argument(
+        "--retention", help="share of the reference's score each gating metric must keep, e.g. 0.99 or 0.999"
+    )
+    c.add_argument(
+        "--margin-points",
+        dest="margin_points",
+        help="non-inferiority margin for fraction metrics instead of --retention: at most this many points lost",
+    )
+    c.add_argument(
+        "--identity-gate",
+        dest="identity_gate",
+        action="store_true",
+        default=None,
+        help="a speculative variant whose plain decoding is the reference passes on its identity evidence",
+    )
+    c.add_argument("--optimise", help="rate | tps | cost | energy | cost_per_correct (default: rate)")
+    c.add_argument("--grid-gco2e-per-kwh", dest="grid", help="grid carbon intensity (gCO2e/kWh) for carbon per token")
+    _add_warehouse(c)
+    layer = c.add_mutually_exclusive_group()
+    layer.add_argument(
+        "--explain",
+        action="store_true",
+        help="the evidence in full: every claim with its requests, looks, design effects, host and ranking",
+    )
+    layer.add_argument("--json", action="store_true", help="the same decision as one JSON object, for machines")
+    c.add_argument(
+        "--stability",
+        default=str(STABILITY_RESAMPLES),
+        metavar="N",
+        help=f"replicates of the perf side for how often the pick holds (default {STABILITY_RESAMPLES}; 0: off)",
+    )
+    c.set_defaults(func=cmd_recommend)
 
 
 def _add_quality_command(sub) -> None:
@@ -465,6 +516,27 @@ def _add_quality_command(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     stop = StopSignals(owns_process=argv is None)  # argv None: the `tradeoff` command's own process
+    code = _run(stop, argv)
+    if stop.owns_process and stop.signum is not None:
+        end_stopped(code)
+    return code
+
+
+def end_stopped(code: int) -> None:
+    """End the command's own process after a stop, with `code`: its exit hooks run (Prefect stops its API, logging
+    flushes), then the process exits at once. Left to the interpreter, the exit walks the ~200,000 objects Prefect,
+    GX, pandas and torch leave (9-10 s after a Ctrl-C on 2 busy cores), joins threads a library left running, and
+    a KeyboardInterrupt raised there (CI saw one: exit -2, 'killed by SIGINT', after the one line was printed)
+    would end it with the signal instead of the code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # the interpreter's own call at exit; an error in a hook is printed and the next runs
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run(stop: StopSignals, argv: list[str] | None) -> int:
     try:
         # SIGTERM and SIGHUP stop as Ctrl-C does (servers stopped, Prefect's API too); a second signal exits at once.
         with stop:
@@ -484,13 +556,14 @@ def main(argv: list[str] | None = None) -> int:
         return error_line(err)
     finally:
         if stop.owns_process:
-            # The process ends now; its exit hooks still run (Prefect stops its API), but the interpreter's last
-            # collections need not walk the ~200,000 objects that Prefect, GX, pandas and torch leave: the
-            # memory goes back to the system anyway. On 2 busy cores that walk took 9-10 s after a Ctrl-C.
+            # The process ends now; its exit hooks still run, but the interpreter's last collections need not walk
+            # the objects that Prefect, GX, pandas and torch leave: the memory goes back to the system anyway.
             gc.freeze()
 
 
 def stopped(stop: StopSignals) -> int:
+    if stop.signum is None:  # a KeyboardInterrupt no handler of ours noted: Python's own, for Ctrl-C
+        stop.signum = signal.SIGINT
     print(f"stopped by {stop.name}; what it started is stopped", file=sys.stderr)
     return stop.exit_code
 

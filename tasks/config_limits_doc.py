@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 from tasks.core.bounds import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES
-from tasks.core.config import RunConfig
+from tasks.core.config import MOVED_TO_DECISION, RunConfig
 from tasks.core.registry import SUITES
 from tasks.engines.openai_compatible import HostedArgs
 from tasks.engines.tensorrt_llm import TrtArgs
@@ -124,7 +124,8 @@ def limit_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
 def all_limit_rows() -> list[tuple[str, str, str, bool]]:
     """Every config model's rows: the run config, each suite's params, each engine's engine_args."""
     register_builtins()
-    rows = limit_rows(RunConfig)
+    moved = tuple(f"perf.{old}" for old, _, _ in MOVED_TO_DECISION)  # set under decision: in a run config
+    rows = [r for r in limit_rows(RunConfig) if not any(r[0] == m or r[0].startswith(m + ".") for m in moved)]
     for name in sorted(dict(SUITES)):
         rows += limit_rows(SUITES[name].Params, f"quality.suites[] ({name}).params.")
     for name, args in sorted(ENGINE_ARGS.items()):

@@ -23,7 +23,7 @@ from tasks.core.config import PackageFile
 from tasks.core.lifecycle import run_tied
 from tasks.core.process import ChildDied, ChildError, run_in_child
 from tasks.core.registry import ENGINES
-from tasks.perf.energy import _Nvml, _Rapl
+from tasks.perf.energy import NvmlMeter, RaplMeter
 from tasks.quality.sandbox import unavailable_reason
 from tasks.quality.suites.helm import HelmError, helm_run_path
 from tasks.tools import llama_build
@@ -201,8 +201,8 @@ def check_engines() -> list[Check]:
 def check_energy() -> list[Check]:
     out = []
     for cls, fix in (
-        (_Nvml, "GPU energy is NULL with this reason (needs an NVIDIA driver, Volta or newer)"),
-        (_Rapl, "CPU energy is NULL with this reason (needs readable /sys/class/powercap/intel-rapl:*)"),
+        (NvmlMeter, "GPU energy is NULL with this reason (needs an NVIDIA driver, Volta or newer)"),
+        (RaplMeter, "CPU energy is NULL with this reason (needs readable /sys/class/powercap/intel-rapl:*)"),
     ):
         try:
             meter = cls()

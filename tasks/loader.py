@@ -19,6 +19,7 @@ from tasks.core.config import RunConfig, read_config
 from tasks.core.errors import ConfigError, validation_line
 from tasks.core.names import SUITE_KEY_PATTERN, name_problem
 from tasks.core.registry import ENGINES, SUITES
+from tasks.decision.adaptive import adaptive_suites, gating_metrics
 from tasks.engines.base import engine_for
 from tasks.engines.llama_cpp import LlamaCpp
 from tasks.engines.llama_server import LlamaServer
@@ -26,7 +27,6 @@ from tasks.engines.openai_compatible import OpenAICompatible
 from tasks.engines.tensorrt_llm import TensorRTLLM
 from tasks.engines.vllm import Vllm
 from tasks.perf.trace import load_trace, trace_span_note
-from tasks.quality.adaptive import adaptive_suites, gating_metrics
 from tasks.quality.base import check_params
 from tasks.quality.suites.arithmetic import Arithmetic
 from tasks.quality.suites.code import Code, unconfined_refused

@@ -200,7 +200,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "JSON",
                 "the quality gate's power stated before the evidence: per gating metric and variant, the items "
                 "planned, the discordance assumed, the chance an equal variant passes, the items for 80 % "
-                "(tasks/quality/gate_plan.py)",
+                "(tasks/decision/gate_plan.py)",
             ),
         ),
         checks=(Check("rows", {"value": 1}),),
@@ -500,7 +500,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
             col("send_error_ms_max", F64, "ms", "actual - scheduled send time, largest; NULL: no schedule"),
             col("saturated", B, None, "the step's queue kept growing (in flight and TTFT rising): stopped early"),
             col("stop_reason", S, None, "the stopping rule that ended the step early and why; NULL: ran out"),
-            # 018_extend: a fixed step's claim gathered over looks (decision.extend; tasks/perf/extend.py)
+            # 018_extend: a fixed step's claim gathered over looks (decision.extend; tasks/decision/extend.py)
             col(
                 "slo_looks",
                 I64,
@@ -527,7 +527,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
             ),
             # 020_interleave: the variants whose perf ran in interleaved rounds with this one (tasks/perf/rounds.py)
             col("interleaved_with", S, None, "the other variants of the perf rounds (perf.interleave); NULL: alone"),
-            # 021_rank_rounds: rounds added while the variants' ranking was unsettled (tasks/perf/ranking.py)
+            # 021_rank_rounds: rounds added while the variants' ranking was unsettled (tasks/decision/ranking.py)
             col(
                 "rounds_added",
                 I64,
@@ -692,7 +692,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 "retention_ci_low",
                 F64,
                 "ratio",
-                "the quality gate's lower bound: the interval as retention (tasks/quality/gate.py); NULL: no bound",
+                "the quality gate's lower bound: the interval as retention (tasks/decision/gate.py); NULL: no bound",
                 between(0),
             ),
             col(
@@ -752,7 +752,7 @@ TABLES_DECLARED: tuple[Table, ...] = (
                 I64,
                 "count",
                 "paired samples (the last look of the design in use) with which a truly equal variant with this "
-                "row's discordance passes with 80 % power (tasks/quality/design.py, exact); NULL: not reachable",
+                "row's discordance passes with 80 % power (tasks/decision/design.py, exact); NULL: not reachable",
                 between(1),
             ),
             col(
@@ -922,6 +922,12 @@ def write_table(results_dir: Path, name: str, part: str, rows: list[dict]) -> Pa
     pq.write_table(to_table(name, rows), tmp)
     tmp.replace(path)
     return path
+
+
+def write_tables(results_dir: Path, part: str, tables: dict[str, list[dict]]) -> None:
+    """Write (replace) one part of each of `tables` (name -> rows), each as write_table writes it."""
+    for name, rows in tables.items():
+        write_table(results_dir, name, part, rows)
 
 
 def table_parts(results_dir: Path, name: str) -> list[Path]:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import duckdb
 
+from tasks.decision import SQL_DIR as DECISION_SQL_DIR
+from tasks.decision.defaults import VIEW as DECISION_DEFAULTS
+from tasks.decision.defaults import defaults_sql
 from warehouse.errors import WarehouseError, damaged, is_damaged
 from warehouse.history import update_history
 from warehouse.ingest import insert_run, read_run_parts
@@ -22,6 +25,9 @@ from warehouse.swap import target_file, wal_of, writable_copy, writer_lock
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
+# The decision's views (the ship rules) live beside their Python twins, in tasks/decision/sql/, and read its defaults
+# (decision_defaults, created first): this module opens the store with them, a layer above the decision.
+VIEW_DIRS = (VIEWS_DIR / "staging", VIEWS_DIR / "marts", DECISION_SQL_DIR)
 # Creation order: a view comes after the views it selects from. staging/ (stg_*) owns the shared
 # definitions (the headline scenario, the primary quality metric, the band rule over v_history); marts/ (v_*) are
 # what users query.
@@ -176,14 +182,17 @@ def _metric_columns(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create every view of `views/`, in the order of VIEWS."""
-    paths = {p.stem: p for p in VIEWS_DIR.glob("*/*.sql")}
+    """(Re)create every view of VIEW_DIRS (views/ and the decision's sql/), in the order of VIEWS, after the
+    decision's defaults (tasks.decision.defaults)."""
+    paths = {p.stem: p for d in VIEW_DIRS for p in d.glob("*.sql")}
     files = set(paths)
     if files != set(VIEWS):
         raise WarehouseError(
-            f"views/ holds {sorted(files)} but db.VIEWS lists {list(VIEWS)}; list each view once, in order"
+            f"views/ and tasks/decision/sql/ hold {sorted(files)} but db.VIEWS lists {list(VIEWS)}; list each view "
+            "once, in order"
         )
     metric_columns = _metric_columns(con)
+    con.execute(f"create or replace view {DECISION_DEFAULTS} as {defaults_sql()}")  # what v_decision falls back on
     for view in VIEWS:
         sql = paths[view].read_text().replace(METRIC_COLUMNS, metric_columns)
         con.execute(f"create or replace view {view} as\n{sql}")

@@ -18,7 +18,7 @@ of two variants is not simultaneous; the pairs are then as independent as the re
 valid, only without the second gain.
 
 Rounds are matched by their repeat index; a repeat only one of the two has (a claim's added repeats,
-tasks.perf.extend) is left out of the pair. DuckDB views have no t quantile, so this runs in Python at load time
+tasks.decision.extend) is left out of the pair. DuckDB views have no t quantile, so this runs in Python at load time
 (`warehouse.db.load_run`, and run by run in `tradeoff warehouse rebuild`), as `warehouse.history` does.
 """
 

@@ -15,8 +15,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -190,6 +192,9 @@ class SloSpec(_Strict):
         return self.preset or ",".join(f"{k}<={v:g}" for k, v in self.limits().items())
 
 
+# The SLO a run config gets when it names none (decision.slo; `tradeoff perf`'s goodput).
+DEFAULT_SLO = "mlperf-llama2-70b-server"
+
 MAX_REQUESTS_PER_VARIANT = 1_000_000  # steps x repeats x num_prompts (+ warm-up) of one variant's sweep
 
 
@@ -290,7 +295,7 @@ class PerfSpec(_Strict):
         lt=1,
         description="share of a rate step's Poisson stream sent "
         "first and discarded so its queue settles: ceil(share x measured) more requests, "
-        "flagged warm-up; a decision with an SLO sets its warmup_share",
+        "flagged warm-up; in a run config: decision.warmup_share",
     )
     max_duration_s: float | None = Field(
         default=None, gt=0, le=MAX_STEP_S, description="stop sending a step's requests after (s)"
@@ -357,10 +362,12 @@ class PerfSpec(_Strict):
         description="percentiles reported (0 < p <= 100)",
     )
     slo: Slo = Field(
-        default_factory=lambda: SloSpec(preset="mlperf-llama2-70b-server"),
-        description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms",
+        default_factory=lambda: SloSpec(preset=DEFAULT_SLO),
+        description="goodput limits: a preset name or ttft_ms/tpot_ms/e2el_ms; in a run config: decision.slo",
     )
-    confidence: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the intervals")
+    confidence: float = Field(
+        default=0.95, gt=0, lt=1, description="confidence level of the intervals; in a run config: decision.confidence"
+    )
     bootstrap_resamples: int = Field(
         default=1000, ge=100, le=100_000, description="bootstrap resamples per jitter interval"
     )
@@ -469,7 +476,7 @@ class SuiteSpec(_Strict):
 class AdaptiveSpec(_Strict):
     """Evidence gathered until the gate decides: a gating suite that can extend its sample (generated items, or
     a data set's next items) answers more of them, in doubling batches, while its gate is undecided
-    (tasks/quality/adaptive.py). The reference answers every planned item first, within the same budget."""
+    (tasks/decision/adaptive.py). The reference answers every planned item first, within the same budget."""
 
     max_items: int = Field(ge=1, le=1_000_000, description="most items a suite extends to (its last planned look)")
     budget_s: float = Field(
@@ -596,7 +603,7 @@ class NotifySpec(_Strict):
 
 class LoadSearchSpec(_Strict):
     """Rate steps added after the sweep, between the last step that meets the decision's SLO and the first
-    that misses it, halving the gap each time (tasks/perf/load_search.py)."""
+    that misses it, halving the gap each time (tasks/decision/load_search.py)."""
 
     budget_s: float = Field(default=120.0, gt=0, le=86_400, description="longest the search may take per variant (s)")
     max_steps: int = Field(default=6, ge=1, le=100, description="most rate steps it adds")
@@ -607,8 +614,8 @@ class LoadSearchSpec(_Strict):
 
 class ExtendSpec(_Strict):
     """More repeats for a fixed step whose SLO percentile claim lacks requests, judged at corrected looks
-    (tasks/perf/extend.py); with perf.interleave, more rounds while the variants' ranking is unsettled
-    (tasks/perf/ranking.py)."""
+    (tasks/decision/extend.py); with perf.interleave, more rounds while the variants' ranking is unsettled
+    (tasks/decision/ranking.py)."""
 
     budget_s: float = Field(gt=0, le=86_400, description="longest the extension may take per variant (s)")
     looks: int = Field(
@@ -623,7 +630,7 @@ class ExtendSpec(_Strict):
         ge=0,
         le=86_400,
         description="with perf.interleave: longest the rounds added while the variants' ranking is unsettled may "
-        "take per variant (s), a look's rounds counted among the same `looks` (tasks/perf/ranking.py); 0: none",
+        "take per variant (s), a look's rounds counted among the same `looks` (tasks/decision/ranking.py); 0: none",
     )
 
 
@@ -636,14 +643,18 @@ DEFAULT_MARGIN_POINTS = 2.0
 class DecisionSpec(_Strict):
     """Which variant to ship (`tradeoff recommend`, v_recommendation): an SLO, a quality gate and an objective.
 
-    Every field is optional. The SLO defaults to perf.slo (the goodput limits), the gate to the primary
-    quality metric losing at most DEFAULT_MARGIN_POINTS points (a retention target on request); the
-    recommendation maximises the sustainable request rate.
+    Every field is optional. The SLO defaults to DEFAULT_SLO (MLPerf's Llama-2-70B server limits), the gate to
+    the primary quality metric losing at most DEFAULT_MARGIN_POINTS points (a retention target on request); the
+    recommendation maximises the sustainable request rate. The perf sweep measures goodput against the same SLO,
+    its intervals at `confidence` and its rate steps' warm-up at `warmup_share` (RunConfig fills perf from here).
+    The SQL views read a run's settings from its recorded config, and a setting it lacks from decision_defaults
+    (tasks.decision.defaults builds it from this model's defaults).
     """
 
     slo: Slo = Field(
-        default=None,
-        description="latency limits at `percentile`: a preset name or ttft_ms/tpot_ms/e2el_ms; default perf.slo",
+        default_factory=lambda: SloSpec(preset=DEFAULT_SLO, **SLO_PRESETS[DEFAULT_SLO]),
+        description="latency limits at `percentile`, also the perf sweep's goodput limits: a preset name or "
+        "ttft_ms/tpot_ms/e2el_ms; null: no SLO",
     )
     percentile: float = Field(
         default=99.0,
@@ -657,7 +668,8 @@ class DecisionSpec(_Strict):
         default=0.95,
         ge=0.5,
         lt=1,
-        description="confidence of each percentile claim (the order-statistic bound; MLPerf's early stopping: 0.99)",
+        description="confidence of each percentile claim (the order-statistic bound; MLPerf's early stopping: 0.99) "
+        "and of the perf sweep's intervals",
     )
     min_requests: int | None = Field(
         default=None,
@@ -671,7 +683,7 @@ class DecisionSpec(_Strict):
         default=0.1,
         ge=0,
         lt=1,
-        description="share of each rate step's Poisson stream sent first and discarded (perf.rate_warmup_share)",
+        description="share of each rate step's Poisson stream sent first and discarded, so its queue settles",
     )
     min_rate_ratio: float = Field(
         default=0.95,
@@ -732,10 +744,9 @@ class DecisionSpec(_Strict):
         # The preset's limits are written out, so the run's recorded config (runs.config_json) carries the numbers.
         return SloSpec(preset=v.preset, **v.limits()) if v is not None else None
 
-    def slo_limits(self, perf: PerfSpec) -> dict[str, float] | None:
-        """The limits the decision checks: its own SLO, else the perf sweep's goodput SLO."""
-        slo = self.slo or perf.slo
-        return slo.limits() if slo else None
+    def slo_limits(self) -> dict[str, float] | None:
+        """The limits the decision checks; None: no SLO."""
+        return self.slo.limits() if self.slo else None
 
     def step_requests(self, perf: PerfSpec) -> int:
         """Measured requests a rate step needs, repeats pooled: min_requests, else the fewest with which a step of
@@ -744,17 +755,25 @@ class DecisionSpec(_Strict):
         estimated, and scatters above 1), in perf.repeats repeats."""
         from tasks.core.percentiles import sized_requests
 
-        latencies = len(self.slo_limits(perf) or {}) or 1
+        latencies = len(self.slo_limits() or {}) or 1
         return self.min_requests or sized_requests(
             self.percentile, self.fixed_step_confidence(), perf.repeats, latencies
         )
 
     def fixed_step_confidence(self) -> float:
         """The confidence a fixed step's claim is judged at: `confidence`, or with `extend` each of its looks'
-        (tasks.perf.extend.look_confidence)."""
+        (tasks.decision.extend.look_confidence)."""
         from tasks.core.percentiles import look_confidence
 
         return look_confidence(self.confidence, self.extend.looks if self.extend else 1)
+
+
+# perf's settings a run config holds under decision: (perf key, decision key, what to write there)
+MOVED_TO_DECISION = (
+    ("slo", "slo", "the SLO"),
+    ("confidence", "confidence", "the confidence"),
+    ("rate_warmup_share", "warmup_share", "the warm-up share"),
+)
 
 
 class RunConfig(_Strict):
@@ -774,6 +793,23 @@ class RunConfig(_Strict):
     )
 
     _safe_name = field_validator("name")(safe_name)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decision_settings_under_decision(cls, data: Any) -> Any:
+        perf = data.get("perf") if isinstance(data, dict) else None
+        for old, new, what in MOVED_TO_DECISION:
+            if isinstance(perf, dict) and old in perf:
+                raise ValueError(f"perf.{old}: moved to decision.{new}; write {what} there")
+        return data
+
+    @field_serializer("perf", mode="wrap")
+    def _perf_without_decision_settings(self, perf: PerfSpec, handler: SerializerFunctionWrapHandler) -> Any:
+        """The recorded config holds the SLO, confidence and warm-up share once, under decision."""
+        out = handler(perf)
+        for old, _, _ in MOVED_TO_DECISION:
+            out.pop(old, None)
+        return out
 
     @model_validator(mode="after")
     def _interleave_in_process(self) -> "RunConfig":
@@ -795,29 +831,33 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _size_rate_steps(self) -> "RunConfig":
-        """Rate steps the decision judges get what its percentile needs: perf.rate_requests is raised so a step's
-        repeats pool at least decision.step_requests() measured requests, and its stream starts with the decision's
-        warm-up share (when perf sets none). Written into the config, so the run's recorded config carries them."""
+    def _measure_as_decided(self) -> "RunConfig":
+        """perf measures with the decision's settings: goodput at its SLO, intervals at its confidence, rate steps
+        after its warm-up share. Rate steps the decision judges get what its percentile needs: perf.rate_requests is
+        raised so a step's repeats pool at least decision.step_requests() measured requests (written into the
+        config, so the run's recorded config carries it)."""
         perf, d = self.perf, self.decision
-        if d.extend is not None and not d.slo_limits(perf):
-            raise ValueError(
-                "decision.extend: no SLO to gather requests for; set decision.slo or perf.slo, or drop decision.extend"
-            )
-        if not d.slo_limits(perf) or not (perf.rates or perf.sweep or d.search is not None):
-            return self
-        step = d.step_requests(perf)
+        if d.extend is not None and not d.slo_limits():
+            raise ValueError("decision.extend: no SLO to gather requests for; set decision.slo or drop decision.extend")
+        rated = bool(perf.rates or perf.sweep or d.search is not None)
+        decided: dict[str, Any] = {
+            "slo": d.slo.model_dump() if d.slo else None,
+            "confidence": d.confidence,
+            "rate_warmup_share": d.warmup_share if rated else 0.0,
+        }
+        step = d.step_requests(perf) if d.slo_limits() and rated else 0
         per_repeat = max(perf.rate_measured(), math.ceil(step / perf.repeats))
-        sized: dict[str, Any] = {"rate_requests": per_repeat} if per_repeat != perf.rate_measured() else {}
-        if not perf.rate_warmup_share:
-            sized["rate_warmup_share"] = d.warmup_share
+        if per_repeat != perf.rate_measured():
+            decided["rate_requests"] = per_repeat
         try:
-            self.perf = PerfSpec.model_validate({**perf.model_dump(), **sized})
+            self.perf = PerfSpec.model_validate({**perf.model_dump(), **decided})
         except ValidationError as err:
+            problem = err.errors()[0]["msg"].removeprefix("Value error, ")
+            if not step:
+                raise ValueError(f"perf: {problem}; lower decision.warmup_share or perf's requests") from None
             raise ValueError(
                 f"perf: the decision's p{d.percentile:g} needs {step} requests per rate step "
-                f"({per_repeat} per repeat): {err.errors()[0]['msg'].removeprefix('Value error, ')}; "
-                f"ask a lower decision.percentile or fewer steps"
+                f"({per_repeat} per repeat): {problem}; ask a lower decision.percentile or fewer steps"
             ) from None
         return self
 
@@ -830,6 +870,27 @@ class RunConfig(_Strict):
 
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
+
+
+def upgrade_recorded(data: Any) -> Any:
+    """A config recorded before perf's SLO, confidence and warm-up share moved under decision (a run's config_json
+    or config.yaml), as this version reads it, each setting as the run used it: perf.slo is the decision's SLO
+    where that named none (it defaulted to perf.slo), the rate steps' warm-up share the decision's, and
+    perf.confidence is dropped (the decision's claims keep theirs)."""
+    if not isinstance(data, dict) or not isinstance(data.get("perf"), dict):
+        return data
+    if not any(old in data["perf"] for old, _, _ in MOVED_TO_DECISION):
+        return data
+    perf, decision = dict(data["perf"]), dict(data.get("decision") or {})
+    if "slo" in perf and decision.get("slo") is None:
+        decision["slo"] = perf["slo"]
+    has_slo = decision.get("slo", DEFAULT_SLO) is not None
+    if perf.get("rates") or perf.get("sweep") or decision.get("search") is not None:
+        default = decision.get("warmup_share", DecisionSpec.model_fields["warmup_share"].default) if has_slo else 0.0
+        decision["warmup_share"] = perf.get("rate_warmup_share") or default
+    for old, _, _ in MOVED_TO_DECISION:
+        perf.pop(old, None)
+    return {**data, "perf": perf, "decision": decision}
 
 
 def read_config(path: str | Path) -> tuple[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 from pydantic import ValidationError
 
@@ -34,6 +35,8 @@ def validation_line(
     e = err.errors()[0]
     where = ".".join(x for x in (prefix, ".".join(str(p) for p in e["loc"])) if x) or "config"
     msg = e["msg"].removeprefix("Value error, ")
+    if where == "config" and e["type"] == "value_error" and re.match(r"[a-z_]+(\.[a-z_]+)+: ", msg):
+        return msg  # a rule across fields names its own field
     if e["type"] == "extra_forbidden":
         msg = unknown or "unknown field; remove it or check its spelling"
     elif e["type"] == "missing":

@@ -18,7 +18,7 @@ is a one-sided upper confidence bound at level c of the p-th percentile, and it 
   distribution-free interval of the percentile (each side at (1 + level) / 2).
 
 Errors and incomplete requests count as over every limit (an infinite latency). scipy's binomial distribution
-does the arithmetic; warehouse/views/marts/v_slo_steps.sql computes the same two counts from the binomial
+does the arithmetic; tasks/decision/sql/v_slo_steps.sql computes the same two counts from the binomial
 probabilities in SQL (DuckDB has no binomial quantile), and tests hold the two equal.
 """
 
@@ -123,7 +123,7 @@ MAX_LAG = 64
 
 def effective_requests(series: list[list[float]]) -> tuple[int, float | None]:
     """(n_eff, deff): the requests a step's percentile claim counts when its requests are correlated, and the
-    design effect n / n_eff they are counted by. tasks.perf.slo and v_slo_steps count a step's requests so.
+    design effect n / n_eff they are counted by. tasks.decision.slo and v_slo_steps count a step's requests so.
 
     `series` holds each repeat's latencies in send order (inf for a failed request). The autocorrelation at lag k
     is that of their ranks (pooled over the step, so heavy tails and failures weigh as ranks, and a repeat whose

@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
-from tasks.core.config import PerfSpec, RunConfig
+from tasks.core.config import PerfSpec, RunConfig, upgrade_recorded
 from tasks.perf.jitter import needs_jitter_step
 from tasks.perf.sweep import JITTER_STEP, SYNC_STEP, fixed_steps, max_step, step_prompts
 from warehouse.contract import ResultTables
@@ -92,10 +92,10 @@ def recorded_config(run_dir: Path, runs: pd.DataFrame) -> tuple[RunConfig | None
     text = runs["config_json"].iloc[0] if len(runs) == 1 else None
     try:
         if isinstance(text, str) and text:
-            return RunConfig.model_validate(json.loads(text)), None
+            return RunConfig.model_validate(upgrade_recorded(json.loads(text))), None
         path = run_dir / "config.yaml"
         if path.is_file():
-            return RunConfig.model_validate(yaml.safe_load(path.read_text())), None
+            return RunConfig.model_validate(upgrade_recorded(yaml.safe_load(path.read_text()))), None
     except (ValidationError, ValueError, yaml.YAMLError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         return None, f"run {run_dir.name}: its recorded config does not parse ({first}); row counts not checked"

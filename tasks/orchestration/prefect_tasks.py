@@ -20,19 +20,20 @@ from tasks.core.config import RunConfig, Variant
 from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.percentiles import look_confidence
 from tasks.core.runinfo import RunPaths, host_info
+from tasks.decision.extend import StepExtension
+from tasks.decision.gate_plan import plan_config, plan_json, plan_lines
+from tasks.decision.load_search import judge, search_load
+from tasks.decision.ranking import RankExtension
+from tasks.decision.suite_gate import AdaptiveGate
 from tasks.engines.base import Artifact, Endpoint, EngineUnavailable, engine_for
 from tasks.engines.launcher import PortInUse, ServerStartTimeout
 from tasks.orchestration.folder_gate import gate_results
 from tasks.orchestration.gpu import gpu_host
 from tasks.orchestration.results import ResultsLocation
 from tasks.orchestration.variant_bookkeeping import error_line
-from tasks.perf.extend import StepExtension
-from tasks.perf.load_search import judge, search_load
 from tasks.perf.perf_run import measure_into_rounds, variant_target
-from tasks.perf.ranking import RankExtension
 from tasks.perf.rounds import Round, interleave
 from tasks.perf.sweep import drain
-from tasks.quality.gate_plan import plan_config, plan_json, plan_lines
 from tasks.quality.suite_loop import run_suites
 from tasks.report.html import write_html
 from tasks.report.notify import recommendation_change, regressions, run_message, send
@@ -101,7 +102,7 @@ def rank_extension(cfg: RunConfig, log: Callable[[str], None] | None = None) -> 
         partial(judge, cfg=cfg),
         d.optimise,
         d.extend.looks,
-        look_confidence(cfg.perf.confidence, d.extend.looks),
+        look_confidence(d.confidence, d.extend.looks),
         d.tie_tolerance_pct,
         d.extend.rank_budget_s,
         math.ceil(cfg.perf.repeats / 2),
@@ -146,13 +147,14 @@ def measure_quality(
 ) -> dict:
     """Every configured suite against the variant, then its deltas against the reference (parts written as they
     come)."""
-    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, run_logger())
+    gate = AdaptiveGate(cfg)
+    return run_suites(cfg, run_id, variant, artifact, ref_artifact, base_url, work_dir, results_dir, gate, run_logger())
 
 
 @task(name="write-run-row", cache_policy=NONE)
 @task(name="state-gate-plan", cache_policy=NONE)
 def state_gate_plan(cfg: RunConfig) -> str:
-    """The quality gate's power before the evidence (tasks/quality/gate_plan.py), logged first; its JSON for the
+    """The quality gate's power before the evidence (tasks/decision/gate_plan.py), logged first; its JSON for the
     run row. A gate that cannot pass an equal variant is a warning naming the fix, not a stop."""
     plans = plan_config(cfg, cfg.warehouse_path())
     log = run_logger()

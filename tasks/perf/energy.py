@@ -36,7 +36,7 @@ class PowerSample:
     energy_j: float | None  # counter since the window's start
 
 
-class _Nvml:
+class NvmlMeter:
     """The GPUs of NVML indices `indices` (default: all it sees). `nvml` is the pynvml module; tests pass a
     stand-in with the same calls. Devices are named by NVML index (gpu3), whatever CUDA calls them."""
 
@@ -63,7 +63,9 @@ class _Nvml:
         return [self._nvml.nvmlDeviceGetPowerUsage(h) / 1000.0 for h in self._handles]
 
 
-class _Rapl:
+class RaplMeter:
+    """The CPU packages' energy counters of Intel RAPL under `root` (powercap), in joules since the meter opened."""
+
     source = "rapl"
 
     def __init__(self, root: str = "/sys/class/powercap") -> None:
@@ -102,7 +104,7 @@ class _Rapl:
 def open_meter() -> tuple[object | None, str | None]:
     """The first meter that works (NVML, then RAPL), or None and the reasons each failed."""
     reasons = []
-    for cls in (_Nvml, _Rapl):
+    for cls in (NvmlMeter, RaplMeter):
         try:
             return cls(), None
         except Exception as err:  # noqa: BLE001 - any failure means: no such meter here

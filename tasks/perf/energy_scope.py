@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tasks.perf.energy import EnergyWindow, _Nvml, _Rapl, open_meter, per_token
+from tasks.perf.energy import EnergyWindow, NvmlMeter, RaplMeter, open_meter, per_token
 
 HOSTED_NOTE = (
     "hosted endpoint: it runs on the provider's hardware, which no energy counter of this host measures; not measured"
@@ -120,13 +120,13 @@ class EnergyScope:
         if self.off_reason:
             return None, self.off_reason
         if self.gpu_count is None:
-            meter, note = open_meter() if self.nvml is None else (_Nvml(self.nvml), None)
+            meter, note = open_meter() if self.nvml is None else (NvmlMeter(self.nvml), None)
             if meter is not None:
                 self.label = f"{meter.source} {','.join(meter.devices)} (every device: the engine's are unknown)"
             return meter, note
         if self.gpu_count == 0:
             try:
-                meter = _Rapl(self.rapl_root)
+                meter = RaplMeter(self.rapl_root)
             except Exception as err:  # noqa: BLE001 - any failure means: no CPU counter here
                 return None, (
                     f"no energy meter for a CPU engine: rapl: {type(err).__name__}: {err}".strip()
@@ -136,7 +136,7 @@ class EnergyScope:
             return meter, None
         try:
             nvml, gpus = self.engine_nvml()
-            meter = _Nvml(nvml, [g.index for g in gpus])
+            meter = NvmlMeter(nvml, [g.index for g in gpus])
         except NoEngineGpus as err:
             return None, str(err)
         except Exception as err:  # noqa: BLE001 - no driver, no counter

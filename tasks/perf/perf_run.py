@@ -21,21 +21,20 @@ from tasks.engines.tokenizer import Tokenizer, load_tokenizer, open_tokenizer, s
 from tasks.perf.energy import EnergyReading, per_token
 from tasks.perf.energy_scope import EnergyScope, IdleBaseline, idle_baseline, idle_columns, scope_for
 from tasks.perf.error_share import request_counts
-from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import GpuWatch, HostGuard, NoiseRule, engine_process_ids
 from tasks.perf.host_share import local_server_threads, sharing_notes
 from tasks.perf.jitter import jitter_summary
 from tasks.perf.metrics import RequestRecord, summarize_repeats
 from tasks.perf.options import is_local, spec_from_args
 from tasks.perf.roofline import Bandwidth, host_bandwidth, mbu_pct, roofline_inputs
-from tasks.perf.rounds import Round
+from tasks.perf.rounds import Extension, Round
 from tasks.perf.sweep import Scenario, Step, StepRun, drain, perf_rounds
 from tasks.perf.trace import send_error_stats, trace_replays
 from tasks.perf.vllm_json import vllm_result
 from tasks.perf.workload import make_workload
-from warehouse.contract import SCHEMAS, write_table
+from warehouse.contract import SCHEMAS, write_tables
 
-# The decision's sustainable-load search (tasks.perf.load_search): after the sweep, more steps as Scenarios.
+# The decision's sustainable-load search (tasks.decision.load_search): after the sweep, more steps as Scenarios.
 # Called with keywords energy_off_reason and meter_opener too: its steps are metered as the sweep's.
 Search = Callable[..., list[Scenario]]
 
@@ -360,7 +359,7 @@ def measure_rounds(
     on_scenario: Callable[[list[Scenario]], None] | None = None,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
+    extension: Extension | None = None,
     rank: bool = False,
     on_record: Callable[[Step, RequestRecord], None] | None = None,
 ) -> Generator[Round, int | None, list[Scenario]]:
@@ -440,6 +439,20 @@ def measure_rounds(
     return scenarios
 
 
+def perf_rows(spec: PerfSpec, run_id: str, variant: str, scenarios: list[Scenario], more: dict) -> dict[str, list]:
+    """A variant's perf tables from what it measured so far: perf_requests, perf_power and perf_summary (each
+    summary with the columns in `more`)."""
+    return {
+        "perf_requests": [
+            request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
+            for sc in scenarios
+            for r in sc.records
+        ],
+        "perf_power": [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
+        "perf_summary": [summary_row(run_id, variant, {**sc.summary, **more}) for sc in scenarios],
+    }
+
+
 def measure_into_rounds(
     spec: PerfSpec,
     target: Target,
@@ -448,38 +461,18 @@ def measure_into_rounds(
     results_dir: Path,
     search: Search | None = None,
     warn: Callable[[str], None] = warn_stderr,
-    extension: StepExtension | None = None,
+    extension: Extension | None = None,
     interleaved_with: list[str] | None = None,
     rank: bool = False,
 ) -> Generator[Round, int | None, dict]:
-    """`measure_rounds`, writing the variant's perf_requests, perf_power and perf_summary parts after each (step,
-    repeat); returns a short summary for the run's log and the request counts the variant's failure check reads.
+    """`measure_rounds`, writing the variant's perf tables (perf_rows) in one write after each (step, repeat): a
+    failure later loses no finished window (docs/failures.md); returns a short summary for the run's log and the
+    request counts the variant's failure check reads.
     `interleaved_with`: the other variants whose rounds alternate with this one's (tasks.perf.rounds), recorded."""
     rounds = {"interleaved_with": ", ".join(interleaved_with) if interleaved_with else None}
 
     def write(scenarios: list[Scenario]) -> None:
-        write_table(
-            results_dir,
-            "perf_requests",
-            variant,
-            [
-                request_row(run_id, variant, sc.step, sc.step.concurrency or spec.num_prompts, r)
-                for sc in scenarios
-                for r in sc.records
-            ],
-        )
-        write_table(
-            results_dir,
-            "perf_power",
-            variant,
-            [row for sc in scenarios for run in sc.runs for row in power_rows(run_id, variant, run)],
-        )
-        write_table(
-            results_dir,
-            "perf_summary",
-            variant,
-            [summary_row(run_id, variant, {**sc.summary, **rounds}) for sc in scenarios],
-        )
+        write_tables(results_dir, variant, perf_rows(spec, run_id, variant, scenarios, rounds))
 
     scenarios = yield from measure_rounds(
         spec, target, on_scenario=write, search=search, warn=warn, extension=extension, rank=rank

@@ -13,7 +13,7 @@ alternated runs rather than one long run each.
 A variant whose run fails stops there and the others go on; what it measured before is kept by its own writer.
 
 After the configured rounds, a run yields an open Round (its steps so far); when every live run has, `settle`
-(tasks.perf.ranking.RankExtension: the ranking is not settled yet) may ask some of them for further rounds,
+(tasks.decision.ranking.RankExtension: the ranking is not settled yet) may ask some of them for further rounds,
 interleaved among them as the first ones, while the others wait at their open round; when it asks none (or with no
 `settle`), each goes on to what it does after its last round.
 """
@@ -21,9 +21,31 @@ interleaved among them as the first ones, while the others wait at their open ro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, TypeVar
+from typing import Any, Callable, Generator, Protocol, TypeVar
+
+from tasks.perf.jitter import JITTER_LABEL
 
 T = TypeVar("T")
+
+
+def ranked(step: Any) -> bool:
+    """A step the rounds may add to: a configured closed-loop step (not the jitter instrument, a rate, a trace)."""
+    return step.kind == "concurrency" and step.label != JITTER_LABEL
+
+
+class Extension(Protocol):
+    """What the perf loop consults after a variant's configured windows (the decision's claim extension,
+    tasks.decision.extend.StepExtension, handed in by the flow): the most looks an extendable step's claim gets, and
+    `run`, which measures further repeats through `new_repeat` (step, repeat) and says whether any step changed."""
+
+    looks: int
+
+    def run(
+        self,
+        scenarios: dict[str, Any],
+        new_repeat: Callable[[Any, int], Any],
+        warn: Callable[[str], None] | None = None,
+    ) -> bool: ...
 
 
 @dataclass

@@ -42,13 +42,11 @@ from tasks.core.config import PerfSpec
 from tasks.core.lifecycle import run_async
 from tasks.core.percentiles import look_confidence
 from tasks.perf.energy import EnergyReading, EnergyWindow, PowerSample
-from tasks.perf.extend import StepExtension
 from tasks.perf.host_noise import HostGuard, HostNoise
 from tasks.perf.jitter import JITTER_LABEL, needs_jitter_step
 from tasks.perf.metrics import RequestRecord, failed_requests
 from tasks.perf.outliers import outlier_repeats
-from tasks.perf.ranking import ranked
-from tasks.perf.rounds import Round
+from tasks.perf.rounds import Extension, Round, ranked
 from tasks.perf.stopping import OVER_SATURATION, LoadWatch, StopRule, stop_rules
 from tasks.perf.workload import Prompt, Workload
 
@@ -85,11 +83,11 @@ class Scenario:
     step: Step
     runs: list[StepRun]
     summary: dict = field(default_factory=dict)
-    looks: int = 1  # most looks at its SLO claim (decision.extend: tasks.perf.extend), each at corrected confidence
+    looks: int = 1  # most looks at its SLO claim (decision.extend: tasks.decision.extend), each at corrected confidence
     looks_taken: int = 1
     repeats_added: int = 0  # repeats measured to gather what its claim lacked
     extend_note: str | None = None  # what the extension did, or why it did not
-    rounds_added: int = 0  # rounds added while the variants' ranking was unsettled (tasks.perf.ranking)
+    rounds_added: int = 0  # rounds added while the variants' ranking was unsettled (tasks.decision.ranking)
     rank_note: str | None = None  # what the ranking's looks found and did
     ci_level: float | None = None  # its intervals' level when not perf.confidence (the ranking's corrected looks)
 
@@ -117,7 +115,7 @@ def fixed_load(step: Step) -> bool:
 
 def extendable(step: Step) -> bool:
     """A step decision.extend may add repeats to (a fixed step, or a replayed trace: another replay), judging every
-    look of it at a corrected confidence (tasks.perf.extend)."""
+    look of it at a corrected confidence (tasks.decision.extend)."""
     return fixed_load(step) or step.kind == "trace"
 
 
@@ -400,7 +398,7 @@ def perf_rounds(
     trace: Callable[[int, int], list[Prompt]] | None = None,
     guard: HostGuard | None = None,
     warn: Callable[[str], None] | None = None,
-    extension: StepExtension | None = None,
+    extension: Extension | None = None,
     rank: bool = False,
     on_record: Callable[[Step, RequestRecord], None] | None = None,
 ) -> Generator[Round, int | None, list[Scenario]]:
@@ -408,13 +406,13 @@ def perf_rounds(
     A generator: it yields the Round it has just measured once every step has had it, so a caller can measure
     other endpoints' rounds in between (tasks.perf.rounds). After the last round come the outlier re-measures and
     the extension, then an open Round: the caller may send back a number of further rounds of the closed-loop
-    steps (tasks.perf.ranking), the last of which is open again; then it returns. With `rank` (the
+    steps (tasks.decision.ranking), the last of which is open again; then it returns. With `rank` (the
     caller settles a ranking over looks, decision.extend.rank_budget_s), the closed-loop steps' intervals are at
     the looks' corrected level.
     With `guard`, a window disturbed by other processes on the host is measured again (see run_step), and a repeat
     of a fixed step that stands apart from the others is measured again after them (measure_outliers_again).
     With `extension` (decision.extend), a fixed step whose SLO claim lacks requests then gets more repeats, its
-    looks corrected (tasks.perf.extend).
+    looks corrected (tasks.decision.extend).
 
     `trace`: the trace's prompts for a replay and window (tasks.perf.trace.trace_replays), replayed as the step
     `trace` after the fixed steps.
@@ -471,7 +469,7 @@ def perf_rounds(
         )  # fmt: skip
 
     rounds = max(spec.repeats, spec.trace.repeats if spec.trace else 0)
-    more: int | None = None  # further rounds the caller asks at the open round (tasks.perf.ranking)
+    more: int | None = None  # further rounds the caller asks at the open round (tasks.decision.ranking)
     with _Progress(progress) as bar:
         for repeat in range(rounds):
             i = 0
@@ -508,8 +506,8 @@ def perf_rounds(
         more_of = lambda step, repeat: first_time(step, index_of[step.label], repeat, None)
         if extension is not None and extension.run(scenarios, more_of, warn) and on_scenario:
             on_scenario(list(scenarios.values()))
-        # open: the caller may ask further rounds of the closed-loop steps (tasks.perf.ranking), now that the stalled
-        # windows are measured again and the claims that lacked requests have them
+        # open: the caller may ask further rounds of the closed-loop steps (tasks.decision.ranking), now that the
+        # stalled windows are measured again and the claims that lacked requests have them
         more = yield Round(rounds, scenarios)
         added = 0
         while more:  # one round of every closed-loop step at a time, the last of them open again

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
+from scipy import stats
 
 from tasks.core.stat_tests import (
     PERMUTATIONS,
@@ -33,7 +34,7 @@ from tasks.core.stat_tests import (
     sign_flip_p,
     tango_interval,
 )
-from tasks.quality.gate import Look, flip_rate_high, identity_retention_low, retention_interval
+from tasks.quality.looks import Look
 
 # Statistics over one axis of a 2-D array (resamples x samples), each a vector per resample.
 _STATS: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
@@ -68,6 +69,54 @@ class SampleStat:
 
     def compute(self, *cols: np.ndarray) -> np.ndarray:
         return _STATS[self.fn][1](*cols)
+
+
+def retention_interval(
+    reference: float | None, ci_low: float | None, ci_high: float | None, higher_is_better: bool
+) -> tuple[float | None, float | None]:
+    """A delta interval as a retention interval, with v_retention's definition of retention.
+
+    value / reference (higher is better): [(ref + lo) / ref, (ref + hi) / ref], the lower bound
+    clipped at 0; reference / value (lower is better): [ref / (ref + hi), ref / (ref + lo)], an
+    upper bound of None where ref + lo <= 0 (unbounded). None for both without an interval or a
+    positive reference. The reference value is taken as known: its own sampling error enters
+    the gate through (1 - target) x (estimate - truth) only, 1 % of its standard error at a 99 %
+    target, which benchmarks/gate_error.py measures (the simulation draws the reference too).
+    """
+    if reference is None or reference <= 0 or ci_low is None or ci_high is None:
+        return None, None
+    if higher_is_better:
+        return max((reference + ci_low) / reference, 0.0), (reference + ci_high) / reference
+    low = reference / (reference + ci_high) if reference + ci_high > 0 else None
+    high = reference / (reference + ci_low) if reference + ci_low > 0 else None
+    return low, high
+
+
+def flip_rate_high(same: int, n: int, confidence: float) -> float:
+    """One-sided (1 + confidence) / 2 Clopper-Pearson upper bound on the share of outputs that differ.
+
+    `same` of `n` greedy outputs were identical: 1 - alpha ** (1 / n) when all were (alpha =
+    (1 - confidence) / 2), scipy's beta quantile otherwise; 1 without outputs.
+    """
+    differ = n - same
+    if n <= 0:
+        return 1.0
+    if differ >= n:
+        return 1.0
+    return float(stats.beta.ppf(0.5 + confidence / 2.0, differ + 1, n - differ))
+
+
+def identity_retention_low(reference: float | None, flip_high: float, higher_is_better: bool) -> float | None:
+    """The retention a per-sample score in [0, 1] keeps at least when at most `flip_high` of its outputs differ.
+
+    Only samples whose output differs can change score, each by at most 1, so |delta| <= flip_high:
+    (ref - flip) / ref (higher is better, clipped at 0) or ref / (ref + flip) (lower is better).
+    """
+    if reference is None or reference <= 0:
+        return None
+    if higher_is_better:
+        return max((reference - flip_high) / reference, 0.0)
+    return reference / (reference + flip_high)
 
 
 def parse_sample_stat(text: str) -> SampleStat:
@@ -241,7 +290,7 @@ class Delta:
     # 0/1 metrics: pairs the reference got right and the variant wrong (lost), and the reverse (gained)
     n_lost: int | None = None
     n_gained: int | None = None
-    # the gate's bounds (tasks.quality.gate): the interval as retention; None where it is no bound
+    # the gate's bounds (tasks.decision.gate): the interval as retention; None where it is no bound
     retention_ci_low: float | None = None
     retention_ci_high: float | None = None
     # the look this interval was taken at (adaptive suites: 1..looks_planned) and its own two-sided level
@@ -253,7 +302,7 @@ class Delta:
     identity_same: int | None = None
     identity_flip_high: float | None = None
     identity_retention_low: float | None = None
-    # samples a decision needs under the design in use, for the run's gate threshold (tasks.quality.gate_plan)
+    # samples a decision needs under the design in use, for the run's gate threshold (tasks.decision.gate_plan)
     n_needed_threshold: float | None = None
     n_needed_if_equal: int | None = None
     n_needed: int | None = None
@@ -282,7 +331,7 @@ def delta_row(
 ) -> dict:
     """One quality_deltas row: a variant's score against the reference's, paired over shared samples.
 
-    `look`: the look of an adaptive suite (its interval at the look's own level, tasks.quality.gate);
+    `look`: the look of an adaptive suite (its interval at the look's own level, tasks.decision.gate);
     None: the fixed design, one look at `confidence`. For 0/1 metrics an errored request counts as a
     wrong answer (a 1 for lower-is-better ones such as invalid_rate) on either side.
     """

@@ -37,12 +37,9 @@ from tasks.core.lifecycle import raise_if_stopping
 from tasks.core.names import SUITE_KEY_PATTERN, contained, name_problem
 from tasks.core.registry import SUITES
 from tasks.engines.base import Artifact, engine_for
-from tasks.quality.adaptive import Budget, adaptive_suites, judge_rows, sequential_gate
 from tasks.quality.base import Score, SuiteContext, SuiteResult, check_params, suite_for
 from tasks.quality.deltas import add_identity_bounds, quality_deltas
-from tasks.quality.design import look_schedule
-from tasks.quality.gate import UNDECIDED, Look
-from tasks.quality.gate_plan import add_design_needs
+from tasks.quality.looks import UNDECIDED, Budget, Look, SuiteGate, sequential_gate
 from tasks.quality.suite_failures import account_errors
 from warehouse.contract import ResultTables, write_table
 
@@ -213,12 +210,14 @@ def run_suites(
     base_url: str,
     work_dir: Path,
     results_dir: Path,
+    gate: SuiteGate,
     log: logging.Logger | logging.LoggerAdapter = LOG,
 ) -> dict:
-    """Every configured suite against the variant, then its deltas against the reference.
+    """Every configured suite against the variant, then its deltas against the reference; `gate`: the decision's
+    quality gate, consulted by the adaptive suites' looks (tasks.decision.suite_gate.AdaptiveGate).
 
     Writes quality_samples and quality_scores parts after each suite (a failure later loses no
-    finished suite), and a quality_deltas part at the end. An adaptive suite (tasks.quality.adaptive)
+    finished suite), and a quality_deltas part at the end. An adaptive suite (tasks.decision.adaptive)
     is extended right after its first run: by the reference up front, by a variant while its gate is undecided.
     `failed_suites` (suite -> why) of the result fails the variant afterwards
     (tasks.quality.suite_failures.check_suites).
@@ -228,7 +227,7 @@ def run_suites(
     # The reference's quality results, read once for every suite's gate and the deltas: measured before this
     # variant, they do not change while it runs (only its own rows, which these reads do not use, are written).
     written = ResultTables(results_dir)
-    adaptive = adaptive_suites(cfg)
+    adaptive = gate.suites
     looks: dict[str, Look] = {}
     extended: dict[str, list[tuple[int, str]]] = {}
     for spec in cfg.quality.suites:
@@ -243,7 +242,16 @@ def run_suites(
         if spec.key in adaptive and raw is not None and raw.samples:
             _write(results_dir, variant.name, samples + got_samples, scores + got_scores)
             adaptive_run = AdaptiveRun(
-                cfg, spec, ctx, key, raw, (got_samples, got_scores), time.monotonic() - t0, adaptive[spec.key], log
+                cfg,
+                spec,
+                ctx,
+                key,
+                raw,
+                (got_samples, got_scores),
+                time.monotonic() - t0,
+                adaptive[spec.key],
+                gate,
+                log,
             )
             extended[spec.key] = adaptive_run.run(
                 written,
@@ -256,7 +264,7 @@ def run_suites(
         samples += got_samples
         scores += got_scores
         _write(results_dir, variant.name, samples, scores)
-    deltas = write_quality_deltas(cfg, variant, samples, scores, written, looks)
+    deltas = write_quality_deltas(cfg, variant, samples, scores, written, gate, looks)
     return {
         "samples": len(samples),
         "scores": {f"{s['suite']}.{s['metric']}": s["value"] for s in scores},
@@ -278,7 +286,7 @@ class AdaptiveRun:
 
     The reference answers every planned item (the looks' schedule, within the budget); a variant
     extends while its gate on the suite's gating metrics is undecided, up to the items the
-    reference has (tasks.quality.adaptive). Rows are written after every batch: a failure later
+    reference has (tasks.decision.adaptive). Rows are written after every batch: a failure later
     loses no answered item. A batch that fails (the server died) ends the looks; the last look stands.
     """
 
@@ -292,22 +300,23 @@ class AdaptiveRun:
         rows: tuple[list[dict], list[dict]],
         first_s: float,
         metrics: list[str],
+        gate: SuiteGate,
         log: logging.Logger | logging.LoggerAdapter,
     ):
-        self.cfg, self.spec, self.ctx, self.key, self.raw, self.metrics, self.log = (
+        self.cfg, self.spec, self.ctx, self.key, self.raw, self.metrics, self.gate, self.log = (
             cfg,
             spec,
             ctx,
             key,
             raw,
             metrics,
+            gate,
             log,
         )
         self.suite = suite_for(spec.name)
         adaptive = cfg.quality.adaptive
         assert adaptive is not None
-        most = self.suite.max_items(ctx)
-        self.schedule = look_schedule(len(raw.samples), min(adaptive.max_items, most) if most else adaptive.max_items)
+        self.schedule = gate.schedule(len(raw.samples), self.suite.max_items(ctx))
         self.budget = Budget(adaptive.budget_s, len(raw.samples), first_s)
         self.samples, self.scores = rows
         self.look: Look | None = None
@@ -373,7 +382,7 @@ class AdaptiveRun:
         q = self.cfg.quality
 
         def judge_at(k: int) -> str:
-            self.look = Look.at(q.confidence, self.schedule, k)
+            self.look = self.gate.look(self.schedule, k)
             rows = quality_deltas(
                 ref_scores,
                 ref_samples,
@@ -385,7 +394,7 @@ class AdaptiveRun:
                 min_samples=q.min_samples,
                 looks={self.spec.key: self.look},
             )
-            gate = judge_rows(rows, self.metrics, self.cfg)
+            gate = self.gate.judge(rows, self.metrics)
             self.log.info(
                 "%s: %s look %d of %d at %d items (%.2f %% interval): gate %s",
                 self.ctx.variant,
@@ -521,6 +530,7 @@ def write_quality_deltas(
     samples: list[dict],
     scores: list[dict],
     written: ResultTables,
+    gate: SuiteGate,
     looks: dict[str, Look] | None = None,
 ) -> list[dict]:
     """The variant's quality deltas against the reference (measured first, its rows in `written`), as a
@@ -545,7 +555,7 @@ def write_quality_deltas(
         min_samples=q.min_samples,
         looks=looks,
     )
-    add_design_needs(rows, cfg, looks)
+    gate.annotate(rows, looks)
     identity = {s.key for s in q.suites if s.name == "greedy_identity"}
     shown = [s for s in samples if s["suite"] in identity]
     if plain_is_reference(variant, ref) and shown:

@@ -3,8 +3,8 @@
 "What if our TTFT limit were 1 s, or p90, or a 1-point margin?" is asked of the page instead of the command line.
 At render time the report takes a few values per control (each SLO limit around the run's own, a few percentiles,
 a few quality margins and the run's own gate, each objective the run has figures for), turns every combination
-into the flags `tradeoff recommend` would be given, and decides each one as the command does: the flags parsed by
-its own arguments (add_arguments, overrides_from_args), validated by `settings`, the v_decision columns
+into the flags `tradeoff recommend` would be given, and decides each one as the command does: the flags read by
+overrides_from_args, validated by `settings`, the v_decision columns
 `apply_overrides` would set (decision_columns), read back by `recommendation_frame` and said by `summary_lines`.
 The results go into the page as JSON; the page's controls snap to the grid and only look results up, so no rule
 of the decision is written twice.
@@ -29,15 +29,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from tasks.report.recommend import (
-    RECOMMENDATION_ORDER,
-    add_arguments,
-    decision_columns,
-    overrides_from_args,
-    recommendation_frame,
-    settings,
-    summary_lines,
-)
+from tasks.decision.what_if import decision_columns
+from tasks.report.recommend import RECOMMENDATION_ORDER, overrides_from_args, recommendation_frame, settings
+from tasks.report.sentences import summary_lines
 
 # The values each control offers beside the run's own: a limit as a multiple of the run's, percentiles, gates.
 LIMIT_SCALES = {"ttft_ms": (0.25, 0.5, 1.0, 2.0), "tpot_ms": (0.5, 1.0), "e2el_ms": (0.5, 1.0)}
@@ -146,17 +140,17 @@ def grid(ctrls: list[Control]) -> list[dict[str, Any]]:
     return [dict(zip((c.key for c in ctrls), combo)) for combo in itertools.product(*(c.values for c in ctrls))]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    add_arguments(p)
-    return p
+def parsed(argv: list[str]) -> argparse.Namespace:
+    """A setting's flags (`flags`: each flag followed by its value) as the command's parser gives them to
+    overrides_from_args: under each flag's dest, argparse's default ('--margin-points' -> margin_points).
+    tests/integration/test_explorer.py holds each setting's decision equal to the command's."""
+    return argparse.Namespace(**{f.removeprefix("--").replace("-", "_"): v for f, v in zip(argv[::2], argv[1::2])})
 
 
 def decide(con: duckdb.DuckDBPyConnection, run_id: str, argvs: list[list[str]]) -> list[pd.DataFrame]:
     """recommendation_frame of the run under each list of `tradeoff recommend` flags, in order: the flags read as
     the command reads them, each setting validated as the command validates it, decided CHUNK settings at a time."""
-    parser = _parser()
-    overrides = [overrides_from_args(parser.parse_args(a)) for a in argvs]
+    overrides = [overrides_from_args(parsed(a)) for a in argvs]
     columns = [decision_columns(settings(con, run_id, o), o) for o in overrides]
     frames: list[pd.DataFrame] = []
     for start in range(0, len(columns), CHUNK):

@@ -26,7 +26,8 @@ import pandas as pd
 from tasks.core.errors import ConfigError
 from tasks.report.explorer import explorer_data
 from tasks.report.history import flips_frame
-from tasks.report.recommend import recommendation_frame, summary_lines
+from tasks.report.recommend import recommendation_frame
+from tasks.report.sentences import summary_lines
 from tasks.report.text import (
     claim_lines,
     error_lines,

@@ -16,17 +16,9 @@ import duckdb
 import pandas as pd
 
 from tasks.core.runinfo import RunPaths, runs_dir
-from tasks.report.recommend import (
-    AHEAD,
-    FLAGS,
-    decided_frame,
-    gate_metrics,
-    num,
-    overridden_text,
-    pick_stability,
-    reference_row,
-    slo_text,
-)
+from tasks.decision.stability import pick_stability
+from tasks.report.recommend import FLAGS, decided_frame, gate_metrics, overridden_text
+from tasks.report.sentences import AHEAD, num, reference_row, slo_text
 from tasks.report.text import cell as _v
 from tasks.report.text import correlated_claims, extended_claims, failed_request_rows, host_noise_rows
 

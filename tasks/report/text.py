@@ -17,8 +17,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tasks.decision.gate_plan import GatePlan, plan_lines
 from tasks.perf.error_share import causes_text, count_causes
-from tasks.quality.gate_plan import GatePlan, plan_lines
 from tasks.report.history import flip_lines, flips_frame
 from warehouse.db import WarehouseError, identifier
 
@@ -33,7 +33,7 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", line)
 
 
-def _value(x: Any) -> Any:
+def cell_value(x: Any) -> Any:
     """A DataFrame cell with NaN/NaT/NA/None as None, so a clause can test for a missing value (lists and arrays
     are values)."""
     if x is None or isinstance(x, str) or hasattr(x, "__len__"):
@@ -41,7 +41,8 @@ def _value(x: Any) -> Any:
     return None if pd.isna(x) else x
 
 
-def _warehouse_path(con: duckdb.DuckDBPyConnection) -> str:
+def warehouse_path(con: duckdb.DuckDBPyConnection) -> str:
+    """The file `con` reads, for errors that name it."""
     return con.execute("select path from duckdb_databases() where database_name = current_database()").fetchall()[0][0]
 
 
@@ -100,10 +101,10 @@ def _energy_clause(j_per_token: float | None, reference_j_per_token: float | Non
 def _itl_jitter_clause(row: pd.Series) -> str | None:
     """Speculative variants only: their ITL jitter against the reference's, the figure speculation moves
     (accepted drafts arrive in bursts, rejected ones stall), with its interval over repeats where there is one."""
-    ratio, cv = _value(row.get("itl_cv_ratio_vs_reference")), _value(row.get("itl_cv_pct"))
-    if not _value(row.get("speculative")) or cv is None:
+    ratio, cv = cell_value(row.get("itl_cv_ratio_vs_reference")), cell_value(row.get("itl_cv_pct"))
+    if not cell_value(row.get("speculative")) or cv is None:
         return None
-    lo, hi = _value(row.get("itl_cv_pct_ci_low")), _value(row.get("itl_cv_pct_ci_high"))
+    lo, hi = cell_value(row.get("itl_cv_pct_ci_low")), cell_value(row.get("itl_cv_pct_ci_high"))
     interval = f", CI {lo:.0f}..{hi:.0f}" if lo is not None and hi is not None else ""
     return (
         f"ITL jitter {ratio:.1f}x ({cv:.0f} % CV{interval})"
@@ -118,21 +119,22 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
     A clause whose value is NULL is left out. `quality_unit` is the primary metric's unit:
     'fraction' deltas are printed in points (x100), others in their unit.
     """
-    is_ref = [bool(_value(x)) for x in df["is_reference"]]
+    is_ref = [bool(cell_value(x)) for x in df["is_reference"]]
     refs = df[is_ref]
     ref = refs.iloc[0] if len(refs) == 1 else None
     ref_name = ref["variant"] if ref is not None else "reference"
-    ref_energy = _value(ref["energy_j_per_token"]) if ref is not None else None
+    ref_energy = cell_value(ref["energy_j_per_token"]) if ref is not None else None
     out = []
     for (_, row), row_is_ref in zip(df.iterrows(), is_ref):
         if row["status"] != "ok":
-            error = _value(row["error"])
+            error = cell_value(row["error"])
             out.append(f"{row['variant']}: failed" + (f" ({error.strip().splitlines()[0]})" if error else ""))
             continue
         if row_is_ref:
             continue
         speedup, ttft, jitter, dq = (
-            _value(row[f"{c}_vs_reference"]) for c in ("speedup", "ttft_change_pct", "ttft_cv_ratio", "quality_delta")
+            cell_value(row[f"{c}_vs_reference"])
+            for c in ("speedup", "ttft_change_pct", "ttft_cv_ratio", "quality_delta")
         )
         clauses = [
             f"{speedup:.2f}x tokens/s" if speedup is not None else None,
@@ -143,19 +145,20 @@ def takeaways(df: pd.DataFrame, quality_unit: str | None = None) -> list[str]:
                 identifier(row["quality_metric"]),
                 dq,
                 quality_unit,
-                (_value(row.get("quality_delta_ci_low")), _value(row.get("quality_delta_ci_high"))),
-                _value(row.get("quality_verdict")),
+                (cell_value(row.get("quality_delta_ci_low")), cell_value(row.get("quality_delta_ci_high"))),
+                cell_value(row.get("quality_verdict")),
             )
             if dq is not None
             else None,
-            _energy_clause(_value(row["energy_j_per_token"]), ref_energy),
+            _energy_clause(cell_value(row["energy_j_per_token"]), ref_energy),
         ]
         out.append(f"{row['variant']} vs {ref_name}: " + ", ".join(c for c in clauses if c))
     return out
 
 
-def _fmt(x: Any, spec: str) -> str:
-    x = _value(x)
+def fmt_or_null(x: Any, spec: str) -> str:
+    """`x` formatted by `spec`, 'NULL' where the cell is missing (the text tables say so)."""
+    x = cell_value(x)
     return "NULL" if x is None else format(x, spec)
 
 
@@ -180,16 +183,16 @@ def _table(df: pd.DataFrame, quality_header: str) -> str:
     for _, r in df.iterrows():
         table.add_row(
             r["variant"],
-            _value(r["engine"]) or "",
-            _value(r["quantization"]) or "",
-            _value(r["speculative"]) or "",
-            _fmt(r["peak_output_tok_s"], ".1f"),
-            _fmt(r["best_output_tok_s"], ".1f"),
-            _fmt(r["ttft_ms_mean"], ".1f"),
-            _fmt(r["ttft_ms_p99"], ".1f"),
-            _fmt(r["ttft_cv_pct"], ".1f"),
-            _fmt(r["quality"], ".3f"),
-            _fmt(r["energy_j_per_token"], ".4g"),
+            cell_value(r["engine"]) or "",
+            cell_value(r["quantization"]) or "",
+            cell_value(r["speculative"]) or "",
+            fmt_or_null(r["peak_output_tok_s"], ".1f"),
+            fmt_or_null(r["best_output_tok_s"], ".1f"),
+            fmt_or_null(r["ttft_ms_mean"], ".1f"),
+            fmt_or_null(r["ttft_ms_p99"], ".1f"),
+            fmt_or_null(r["ttft_cv_pct"], ".1f"),
+            fmt_or_null(r["quality"], ".3f"),
+            fmt_or_null(r["energy_j_per_token"], ".4g"),
         )
     console = Console(file=io.StringIO(), width=240, color_system=None)
     console.print(table)
@@ -363,7 +366,7 @@ def claim_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 
 def cell(row: pd.Series, col: str) -> Any:
     """A row's value of `col`, None where it is NULL/NaN or the row has no such column."""
-    return _value(row.get(col))
+    return cell_value(row.get(col))
 
 
 def trace_lines(df: pd.DataFrame) -> list[str]:
@@ -375,8 +378,8 @@ def trace_lines(df: pd.DataFrame) -> list[str]:
     t = t.sort_values(["trace_slo_attainment_pct", "trace_goodput_req_s"], ascending=False, na_position="last")
     offered = cell(t.iloc[0], "trace_offered_req_s")
     parts = [
-        f"{r['variant']} {_fmt(cell(r, 'trace_slo_attainment_pct'), '.0f')} % of {cell(r, 'trace_n'):.0f} "
-        f"requests within the SLO (goodput {_fmt(cell(r, 'trace_goodput_req_s'), '.3f')} req/s, "
+        f"{r['variant']} {fmt_or_null(cell(r, 'trace_slo_attainment_pct'), '.0f')} % of {cell(r, 'trace_n'):.0f} "
+        f"requests within the SLO (goodput {fmt_or_null(cell(r, 'trace_goodput_req_s'), '.3f')} req/s, "
         f"{cell(r, 'trace_slo_status')}"
         + (
             f": {cell(r, 'trace_fail_reason')}"
@@ -388,7 +391,7 @@ def trace_lines(df: pd.DataFrame) -> list[str]:
     ]
     err = t["trace_send_error_ms_p99"].dropna()
     fidelity = f"; send-time error p99 at most {err.max():.1f} ms" if len(err) else ""
-    return [f"On the replayed trace ({_fmt(offered, '.3f')} req/s offered{fidelity}): " + "; ".join(parts) + "."]
+    return [f"On the replayed trace ({fmt_or_null(offered, '.3f')} req/s offered{fidelity}): " + "; ".join(parts) + "."]
 
 
 def trace_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
@@ -418,7 +421,9 @@ def concurrency_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
         if len(vs) < 2:
             continue
         base = vs[0][1]
-        cells = [f"c{c} {tok_s:.1f} tok/s ({tok_s / base:.2f}x), TPOT {_fmt(tpot, '.1f')} ms" for c, tok_s, tpot in vs]
+        cells = [
+            f"c{c} {tok_s:.1f} tok/s ({tok_s / base:.2f}x), TPOT {fmt_or_null(tpot, '.1f')} ms" for c, tok_s, tpot in vs
+        ]
         lines.append(f"{variant}: " + "; ".join(cells))
     if lines:
         lines.insert(0, "Output throughput by concurrency (closed-loop steps; x: over the lowest concurrency):")
@@ -427,7 +432,7 @@ def concurrency_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     """`run_id`, or the latest run; one line naming the latest runs when it is unknown."""
-    path = _warehouse_path(con)
+    path = warehouse_path(con)
     latest = _latest_run_ids(con, 5)
     if not latest:
         raise WarehouseError(f"no runs in {path}; run `tradeoff run configs/demo.yaml` first")
@@ -452,8 +457,8 @@ def format_report(con: duckdb.DuckDBPyConnection, run_id: str | None = None, bri
     without the evidence lines (host, trace, claims; `tradeoff recommend --explain` has them) and the items lost."""
     run_id = resolve_run(con, run_id)
     df = tradeoff_frame(con, run_id)
-    metric = _value(df["quality_metric"].iloc[0]) if len(df) else None
-    started = _value(df["started_at"].iloc[0]) if len(df) else None
+    metric = cell_value(df["quality_metric"].iloc[0]) if len(df) else None
+    started = cell_value(df["started_at"].iloc[0]) if len(df) else None
     lines = [
         f"run {run_id}" + (f", started {started:%Y-%m-%d %H:%M:%S} UTC" if started is not None else ""),
         "",

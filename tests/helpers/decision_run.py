@@ -128,7 +128,7 @@ def delta(
 ) -> dict:
     """A quality_deltas row of arithmetic.accuracy (a right/wrong metric), its gate bounds as the pipeline stores
     them."""
-    from tasks.quality.gate import retention_interval
+    from tasks.quality.deltas import retention_interval
 
     low, high = retention_interval(ref, *ci, True) if ci else (None, None)
     return dict(

@@ -1,12 +1,12 @@
 """The small closed-loop perf config that decision.extend's tests run against the paced server, and the judge of a
-step's p50 claim over its looks (tasks.perf.slo.check_step at 1 - 0.05 / looks)."""
+step's p50 claim over its looks (tasks.decision.slo.check_step at 1 - 0.05 / looks)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from tasks.core.percentiles import look_confidence
-from tasks.perf.slo import SloCheck, check_step
+from tasks.decision.slo import SloCheck, check_step
 
 SMALL_STEPS = dict(
     concurrency=[1],

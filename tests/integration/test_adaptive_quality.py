@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from tasks.core.config import RunConfig
+from tasks.decision.design import look_schedule
+from tasks.decision.gate import judge, look_at
+from tasks.decision.suite_gate import AdaptiveGate
 from tasks.engines.base import Artifact
 from tasks.loader import parse_config
-from tasks.quality.design import look_schedule
-from tasks.quality.gate import Look, judge
 from tasks.quality.suite_loop import run_suites
 from tests.helpers import ROOT
 from tests.helpers.oracle import oracle_completion
@@ -71,6 +72,7 @@ def measure(cfg: RunConfig, urls: dict[str, str], tmp_path: Path) -> dict[str, d
             urls[v.name],
             tmp_path / "quality" / v.name,
             tmp_path / "results",
+            AdaptiveGate(cfg),
             logging.getLogger("test"),
         )
     return out
@@ -110,7 +112,7 @@ def test_a_variant_extends_until_its_gate_decides(endpoints, tmp_path: Path, mon
     assert schedule == [40, 80, 160]
     same, worse = rows["same"], rows["worse"]
     assert (same["n"], same["looks"], same["looks_planned"]) == (80, 2, 3)
-    assert same["look_confidence"] == pytest.approx(Look.at(0.95, schedule, 1).level) and same["confidence"] == 0.95
+    assert same["look_confidence"] == pytest.approx(look_at(0.95, schedule, 1).level) and same["confidence"] == 0.95
     assert "look 2 of 3" in same["method"]
     assert (worse["n"], worse["looks"], worse["n_gained"]) == (80, 2, 0) and worse["n_lost"] >= 30  # "5 minus 5" is 0
     assert judge(same, 0.99, 10.0) == "pass" and judge(worse, 0.99, 10.0) == "fail"

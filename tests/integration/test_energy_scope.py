@@ -16,7 +16,7 @@ import pytest
 from tasks.engines.artifacts import decode_bytes, model_bytes, serving_digest
 from tasks.engines.base import Artifact, engine_for
 from tasks.loader import parse_config
-from tasks.perf.energy import EnergyWindow, _Rapl
+from tasks.perf.energy import EnergyWindow, RaplMeter
 from tasks.perf.energy_scope import HOSTED_NOTE, EnergyScope, idle_baseline, idle_columns, scope_for
 from tasks.perf.roofline import Bandwidth, engine_bandwidth, mbu_pct, roofline_inputs
 
@@ -120,7 +120,7 @@ def test_a_cpu_engine_reads_rapl_never_the_gpus(tmp_path: Path) -> None:
     zone = rapl_tree(tmp_path, 1_000_000)
     scope = EnergyScope(gpu_count=0, nvml=FakeNvml(), rapl_root=str(tmp_path))
     meter, note = scope.open_meter()
-    assert isinstance(meter, _Rapl) and note is None and scope.label == "rapl package-0 (CPU engine)"
+    assert isinstance(meter, RaplMeter) and note is None and scope.label == "rapl package-0 (CPU engine)"
     (zone / "energy_uj").write_text("0")
     none, why = EnergyScope(gpu_count=0, nvml=FakeNvml(), rapl_root=str(tmp_path / "none")).open_meter()
     assert none is None and why.startswith("no energy meter for a CPU engine: rapl:") and "not the engine's" in why
@@ -180,7 +180,7 @@ def test_hosted_variants_never_get_this_hosts_energy(tmp_path: Path, monkeypatch
     from tasks.perf.perf_run import measure, variant_target
     from tests.stubs.stub_server import start_stub
 
-    monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
+    monkeypatch.setattr(energy, "open_meter", lambda: (energy.NvmlMeter(FakeNvml()), None))
     srv, url = start_stub()
     try:
         cfg = parse_config(hosted_config(url))
@@ -202,10 +202,10 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
     import tasks.perf.energy as energy
     from instruments.slo_server import start_paced_stub
     from tasks.core.config import RunConfig
-    from tasks.perf.load_search import search_load
+    from tasks.decision.load_search import search_load
     from tasks.perf.perf_run import Target, measure
 
-    monkeypatch.setattr(energy, "open_meter", lambda: (energy._Nvml(FakeNvml()), None))
+    monkeypatch.setattr(energy, "open_meter", lambda: (energy.NvmlMeter(FakeNvml()), None))
     srv, url = start_paced_stub(service_ms=100)
     try:
         cfg = RunConfig.model_validate(
@@ -219,10 +219,10 @@ def test_search_steps_are_metered_as_the_sweep(monkeypatch) -> None:
                     "warmup_requests": 0,
                     "input_len": 8,
                     "output_len": 4,
-                    "slo": {"ttft_ms": 500.0},
                     "idle_baseline_s": 0,
                 },
                 "decision": {
+                    "slo": {"ttft_ms": 500.0},
                     "percentile": 50,
                     "min_requests": 12,
                     "search": {"budget_s": 30, "max_steps": 1, "tolerance_pct": 5},

@@ -102,7 +102,8 @@ def command(db: Path, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[l
     """`tradeoff recommend` with `argv`: its printed lines (run in-process), and its rows (variant, verdict, reason)
     and pick, read from v_recommendation under the same flags as the command reads them."""
     from flows.cli import main, parser
-    from tasks.report.recommend import apply_overrides, overrides_from_args, recommendation_frame, settings
+    from tasks.decision.what_if import apply_overrides
+    from tasks.report.recommend import overrides_from_args, recommendation_frame, settings
 
     # --explain: the full text, whose first sentence the page shows (the default screen words it shorter)
     assert main(["recommend", "--warehouse", str(db), "--run", RUN, "--stability", "0", "--explain", *argv]) == 0
@@ -192,7 +193,7 @@ def test_the_slo_is_judged_once_per_slo_setting_because_it_reads_only_the_slo_co
     # tasks.report.explorer shares v_slo_steps between settings that agree on SLO_COLUMNS: it may, as long as
     # v_slo_steps reads v_decision once, in its `decision` CTE, and only those columns there
     sql = "\n".join(
-        line.split("--")[0] for line in (ROOT / "warehouse/views/marts/v_slo_steps.sql").read_text().splitlines()
+        line.split("--")[0] for line in (ROOT / "tasks/decision/sql/v_slo_steps.sql").read_text().splitlines()
     )
     assert sql.count("v_decision") == 1
     (columns,) = re.findall(r"decision as \(\s*select (.*?)\s+from v_decision\s*\)", sql, re.S)

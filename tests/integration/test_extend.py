@@ -3,7 +3,7 @@
 decision.extend plans up to 3 looks at a step's claim, each judged at 1 - 0.05 / 3 = 98.3 %: p50 then needs 6
 requests within the limits where 95 % needs 5. The paced server (instruments/paced_server.py) answers well within
 the limits; a c1 step of 2 repeats of 2 requests lacks requests at its first look and gets the repeats its
-`n_needed` asks for, measured after the variant's other windows (tasks.perf.extend).
+`n_needed` asks for, measured after the variant's other windows (tasks.decision.extend).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from instruments import paced_server
 from tasks.core.config import DecisionSpec, PerfSpec
 from tasks.core.percentiles import look_confidence, min_requests, sized_requests
-from tasks.perf.extend import StepExtension, repeats_to_add
+from tasks.decision.extend import StepExtension, repeats_to_add
+from tasks.decision.slo import check_step
 from tasks.perf.perf_run import Target, measure
-from tasks.perf.slo import check_step
 from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
 SPEC = SMALL_STEPS

@@ -1,4 +1,4 @@
-"""The quality gate in the warehouse: v_quality_gate judges exactly as tasks/quality/gate.py:judge (the rule the
+"""The quality gate in the warehouse: v_quality_gate judges exactly as tasks/decision/gate.py:judge (the rule the
 nightly's adaptive suites and benchmarks/gate_error.py use), and `tradeoff recommend` says no more than each
 verdict's bound supports: pass, fail, not enough evidence (both n-needed figures), margin, identity."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tasks.core.stat_tests import tango_interval
+from tasks.decision.gate import judge
 from tasks.quality.deltas import add_identity_bounds, delta_row
-from tasks.quality.gate import judge
 from tests.helpers.decision_run import RETENTION, N, by_variant, delta, step, ttfts, write_decision_run
 from tests.helpers.queries import rows
 from warehouse.db import load_run, open_warehouse

@@ -1,5 +1,5 @@
 """Issue 36, item 3: while two variants' ranking is unsettled, both get more interleaved rounds, the looks corrected
-(decision.extend.rank_budget_s, tasks/perf/ranking.py); a ranking that is settled gets none.
+(decision.extend.rank_budget_s, tasks/decision/ranking.py); a ranking that is settled gets none.
 
 Two "variants" are two pacings of the paced server (instruments/paced_server.py): the model name sets it. Their
 perf runs are the nightly's generators of rounds (tasks.perf.perf_run.measure_rounds), driven by
@@ -14,9 +14,9 @@ import pytest
 from instruments import paced_server
 from tasks.core.config import PerfSpec
 from tasks.core.percentiles import look_confidence
-from tasks.perf.extend import StepExtension
+from tasks.decision.extend import StepExtension
+from tasks.decision.ranking import RankExtension
 from tasks.perf.perf_run import Target, measure_rounds
-from tasks.perf.ranking import RankExtension
 from tasks.perf.rounds import interleave
 from tests.helpers.paced_steps import SMALL_STEPS, p50_judge
 
@@ -83,14 +83,14 @@ def test_a_budget_that_cannot_hold_a_round_adds_none_and_says_so():
 
 def test_the_stored_pairs_read_each_repeat_as_the_night_summarised_it(tmp_path):
     """perf_pairs (warehouse/pairs.py, what rule 5 reads) computes each repeat's completed requests/s from the stored
-    requests; the ranking (tasks.perf.ranking) from the night's records (tasks.perf.metrics.summarize). On a real
+    requests; the ranking (tasks.decision.ranking) from the night's records (tasks.perf.metrics.summarize). On a real
     night of the paced server, both give the same per-round ratios and the same interval."""
     import numpy as np
     import pandas as pd
 
+    from tasks.decision.ranking import paired_ratio
     from tasks.perf.metrics import summarize
     from tasks.perf.perf_run import request_row, summary_row
-    from tasks.perf.ranking import paired_ratio
     from tests.helpers.queries import rows
     from warehouse.db import open_warehouse
     from warehouse.pairs import update_pairs

@@ -358,10 +358,10 @@ def records_of(con, variant: str, scenario: str) -> list[list]:
 
 
 def judged_both(tmp_path: Path, s: dict, decision: dict, rate_step: bool = False) -> tuple[dict, object]:
-    """A run of one step `s` loaded: (its v_slo_steps row, tasks.perf.slo.check_step on the same stored requests, at
+    """A run of one step `s` loaded: (its v_slo_steps row, tasks.decision.slo.check_step on the same stored requests, at
     the confidence of each of the step's looks)."""
     from tasks.core.percentiles import look_confidence
-    from tasks.perf.slo import check_step
+    from tasks.decision.slo import check_step
 
     db = tmp_path / "wh.duckdb"
     load_run(write_decision_run(tmp_path / "runs", "j1", {"ref": {"ref": True, "steps": [s]}}, decision=decision), db)
@@ -703,7 +703,8 @@ def test_runs_without_a_decision_block_get_decision_specs_defaults(tmp_path: Pat
     with open_warehouse(db, read_only=True) as con:
         (ret,) = rows(con, "select margin_points, retention_target from v_decision where run_id = 'ret'")
     assert ret == {"margin_points": None, "retention_target": 0.99}
-    # neither sets an SLO: the goodput SLO the perf steps recorded (perf.slo) applies
+    # neither sets an SLO: the old run's is the goodput SLO its perf steps recorded (then perf.slo), the new run's
+    # decision.slo's default: the same limits
     assert (new["slo_label"], new["slo_ttft_ms"], new["slo_tpot_ms"]) == ("mlperf-llama2-70b-server", 2000.0, 200.0)
     assert new["gate_metrics"] == ["arithmetic.accuracy"] and new["min_samples"] == 30
 
@@ -727,7 +728,7 @@ def test_decision_config_writes_preset_limits_out_and_checks_gate_metrics() -> N
     with pytest.raises(ConfigError, match=r"^decision.optimise: "):
         parse_config({**base, "decision": {"optimise": "fast"}})
     cfg = parse_config({**base, "decision": {"search": {"budget_s": 30}}})
-    assert cfg.decision.slo_limits(cfg.perf) == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # perf.slo's
+    assert cfg.decision.slo_limits() == cfg.perf.slo.limits() == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # default
     assert cfg.decision.search.max_steps == 6
 
 
@@ -758,7 +759,7 @@ def test_recommendation_change_is_notified(tmp_path: Path) -> None:
 
 
 def test_search_bisects_between_passing_and_failing_rates() -> None:
-    from tasks.perf.load_search import search_rates
+    from tasks.decision.load_search import search_rates
 
     threshold = 23.0
     tried = search_rates(4.0, 40.0, LoadSearchSpec(max_steps=10, tolerance_pct=5), lambda r: r <= threshold)
@@ -770,7 +771,7 @@ def test_search_bisects_between_passing_and_failing_rates() -> None:
 
 
 def test_search_stops_at_its_time_budget() -> None:
-    from tasks.perf.load_search import search_rates
+    from tasks.decision.load_search import search_rates
 
     now = [0.0]
 
@@ -827,9 +828,9 @@ def test_a_nightly_search_finds_the_sustainable_rate_of_a_server_of_known_capaci
                     "input_len": 8,
                     "output_len": 4,
                     "idle_baseline_s": 0,
-                    "slo": {"ttft_ms": CASE["limit_ms"]},
                 },
                 "decision": {
+                    "slo": {"ttft_ms": CASE["limit_ms"]},
                     "percentile": CASE["percentile"],
                     "min_requests": CASE["requests"],
                     "search": {"budget_s": 150, "max_steps": CASE["max_steps"], "tolerance_pct": CASE["tolerance_pct"]},
@@ -991,7 +992,8 @@ def test_explain_is_the_full_evidence_and_json_the_same_decision(demo_db: Path, 
     17-column table); `--json` the same decision as data, NULL as null."""
     import json
 
-    from tasks.report.recommend import STABILITY_RESAMPLES, format_recommendation
+    from tasks.decision.stability import STABILITY_RESAMPLES
+    from tasks.report.recommend import format_recommendation
 
     explain = printed(capsys, "--warehouse", str(demo_db), "--explain")
     with open_warehouse(demo_db, read_only=True) as con:
@@ -1204,7 +1206,7 @@ def test_stability_draws_whole_repeats(tmp_path: Path) -> None:
     3 repeats stalled (every TTFT over the limit), so it is not shown within the SLO and the reference ships. A
     replicate shows `fast` within it only when the stalled repeat is not drawn: (2/3)^3 = 29.6 % of them. (Drawing
     requests within each repeat, as before, kept the stalled repeat in every replicate: 0 %.)"""
-    from tasks.report.recommend import pick_stability
+    from tasks.decision.stability import pick_stability
 
     fine, stalled = [100.0] * 10, [900.0] * 10
     variants = {
@@ -1329,6 +1331,35 @@ def test_a_level_both_variants_share_in_a_round_is_paired_out(tmp_path: Path) ->
         assert ratio == pytest.approx(1.08 / price, rel=0.02)  # the other's cost over the best's
 
 
+@pytest.mark.parametrize(
+    ("state", "b_over_ref", "spread"),
+    [
+        ("separated", 1.08, (1.01, 0.99, 1.0, 1.01, 0.99, 1.0)),
+        ("equivalent", 1.02, (1.002, 0.998, 1.0, 1.001, 0.999, 1.0)),
+        ("unsettled", 1.04, (1.08, 0.94, 1.06, 0.93, 1.0, 1.05)),
+    ],
+)
+def test_the_tie_rule_reads_a_pair_as_the_ranking_does(
+    tmp_path: Path, state: str, b_over_ref: float, spread: tuple[float, ...]
+) -> None:
+    """The tie rule's two homes agree: the ranking that steers the added rounds (tasks.decision.ranking.
+    interval_state) and v_recommendation's `in_tie` read the same stored interval of the pair's ratio, and the two
+    variants tie in SQL exactly when the pair is not separated in Python."""
+    from tasks.decision.ranking import interval_state
+
+    host = [1.00, 1.20, 0.80, 1.10, 0.90, 1.15]
+    per_repeat = {"ref": host, "b": [h * b_over_ref * e for h, e in zip(host, spread)]}
+    db = two_variant_run(tmp_path, state, per_repeat)
+    with open_warehouse(db, read_only=True) as con:
+        (pair,) = rows(con, "select * from perf_pairs where variant = 'b' and other_variant = 'ref'")
+        got = by_variant(con, state)
+    read = interval_state(pair["request_throughput_ratio_ci_low"], pair["request_throughput_ratio_ci_high"], 5.0)
+    assert read == state
+    shipped = got["ref"]["recommended_variant"]
+    tied = got[shipped]["tied_with"] is not None
+    assert tied == (read != "separated"), (read, shipped, got[shipped]["tied_with"])
+
+
 def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> None:
     """A closed-loop step's throughput, its interval and its paired ratio (the objective and the tie rule) are read
     again from each replicate's drawn rounds. `b` completes ~5 % more requests/s than the reference over 6 repeats
@@ -1336,7 +1367,7 @@ def test_stability_redraws_the_throughputs_a_tie_rests_on(tmp_path: Path) -> Non
     Drawn again, the interval excludes 1 in some replicates and `b` is the pick there. Before, a replicate kept the
     stored throughputs, and the stability line said 100 % for a pick that one more night would flip (the demo,
     2026-12-05: "Ship q4_1-2s", 100 %; the same config with a stall elsewhere: "Ship q4_1", 100 %)."""
-    from tasks.report.recommend import pick_stability
+    from tasks.decision.stability import pick_stability
 
     per_repeat = {"ref": [1.00, 1.05, 0.95, 1.02, 0.98, 1.00], "b": [1.06, 1.02, 1.10, 1.04, 1.08, 1.03]}
     db = two_variant_run(tmp_path, "j1", per_repeat)

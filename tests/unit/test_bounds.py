@@ -54,7 +54,7 @@ def test_effective_requests_counts_clusters_drifts_and_repeat_levels():
     import numpy as np
 
     from tasks.core.percentiles import effective_requests
-    from tasks.perf.slo import counted_thresholds
+    from tasks.decision.slo import counted_thresholds
 
     rng = np.random.default_rng(3)
     n_eff, deff = effective_requests([list(rng.lognormal(0, 0.3, 100)) for _ in range(3)])

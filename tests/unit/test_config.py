@@ -1,12 +1,17 @@
 """Config validation: bad input fails at load with one line naming the field and the fix."""
 
 import copy
+import re
 
+import duckdb
 import pytest
 import yaml
 
 from flows.cli import main
+from tasks.core.config import DecisionSpec, RunConfig, upgrade_recorded
 from tasks.core.errors import ConfigError
+from tasks.decision import SQL_DIR
+from tasks.decision.defaults import decision_defaults, defaults_sql
 from tasks.loader import load_config, parse_config
 from tests.helpers import ROOT
 
@@ -66,6 +71,8 @@ def _set(d, path, value):
         ),
         (("quality", "adaptive", "max_items"), 0, "quality.adaptive.max_items:"),
         (("decision",), {"margin_points": 0}, "decision.margin_points:"),
+        (("decision", "slo"), "mlperf-gpt-j", "decision.slo.preset: unknown SLO preset 'mlperf-gpt-j'"),
+        (("decision", "slo"), {"ttft_ms": -1}, "decision.slo.ttft_ms: input should be greater than 0"),
         (("scale_out",), {"work_pool": "gpus"}, "perf.interleave: variants on a work pool run on their own hosts"),
         (("perf", "interleave"), False, "decision.extend.rank_budget_s: rounds are added to settle a ranking only"),
         (("decision", "search"), {"budget_s": 60}, "decision.extend.rank_budget_s: with decision.search the night"),
@@ -110,7 +117,7 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
     """Issue 36, item 3: p99 at 95 % needs 299 requests a step; the shipped vllm-cpu config's closed-loop steps
     gave 12 each, so every variant ended 'not enough requests' after 30 minutes. Now each step is stated, and a
     config whose steps cannot show the percentile is said to judge no variant on the SLO, with the fixes."""
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     cfg = parse_config(_decision_config({"concurrency": [1, 2], "repeats": 3, "num_prompts": 4}))
     lines, cannot = evidence_lines(cfg)
@@ -142,7 +149,7 @@ def test_check_states_what_each_step_gives_the_decisions_percentile_before_any_w
 def test_check_counts_a_replayed_trace_and_refuses_one_too_short_beside_other_steps(tmp_path):
     """Beside other steps a variant ships only when it serves the trace within the SLO (v_recommendation's
     trace_required): a trace that cannot show the percentile would let none ship, so check says so first."""
-    from tasks.perf.slo import evidence_lines
+    from tasks.decision.slo import evidence_lines
 
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"timestamp": {i * 100}, "input_length": 8, "output_length": 4}}\n' for i in range(17)))
@@ -183,3 +190,69 @@ def test_check_warns_on_a_config_that_would_judge_no_variant(tmp_path, capsys):
     assert main(["check", str(ROOT / "configs" / "vllm-cpu.yaml")]) == 0
     out, err = capsys.readouterr()
     assert "  c1 (closed loop): gives 24 (enough)" in out and "warning" not in err
+
+
+@pytest.mark.parametrize(
+    "key, value, line",
+    [
+        ("slo", "mlperf-llama2-70b-server", "perf.slo: moved to decision.slo; write the SLO there"),
+        ("confidence", 0.9, "perf.confidence: moved to decision.confidence; write the confidence there"),
+        (
+            "rate_warmup_share",
+            0.2,
+            "perf.rate_warmup_share: moved to decision.warmup_share; write the warm-up share there",
+        ),
+    ],
+)
+def test_a_decision_setting_under_perf_is_one_line_naming_its_new_key(tmp_path, capsys, key, value, line):
+    """Issue 46, item 2: the SLO, the confidence and the warm-up share are set under decision: only."""
+    old = yaml.safe_load(DEMO.read_text())
+    old["perf"][key] = value
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == line
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {line}"
+
+
+def test_perf_measures_with_the_decisions_slo_confidence_and_warmup_share():
+    cfg = parse_config(
+        _decision_config(
+            {"rates": [1.0]},
+            {"slo": {"ttft_ms": 500}, "confidence": 0.9, "warmup_share": 0.2, "percentile": 50},
+        )
+    )
+    assert (cfg.perf.slo.limits(), cfg.perf.confidence, cfg.perf.rate_warmup_share) == ({"ttft_ms": 500.0}, 0.9, 0.2)
+    recorded = cfg.model_dump(mode="json")
+    assert not {"slo", "confidence", "rate_warmup_share"} & set(recorded["perf"])  # recorded once, under decision
+    assert RunConfig.model_validate(recorded).perf == cfg.perf
+    none = parse_config(_decision_config({}, {"slo": None}))
+    assert none.perf.slo is None and none.decision.slo_limits() is None
+    default = parse_config(_decision_config({}))
+    assert default.decision.slo.label() == default.perf.slo.label() == "mlperf-llama2-70b-server"
+
+
+def test_a_config_recorded_before_the_move_reads_as_the_run_used_it():
+    """A run folder's config_json from before issue 46: perf.slo was the SLO where decision.slo was null, and perf's
+    warm-up share the rate steps'."""
+    old = _decision_config(
+        {"rates": [1.0], "slo": {"ttft_ms": 700.0}, "confidence": 0.9, "rate_warmup_share": 0.25},
+        {"slo": None, "percentile": 50},
+    )
+    cfg = RunConfig.model_validate(upgrade_recorded(old))
+    assert cfg.decision.slo_limits() == cfg.perf.slo.limits() == {"ttft_ms": 700.0}
+    assert (cfg.perf.rate_warmup_share, cfg.decision.confidence) == (0.25, 0.95)
+    unset = _decision_config({"rates": [1.0], "slo": None, "rate_warmup_share": 0.0}, {"slo": None})
+    assert RunConfig.model_validate(upgrade_recorded(unset)).perf.rate_warmup_share == 0.0  # no SLO: none then
+
+
+def test_each_decision_default_is_declared_once_in_the_config_model():
+    """Issue 46, item 3: v_decision falls back on decision_defaults, built from DecisionSpec; no SQL repeats one."""
+    row = duckdb.connect().execute(defaults_sql()).fetchall()[0]
+    assert dict(zip(decision_defaults(), row)) == decision_defaults()
+    assert decision_defaults()["tie_tolerance_pct"] == DecisionSpec.model_fields["tie_tolerance_pct"].default
+    v_decision = (SQL_DIR / "v_decision.sql").read_text()
+    assert all(f"dflt.{column}" in v_decision for column in decision_defaults())
+    assert not re.findall(r"coalesce\(s\.\w+, *[\d'tf]", v_decision)  # no literal fallback

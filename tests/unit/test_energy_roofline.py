@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.perf.energy import EnergyWindow, _Nvml, _Rapl, per_token
+from tasks.perf.energy import EnergyWindow, NvmlMeter, RaplMeter, per_token
 from tasks.perf.roofline import cpu_copy_bandwidth, mbu_pct, nvml_spec_bandwidth
 
 
@@ -54,7 +54,7 @@ class Clock:
 
 def test_nvml_window_per_gpu_energy_power_and_samples():
     nvml, clock = FakeNvml(), Clock()
-    meter = _Nvml(nvml)
+    meter = NvmlMeter(nvml)
     with EnergyWindow(meter=meter, clock=clock) as w:
         clock.t += 2.0
         nvml.energy_mj = [1_600_000, 5_700_000]
@@ -86,7 +86,7 @@ def rapl_tree(root, energy_uj, max_uj=1_000_000):
 def test_rapl_counts_across_a_wrap_and_samples_power_from_differences(tmp_path):
     zone = rapl_tree(tmp_path, 900_000)
     clock = Clock()
-    with EnergyWindow(meter=_Rapl(str(tmp_path)), clock=clock) as w:
+    with EnergyWindow(meter=RaplMeter(str(tmp_path)), clock=clock) as w:
         clock.t += 0.5
         (zone / "energy_uj").write_text("950000")
         w.sample()

@@ -1,4 +1,4 @@
-"""The gate's design before the evidence (tasks/quality/design.py, tasks/quality/gate_plan.py): its exact power
+"""The gate's design before the evidence (tasks/decision/design.py, tasks/decision/gate_plan.py): its exact power
 against a brute-force enumeration through the pipeline's own interval and rule, and against random walks of the
 paired counts; the n needed; the plan `tradeoff check` prints."""
 
@@ -12,9 +12,9 @@ from scipy import stats
 
 from flows.cli import main
 from tasks.core.stat_tests import tango_interval, tango_z
+from tasks.decision.design import look_levels, look_schedule, n_for_power, operating, pass_probability
+from tasks.decision.gate_plan import Assumed, plan_config, plan_gate
 from tasks.loader import load_config
-from tasks.quality.design import look_levels, look_schedule, n_for_power, operating, pass_probability
-from tasks.quality.gate_plan import Assumed, plan_config, plan_gate
 from tests.helpers.configs import ROOT
 
 DEMO = ROOT / "configs" / "demo.yaml"

@@ -23,6 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tasks.client",),  # the one HTTP client
     ("tasks.engines",),  # servers: build, launch, scrape
     ("tasks.perf", "tasks.quality"),  # measurement: load sweeps; quality framework and suites
+    ("tasks.decision",),  # the ship rules: they judge what perf and quality measured, which import nothing of them
+    ("warehouse.db",),  # the store opened with its views, the decision's among them (the rest of warehouse: below)
     ("tasks.loader", "tasks.report"),  # built-ins registered, configs parsed; reports read the warehouse
     ("tasks.orchestration", "tasks.doctor", "tasks.config_limits_doc"),  # the nightly's steps; checks and docs
     ("flows",),  # Prefect flows and the CLI compose everything

@@ -1,5 +1,5 @@
 """What n requests support about a percentile (tasks.core.percentiles), the decision's step sizes (RunConfig), and
-the search's bracket (tasks.perf.load_search): pure functions, by hand and against MLPerf LoadGen's figures."""
+the search's bracket (tasks.decision.load_search): pure functions, by hand and against MLPerf LoadGen's figures."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_rate_steps_are_sized_from_the_percentile() -> None:
     cfg = RunConfig.model_validate({**BASE, "perf": {"rates": [1.0, 2.0], "num_prompts": 8, "repeats": 3}})
     # p99 at 95 % needs 299 a step counted, so 3 x 159 (TTFT and TPOT limited): independent requests are counted as
     # 299 on both 95 % of the time; after a 10 % warm-up share of the stream
-    assert len(cfg.decision.slo_limits(cfg.perf)) == 2 and sized_requests(99.0, 0.95, 3, 2) == 477
+    assert len(cfg.decision.slo_limits()) == 2 and sized_requests(99.0, 0.95, 3, 2) == 477
     assert (cfg.perf.rate_requests, cfg.perf.rate_warmup_share, cfg.perf.stream_requests()) == (159, 0.1, 175)
     again = RunConfig.model_validate(cfg.model_dump(mode="json"))  # the recorded config reloads the same
     assert (again.perf.rate_requests, again.perf.stream_requests()) == (159, 175)
@@ -157,14 +157,14 @@ def test_a_percentile_of_100_is_refused_in_one_line() -> None:
     ],
 )
 def test_the_search_brackets_before_it_bisects(lo, hi, start, tried) -> None:
-    from tasks.perf.load_search import search_rates
+    from tasks.decision.load_search import search_rates
 
     got = search_rates(lo, hi, LoadSearchSpec(max_steps=4, tolerance_pct=1), lambda r: r <= 14.0, start=start)
     assert [r for r, _ in got] == tried
 
 
 def test_the_chain_ignores_a_lucky_step_above_a_failure() -> None:
-    from tasks.perf.load_search import chain
+    from tasks.decision.load_search import chain
 
     assert chain([(4.0, True), (1.0, True), (2.0, False), (8.0, True)]) == (1.0, 2.0)
     assert chain([(1.0, False), (2.0, True)]) == (None, 1.0)

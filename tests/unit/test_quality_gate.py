@@ -1,5 +1,5 @@
-"""The quality gate's bounds and rule (tasks/quality/gate.py), errored samples in the pairs, and the looks of an
-adaptive suite (tasks/quality/adaptive.py): pure functions on tiny inputs."""
+"""The quality gate's bounds and rule (tasks/decision/gate.py), errored samples in the pairs, and the looks of an
+adaptive suite (tasks/decision/adaptive.py): pure functions on tiny inputs."""
 
 from __future__ import annotations
 
@@ -10,19 +10,16 @@ import pytest
 from scipy import stats
 
 from tasks.core.stat_tests import tango_interval
-from tasks.quality.adaptive import Budget, sequential_gate
-from tasks.quality.deltas import add_identity_bounds, delta_row
-from tasks.quality.design import boundaries, look_level, look_schedule
-from tasks.quality.gate import (
-    FAIL,
-    PASS,
-    UNDECIDED,
-    Look,
+from tasks.decision.design import boundaries, look_level, look_schedule
+from tasks.decision.gate import FAIL, PASS, judge, look_at
+from tasks.quality.deltas import (
+    add_identity_bounds,
+    delta_row,
     flip_rate_high,
     identity_retention_low,
-    judge,
     retention_interval,
 )
+from tasks.quality.looks import UNDECIDED, Budget, Look, sequential_gate
 
 
 def _samples(variant, scores, errored=()):
@@ -173,7 +170,7 @@ def test_looks_have_no_sliver_and_one_look_is_the_fixed_design():
     assert look_schedule(30, 1000) == [30, 60, 120, 240, 480, 1000]
     assert look_level(0.95, [80], 0) == 0.95 and Look.fixed(0.95) == Look(0.95, 1, 1)
     schedule = look_schedule(30, 1000)
-    assert Look.at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
+    assert look_at(0.95, schedule, 2) == Look(look_level(0.95, schedule, 2), 3, 6, 30)
 
 
 def test_boundaries_are_lan_demets_obrien_fleming_and_pocock():

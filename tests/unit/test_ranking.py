@@ -1,6 +1,6 @@
-"""More interleaved rounds while the variants' ranking is unsettled (tasks.perf.ranking, decision.extend.rank_budget_s):
-a pair is separated, equivalent within the tolerance, or unsettled; the looks and the budget bound what is added;
-the rounds driver sends the added rounds to every live run."""
+"""More interleaved rounds while the variants' ranking is unsettled (tasks.decision.ranking,
+decision.extend.rank_budget_s): a pair is separated, equivalent within the tolerance, or unsettled; the looks and the
+budget bound what is added; the rounds driver sends the added rounds to every live run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 
 from tasks.client import RequestRecord
 from tasks.core.stat_tests import log_t_interval
+from tasks.decision.ranking import RankExtension, pair_state, paired_ratio, standing, unsettled_pairs
+from tasks.decision.slo import SloCheck
 from tasks.perf.energy import EnergyReading
-from tasks.perf.ranking import RankExtension, pair_state, paired_ratio, standing, unsettled_pairs
 from tasks.perf.rounds import Round, interleave
-from tasks.perf.slo import SloCheck
 from tasks.perf.sweep import JITTER_STEP, Scenario, Step, StepRun
 
 C1, C2 = Step("c1", "concurrency", 1), Step("c2", "concurrency", 2)

@@ -7,7 +7,7 @@
 -- errored request counts as a wrong answer.
 alter table quality_deltas add column n_lost integer;
 alter table quality_deltas add column n_gained integer;
--- The delta interval as retention (tasks/quality/gate.py: retention_interval): the gate's bounds.
+-- The delta interval as retention (tasks/decision/gate.py: retention_interval): the gate's bounds.
 alter table quality_deltas add column retention_ci_low double;
 alter table quality_deltas add column retention_ci_high double;
 -- The look the interval was taken at: its own two-sided level, looks taken and planned.

@@ -2,7 +2,7 @@
 -- warehouse/contract.py.
 
 -- The paired samples a decision needs under the design in use (fixed, or the adaptive suite's looks), computed
--- exactly in Python for the run's own gate threshold (tasks/quality/design.py); v_quality_gate uses them when
+-- exactly in Python for the run's own gate threshold (tasks/decision/design.py); v_quality_gate uses them when
 -- the threshold it judges is that one, its normal approximation otherwise (a target given to `tradeoff recommend`).
 alter table quality_deltas add column n_needed_threshold double;
 alter table quality_deltas add column n_needed_if_equal bigint;

@@ -1,5 +1,5 @@
 -- 021_rank_rounds: rounds added to an interleaved night's closed-loop steps while the variants' ranking was not
--- settled (decision.extend.rank_budget_s; tasks/perf/ranking.py), and what its looks found. 0 / NULL: none added,
+-- settled (decision.extend.rank_budget_s; tasks/decision/ranking.py), and what its looks found. 0 / NULL: none added,
 -- or a night that was not asked to settle its ranking.
 -- Columns are appended in the order of warehouse/contract.py.
 

@@ -16,7 +16,7 @@
 --   quality_metric                 that metric, 'suite.metric' (runs.primary_quality_metric)
 --   goodput_req_s                  requests/s meeting every SLO limit, headline scenario
 --   mbu_pct                        %, model bandwidth utilisation, headline scenario (concurrency 1)
---   ttft_ms_mean_ci_low, _ci_high     ms, log-scale t interval over the repeats' TTFT means (perf.confidence;
+--   ttft_ms_mean_ci_low, _ci_high     ms, log-scale t interval over the repeats' TTFT means (decision.confidence;
 --                                  run-to-run variation only; NULL under 2 repeats)
 --   ttft_cv_pct                    %, TTFT jitter of the jitter scenario: the median over repeats of each
 --                                  repeat's coefficient of variation (sample std / mean) of TTFT; NULL for

@@ -1,7 +1,7 @@
 """The sustainable-load search: after the sweep, rate steps that bracket the highest sustainable request rate
 and bisect the bracket, within a time budget.
 
-A rate step passes when tasks.perf.slo judges it `met`: its requests show the decision's percentile within
+A rate step passes when tasks.decision.slo judges it `met`: its requests show the decision's percentile within
 every limit (an order-statistic bound at decision.confidence; failed requests are misses) and its load was
 sustained (it achieved decision.min_rate_ratio of its offered rate: its queue did not grow, and the
 over-saturation rule did not stop it: tasks.perf.stopping). The sustainable
@@ -27,9 +27,9 @@ from typing import Callable
 
 from tasks.core.config import LoadSearchSpec, RunConfig
 from tasks.core.percentiles import look_confidence
+from tasks.decision.slo import SloCheck, check_step
 from tasks.perf.host_noise import HostGuard
 from tasks.perf.metrics import summarize
-from tasks.perf.slo import SloCheck, check_step
 from tasks.perf.sweep import Scenario, Step, fresh_prompts, is_rate_step, run_step, step_prompts, window_seed
 from tasks.perf.workload import Workload
 
@@ -43,7 +43,7 @@ def judge(sc: Scenario, cfg: RunConfig) -> SloCheck:
     d = cfg.decision
     return check_step(
         [run.measured for run in sc.runs],
-        d.slo_limits(cfg.perf) or {},
+        d.slo_limits() or {},
         d.percentile,
         look_confidence(d.confidence, sc.looks),
         is_rate_step(sc.step),
@@ -143,7 +143,7 @@ def search_load(
     engine's own devices), as Scenarios; none when `decision.search` is unset, there is no SLO, or there is nothing
     to start from."""
     search, perf = cfg.decision.search, cfg.perf
-    if search is None or not cfg.decision.slo_limits(perf):
+    if search is None or not cfg.decision.slo_limits():
         return []
     lo, hi, start = bracket(scenarios, cfg)
     if lo is None and hi is None and start is None:

@@ -8,7 +8,7 @@ config's previous nights measured it (per variant: its lost + gained pairs over 
 HISTORY_NIGHTS nights), else DEFAULT_DISCORDANCE, said so. A gate whose power is below LOW_POWER gets one line
 naming the fix: the items that would give 80 % and the margin that would at the planned items.
 
-The exact power computation is tasks/quality/design.py; benchmarks/gate_power.py checks it by simulation.
+The exact power computation is tasks/decision/design.py; benchmarks/gate_power.py checks it by simulation.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.core.config import RunConfig
-from tasks.quality.adaptive import adaptive_suites, gating_metrics
-from tasks.quality.design import DEFAULT_POWER, n_for_power, operating
-from tasks.quality.gate import Look
+from tasks.decision.adaptive import adaptive_suites, gating_metrics
+from tasks.decision.design import DEFAULT_POWER, n_for_power, operating
+from tasks.decision.gate import Look
 
 # An equal-quality variant flips 2-5 % of right/wrong items against its reference (INT8/INT4 on GSM8K-like
 # suites): the upper end is assumed where no night measured it, so the stated power is not optimistic.
@@ -268,7 +268,7 @@ def add_design_needs(rows: list[dict], cfg: RunConfig, looks: dict[str, Look] | 
     """Each 0/1 gating metric's row gets the samples a decision needs under the design in use (the adaptive
     suite's looks from its first, else a fixed sample) at the run's threshold: if truly equal with the row's
     discordance, and at its observed loss and gain rates (to pass, or to fail when its estimate is past the
-    threshold). Exact (tasks.quality.design.n_for_power); NULL past its cap."""
+    threshold). Exact (tasks.decision.design.n_for_power); NULL past its cap."""
     gating, q = set(gating_metrics(cfg)), cfg.quality
     for r in rows:
         n = r.get("n") or 0

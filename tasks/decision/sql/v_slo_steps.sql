@@ -1,6 +1,6 @@
 -- v_slo_steps: every perf step (run, variant, scenario) judged against its run's decision SLO (v_decision), from
 -- the per-request latencies: what its requests support about the SLO percentile, and for a rate step whether its
--- load was sustained. tasks/perf/slo.py applies the same rule to a live step (the sustainable-load search);
+-- load was sustained. tasks/decision/slo.py applies the same rule to a live step (the sustainable-load search);
 -- tests/integration/test_recommend.py holds the two equal. The rule (MLPerf LoadGen's early stopping):
 -- over the step's measured requests (warm-up excluded, repeats pooled: n), a request that errored or did not
 -- complete is over every limit; with `over` requests over a limit, p = slo_percentile / 100, q = 1 - p and
@@ -252,7 +252,7 @@ thresholds as (
 ),
 
 -- over of n counts as ceil(over n_eff / n): in requests of n, the thresholds at n_eff are allowed n // n_eff and
--- (shown_above - 1) n // n_eff + 1 (tasks.perf.slo.counted_thresholds; the same as at n when n_eff = n)
+-- (shown_above - 1) n // n_eff + 1 (tasks.decision.slo.counted_thresholds; the same as at n when n_eff = n)
 counted as (
     select
         s.*,
@@ -505,7 +505,7 @@ final as (
         slo_status = 'met' as slo_met,
         case when slo_status = 'not_enough_requests' then needed_any end as n_needed,
         case
-            when no_slo then 'no SLO: set decision.slo or perf.slo'
+            when no_slo then 'no SLO: set decision.slo'
             when n = 0 then 'no measured request'
             when slo_status <> 'met' then concat_ws('; ',
                 case when failed > 0 then failed || ' of ' || n || ' requests failed or did not complete' end,

@@ -1,7 +1,7 @@
 -- v_quality_gate: the quality gate of the decision, one row per (run_id, ok variant, gating metric of
 -- v_decision). The bounds are computed in Python with the variant's deltas and stored in quality_deltas
--- (tasks/quality/gate.py: retention_ci_low/_high, identity_*); the `gated` CTE below is the rule that
--- compares them with the target, the same rule as tasks/quality/gate.py:judge (a test holds the two
+-- (tasks/decision/gate.py: retention_ci_low/_high, identity_*); the `gated` CTE below is the rule that
+-- compares them with the target, the same rule as tasks/decision/gate.py:judge (a test holds the two
 -- equal), which the nightly's adaptive suites and benchmarks/gate_error.py use. A variant passes a metric
 -- when the gate's lower bound clears the threshold, fails when its upper bound is below it, and is
 -- 'not_enough_evidence' otherwise (or with fewer than min_samples pairs, no interval, no bound, or no
@@ -24,10 +24,10 @@
 --   identity_n, identity_same, identity_flip_high, identity_retention_low   the identity evidence (quality_deltas)
 --   gate                           pass | fail | not_enough_evidence
 --   gate_reason                    why, in words
---   n_needed                       paired samples to decide at the observed effect with v_decision's power (0.8):
+--   n_needed                       paired samples to decide at the observed effect with v_decision's power:
 --                                  for a 0/1 metric judged at the run's own threshold, the exact figure under the
 --                                  design in use (quality_deltas.n_needed: the last look of the adaptive suite's
---                                  looks, or the fixed n; tasks/quality/design.py); otherwise (another target, other
+--                                  looks, or the fixed n; tasks/decision/design.py); otherwise (another target, other
 --                                  statistics) a normal-approximation sample size at `confidence`, the per-pair
 --                                  spread from the observed discordance or else from the interval's width
 --   n_needed_if_equal              paired samples for a truly equal variant (delta 0, the same discordance) to pass
@@ -115,7 +115,7 @@ scaled as (
     from joined
 ),
 
--- THE rule (tasks/quality/gate.py:judge is the same, branch for branch).
+-- THE rule (tasks/decision/gate.py:judge is the same, branch for branch).
 gated as (
     select
         *,

@@ -1,7 +1,7 @@
 """Extending a step that lacks requests for its SLO claim, with the looks corrected (issue 36, item 3).
 
 A fixed step (a configured concurrency or rate, a sweep rate) or a replayed trace whose percentile claim is shown
-neither way (tasks.perf.slo: `not_enough_requests`, the requests it counts too few, e.g. correlated ones) gets more
+neither way (tasks.decision.slo: `not_enough_requests`, the requests it counts too few, e.g. correlated ones) gets more
 repeats after the variant's other windows (a trace is replayed again), within a time budget
 (decision.extend.budget_s), and is judged again: the perf twin of the adaptive quality suites. Judging a growing
 step again and stopping once it shows "meets" is a sequential test; uncorrected, every look is another chance of a
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tasks.decision.slo import SloCheck
 from tasks.perf.metrics import failed_requests
-from tasks.perf.slo import SloCheck
 
 # tasks.perf.sweep's Scenario, Step and StepRun (it runs the extension: importing them here would be a cycle)
 Scenario = StepRun = Step = Any
@@ -43,7 +43,7 @@ def window_s(run: StepRun) -> float:
 @dataclass
 class StepExtension:
     """decision.extend for one variant's perf run: `judge` says what a step's claim shows at its looks' confidence
-    (tasks.perf.load_search.judge), `looks` and `budget_s` bound what is added."""
+    (tasks.decision.load_search.judge), `looks` and `budget_s` bound what is added."""
 
     judge: Callable[[Scenario], SloCheck]
     looks: int

@@ -1,5 +1,5 @@
 """A perf step judged against the decision's SLO: what its requests support about a latency percentile, and
-whether a rate step's load was sustained. Plain Python; warehouse/views/marts/v_slo_steps.sql applies the same
+whether a rate step's load was sustained. Plain Python; tasks/decision/sql/v_slo_steps.sql applies the same
 rule to the stored requests (tests/integration/test_recommend.py holds the two equal, case by case).
 
 **The percentile claim** (tasks.core.percentiles, MLPerf LoadGen's early stopping as the anchor). Over a step's
@@ -19,7 +19,7 @@ TTFT is the time to the first *answer* token for a request that reasoned first (
 came: a miss), else the time to the first token; TPOT of a one-token answer is 0, as for goodput.
 
 **Sustained load** (rate steps only; MLPerf's server scenario): the step's Poisson stream starts with a
-warm-up share that is discarded (perf.rate_warmup_share); over the measured rest of each repeat, the offered
+warm-up share that is discarded (decision.warmup_share); over the measured rest of each repeat, the offered
 rate is the least-squares slope of the requests' arrival count against their send times, the achieved rate
 that of the ok requests' completion count against their return times. A queue that grows is a completion
 rate below the arrival rate (the backlog grows by their difference per second), so one measurement serves
@@ -240,7 +240,7 @@ def step_evidence(cfg) -> list[StepEvidence]:
     from tasks.core.percentiles import min_requests, sized_requests
 
     perf, d = cfg.perf, cfg.decision
-    limits = d.slo_limits(perf)
+    limits = d.slo_limits()
     if not limits:
         return []
     conf, fixed = d.confidence, d.fixed_step_confidence()  # decision.extend: every look of a fixed step corrected
@@ -286,7 +286,7 @@ def evidence_lines(cfg) -> tuple[list[str], str | None]:
         f"none over a limit ({one_over} with one over)"
     )
     perf = cfg.perf
-    counted = sized_requests(d.percentile, d.confidence, perf.repeats, len(d.slo_limits(perf)))
+    counted = sized_requests(d.percentile, d.confidence, perf.repeats, len(d.slo_limits()))
     head += (
         f"; independent requests are counted as {need} (their design effect estimated) 95 % of the time from "
         f"{counted} in {perf.repeats} repeat{'s' if perf.repeats > 1 else ''}: rate steps get {d.step_requests(perf)}"

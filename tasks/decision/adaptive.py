@@ -3,7 +3,7 @@
 With `quality.adaptive: {max_items, budget_s}`, every suite that holds a gating metric
 (decision.gate_metrics, else quality.primary) and can extend its sample (Suite.extendable: the
 arithmetic suite's generated items) is looked at in planned, doubling sizes
-(tasks.quality.design.look_schedule) up to max_items:
+(tasks.decision.design.look_schedule) up to max_items:
 
 - the reference answers every planned item up front, in its own flow run (the only time it is
   served), so that every variant can be paired on any item it may need. Measured on the demo's
@@ -12,7 +12,7 @@ arithmetic suite's generated items) is looked at in planned, doubling sizes
 - a variant extends while its gate on that suite is undecided (`sequential_gate`), to the next
   planned size, as long as the reference has those items and the next batch would likely end
   within `budget_s` (`Budget`); each look's interval is taken at the look's own level (alpha
-  spending, tasks.quality.design.look_level), so the looks do not inflate the false pass.
+  spending, tasks.decision.design.look_level), so the looks do not inflate the false pass.
 
 `sequential_gate` is the loop itself with the measuring and the judging passed in: the nightly
 (tasks/quality/suite_loop.py) passes real suite runs, benchmarks/gate_error.py simulated samples.
@@ -20,12 +20,9 @@ arithmetic suite's generated items) is looked at in planned, doubling sizes
 
 from __future__ import annotations
 
-import time
-from typing import Callable
-
 from tasks.core.config import RunConfig
 from tasks.core.registry import SUITES
-from tasks.quality.gate import UNDECIDED, combine, judge
+from tasks.decision.gate import UNDECIDED, combine, judge
 
 
 def gating_metrics(cfg: RunConfig) -> list[str]:
@@ -58,46 +55,3 @@ def judge_rows(rows: list[dict], metrics: list[str], cfg: RunConfig) -> str:
             for m in metrics
         ]
     )
-
-
-class Budget:
-    """Seconds left for a suite's extension; a batch is started only when it would likely end within them.
-
-    A batch is assumed to take its item count times the seconds per item measured so far (the first
-    run's, then every batch's), so a budget is never overrun by more than the estimate's error.
-    """
-
-    def __init__(self, budget_s: float, items: int, seconds: float, clock: Callable[[], float] = time.monotonic):
-        self.clock, self.started, self.budget_s = clock, clock(), budget_s
-        self.items, self.seconds = items, seconds
-
-    def per_item_s(self) -> float:
-        return self.seconds / self.items if self.items else 0.0
-
-    def left_s(self) -> float:
-        return self.budget_s - (self.clock() - self.started)
-
-    def allows(self, items: int) -> bool:
-        return items * self.per_item_s() <= self.left_s()
-
-    def spent(self, items: int, seconds: float) -> None:
-        self.items += items
-        self.seconds += seconds
-
-
-def sequential_gate(
-    schedule: list[int], judge_at: Callable[[int], str], extend_to: Callable[[int], bool]
-) -> list[tuple[int, str]]:
-    """Look at the sample at schedule[0], schedule[1], ... until the gate decides; (n, gate) of every look.
-
-    `judge_at(k)` judges the sample of schedule[k] items at look k's level; `extend_to(n)` answers
-    items up to n and says whether it did (False: no budget, no reference items, or a failure:
-    the last look stands).
-    """
-    looks = []
-    for k, n in enumerate(schedule):
-        gate = judge_at(k)
-        looks.append((n, gate))
-        if gate != UNDECIDED or k + 1 == len(schedule) or not extend_to(schedule[k + 1]):
-            break
-    return looks

@@ -166,7 +166,7 @@ def pass_probability(
     """Exact operating characteristics of the gate's looks at `schedule` (each at its two-sided level) for pairs
     whose variant loses with probability `p_lost` and gains with `p_gain` (absolute shares of pairs): at each
     look, pass when Tango's statistic at `threshold` (the delta at the target) is >= the look's z, fail when it
-    is < -z (the interval's upper bound below the threshold), as tasks.quality.gate.judge; a look with fewer
+    is < -z (the interval's upper bound below the threshold), as tasks.decision.gate.judge; a look with fewer
     than `min_samples` pairs decides nothing; the looks stop at the first decision."""
     passes = fails = expected = 0.0
     mass, c0, g0 = _trinomial(schedule[0], p_lost, p_gain)

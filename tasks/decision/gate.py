@@ -4,9 +4,9 @@ One home for each part. The bounds are computed here when a variant's deltas are
 stored in `quality_deltas` (retention_ci_low/_high, identity_*); they do not depend on the target,
 so `tradeoff recommend --retention/--margin-points` re-judges a run without recomputing them.
 The rule that compares them with the target is `judge` here and the `gated` CTE of
-warehouse/views/marts/v_quality_gate.sql (the decision is made in SQL); a test holds the two equal
-on every branch, as it holds v_slo_steps equal to tasks/perf/load_search.py. The nightly's
-adaptive suites (tasks/quality/adaptive.py) and benchmarks/gate_error.py judge through `judge`.
+tasks/decision/sql/v_quality_gate.sql (the decision is made in SQL); a test holds the two equal
+on every branch, as it holds v_slo_steps equal to tasks/decision/load_search.py. The nightly's
+adaptive suites (tasks/decision/adaptive.py) and benchmarks/gate_error.py judge through `judge`.
 
 Errors: the gate's error is a false pass (true retention below the target, gate says pass); each
 side of the stored two-sided interval at `confidence` errs at most (1 - confidence) / 2 = 2.5 %.
@@ -15,71 +15,21 @@ Looks: an adaptive suite looks at its sample at planned sizes (`look_schedule`: 
 first sample up to `max_items`, no sliver of a last look) and stops when the gate decides. Every look is a
 chance of a false pass, so each look's interval is taken at the level of a group-sequential boundary
 (`look_level`: Lan-DeMets O'Brien-Fleming-type spending of (1 - confidence) / 2 over the planned information
-fractions, computed from the joint distribution of the looks, tasks/quality/design.py). A single look is the
+fractions, computed from the joint distribution of the looks, tasks/decision/design.py). A single look is the
 fixed design: the full confidence.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-from scipy import stats
+from tasks.decision.design import look_level
+from tasks.quality.looks import UNDECIDED, Look
 
-from tasks.quality.design import look_level
-
-PASS, FAIL, UNDECIDED = "pass", "fail", "not_enough_evidence"
+PASS, FAIL = "pass", "fail"  # UNDECIDED (not_enough_evidence): tasks.quality.looks, whose loop stops on it
 # IEEE slack where a bound equals the target by construction (e.g. retention 0.99 from 0.99 x 0.5 / 0.5).
 _SLACK = 1e-12
-
-
-def retention_interval(
-    reference: float | None, ci_low: float | None, ci_high: float | None, higher_is_better: bool
-) -> tuple[float | None, float | None]:
-    """A delta interval as a retention interval, with v_retention's definition of retention.
-
-    value / reference (higher is better): [(ref + lo) / ref, (ref + hi) / ref], the lower bound
-    clipped at 0; reference / value (lower is better): [ref / (ref + hi), ref / (ref + lo)], an
-    upper bound of None where ref + lo <= 0 (unbounded). None for both without an interval or a
-    positive reference. The reference value is taken as known: its own sampling error enters
-    the gate through (1 - target) x (estimate - truth) only, 1 % of its standard error at a 99 %
-    target, which benchmarks/gate_error.py measures (the simulation draws the reference too).
-    """
-    if reference is None or reference <= 0 or ci_low is None or ci_high is None:
-        return None, None
-    if higher_is_better:
-        return max((reference + ci_low) / reference, 0.0), (reference + ci_high) / reference
-    low = reference / (reference + ci_high) if reference + ci_high > 0 else None
-    high = reference / (reference + ci_low) if reference + ci_low > 0 else None
-    return low, high
-
-
-def flip_rate_high(same: int, n: int, confidence: float) -> float:
-    """One-sided (1 + confidence) / 2 Clopper-Pearson upper bound on the share of outputs that differ.
-
-    `same` of `n` greedy outputs were identical: 1 - alpha ** (1 / n) when all were (alpha =
-    (1 - confidence) / 2), scipy's beta quantile otherwise; 1 without outputs.
-    """
-    differ = n - same
-    if n <= 0:
-        return 1.0
-    if differ >= n:
-        return 1.0
-    return float(stats.beta.ppf(0.5 + confidence / 2.0, differ + 1, n - differ))
-
-
-def identity_retention_low(reference: float | None, flip_high: float, higher_is_better: bool) -> float | None:
-    """The retention a per-sample score in [0, 1] keeps at least when at most `flip_high` of its outputs differ.
-
-    Only samples whose output differs can change score, each by at most 1, so |delta| <= flip_high:
-    (ref - flip) / ref (higher is better, clipped at 0) or ref / (ref + flip) (lower is better).
-    """
-    if reference is None or reference <= 0:
-        return None
-    if higher_is_better:
-        return max((reference - flip_high) / reference, 0.0)
-    return reference / (reference + flip_high)
 
 
 def _get(row: Mapping[str, Any], key: str) -> Any:
@@ -152,21 +102,7 @@ def combine(gates: list[str]) -> str:
     return UNDECIDED if UNDECIDED in gates or not gates else PASS
 
 
-@dataclass(frozen=True)
-class Look:
-    """The look an interval is taken at: its own two-sided level, its number (1-based), the looks planned and the first
-    look's items."""
-
-    level: float
-    number: int = 1
-    planned: int = 1
-    first: int | None = None  # items at the schedule's first look (None: a fixed sample)
-
-    @staticmethod
-    def fixed(confidence: float) -> "Look":
-        return Look(confidence, 1, 1)
-
-    @staticmethod
-    def at(confidence: float, schedule: list[int], k: int) -> "Look":
-        first = schedule[0] if len(schedule) > 1 else None
-        return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)
+def look_at(confidence: float, schedule: list[int], k: int) -> Look:
+    """Look k (0-based) of `schedule`, its interval at the group-sequential level (design.look_level)."""
+    first = schedule[0] if len(schedule) > 1 else None
+    return Look(look_level(confidence, schedule, k), k + 1, len(schedule), first)

@@ -1,9 +1,9 @@
 """More interleaved rounds while the variants' ranking is unsettled (decision.extend.rank_budget_s; issue 36, item 3).
 
 After the configured rounds of an interleaved night (perf.interleave, tasks.perf.rounds), each variant's outlier
-re-measures and the repeats its claims lacked (tasks.perf.extend), each variant's standing is read from what it
+re-measures and the repeats its claims lacked (tasks.decision.extend), each variant's standing is read from what it
 measured, as v_recommendation reads it on a closed-loop night: its sustainable step is the highest
-closed-loop step whose SLO claim is met with every lower one met (tasks.perf.load_search.judge, at the looks'
+closed-loop step whose SLO claim is met with every lower one met (tasks.decision.load_search.judge, at the looks'
 corrected confidence), and its objective there is the per-repeat completed requests/s (optimise: rate) or output
 tokens/s (tps, cost). The variants are ordered by that objective; each neighbouring pair is
 
@@ -18,7 +18,7 @@ While a pair is unsettled, a look is left (decision.extend.looks, K, shared with
 either kind counts) and the added rounds are estimated to fit rank_budget_s for each variant of an unsettled pair,
 those variants get ceil(perf.repeats / 2) more rounds of their closed-loop steps, interleaved among them as the
 first ones, while the others wait; then the pairs are read again. Stopping when the ranking settles is a sequential
-test, as stopping a step's claim once it is met is (tasks.perf.extend), so the same correction holds: every look,
+test, as stopping a step's claim once it is met is (tasks.decision.extend), so the same correction holds: every look,
 the first included, judges the SLO claims, the intervals and the ratio at 1 - (1 - c) / K (Bonferroni over looks
 fixed before any evidence), and the steps' stored intervals are at that level too (perf_summary.ci_level), so a
 "faster" or a "tie within the tolerance" read at any look keeps confidence c. benchmarks/rank_extension.py
@@ -38,10 +38,10 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from tasks.perf.extend import window_s
-from tasks.perf.jitter import JITTER_LABEL
+from tasks.decision.extend import window_s
+from tasks.decision.slo import SloCheck
 from tasks.perf.metrics import summarize
-from tasks.perf.slo import SloCheck
+from tasks.perf.rounds import ranked
 from warehouse.pairs import ratio_interval
 
 # tasks.perf.sweep's Scenario (it drives the rounds: importing it here would be a cycle)
@@ -50,11 +50,6 @@ Scenario = Any
 PairState = Literal["separated", "equivalent", "unsettled"]
 RANKED_OBJECTIVE = {"rate": "request_throughput", "tps": "output_throughput"}
 OBJECTIVE_WORDS = {"request_throughput": "completed requests/s", "output_throughput": "output tokens/s"}
-
-
-def ranked(step: Any) -> bool:
-    """A step the rounds may add to: a configured closed-loop step (not the jitter instrument, a rate, a trace)."""
-    return step.kind == "concurrency" and step.label != JITTER_LABEL
 
 
 @dataclass
@@ -99,13 +94,16 @@ def pair_state(a: dict[int, float], b: dict[int, float], level: float, tolerance
     """Whether two variants' per-round objectives are separated, equivalent within the tolerance, or neither, read
     at `level` (see the module docstring)."""
     got = paired_ratio(a, b, level)
-    if got is None:
-        return "unsettled"
-    _, lo, hi, _ = got
+    return "unsettled" if got is None else interval_state(got[1], got[2], tolerance_pct)
+
+
+def interval_state(low: float, high: float, tolerance_pct: float) -> PairState:
+    """The pair read from the interval of its ratio: v_recommendation's tie rule (`in_tie`, rule 5), where a pair
+    that is not separated ties."""
     bound = 1.0 + tolerance_pct / 100.0
-    if 1.0 / bound <= lo and hi <= bound:
+    if 1.0 / bound <= low and high <= bound:
         return "equivalent"  # even a lead shown, when it is within the tolerance: a tie (rule 5)
-    return "separated" if hi < 1.0 or lo > 1.0 else "unsettled"
+    return "separated" if high < 1.0 or low > 1.0 else "unsettled"
 
 
 def unsettled_pairs(standings: list[Standing], level: float, tolerance_pct: float) -> list[tuple[Standing, Standing]]:

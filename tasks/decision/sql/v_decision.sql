@@ -1,19 +1,21 @@
 -- v_decision: the settings of each run's decision (the config's `decision:` block, DecisionSpec in
--- tasks/core/config.py, read from runs.config_json), one row per run. Runs recorded before the block
--- existed get the same defaults as DecisionSpec. `tradeoff recommend --slo/--retention/--optimise/...`
+-- tasks/core/config.py, read from runs.config_json), one row per run. A setting the run did not record (it ran
+-- before the setting existed) is DecisionSpec's default, from decision_defaults (a one-row view warehouse.db
+-- builds from the config model: tasks/decision/defaults.py). `tradeoff recommend --slo/--retention/--optimise/...`
 -- shadows this view for its own read-only connection with a temp view of the same columns, so every
 -- view built on it (v_slo_steps, v_quality_gate, v_recommendation) follows the overrides. Columns:
 --   run_id
 --   slo_label                      SLO preset name, or the limits as text
 --   slo_ttft_ms, slo_tpot_ms,      ms, per-request limits at the SLO percentile; NULL: no limit. From
---   slo_e2el_ms                    decision.slo, else the goodput SLO the perf steps recorded (perf.slo)
---   slo_percentile                 percentile of a step's requests that must meet each limit (99: MLPerf)
---   slo_confidence                 confidence of each percentile claim (the order-statistic bound; 0.95)
---   min_rate_ratio                 a rate step is sustained when it achieved this share of its offered rate (0.95)
+--   slo_e2el_ms                    decision.slo; a run recorded before the SLO moved under decision: null there
+--                                  meant the goodput SLO its perf steps recorded (then perf.slo)
+--   slo_percentile                 percentile of a step's requests that must meet each limit (MLPerf: 99)
+--   slo_confidence                 confidence of each percentile claim (the order-statistic bound)
+--   min_rate_ratio                 a rate step is sustained when it achieved this share of its offered rate
 --   gate_metrics                   'suite.metric' list gating quality (default: the primary metric)
 --   retention_target               share of the reference's score a gating metric must keep (0.99, 0.999)
 --   margin_points                  non-inferiority margin in points (0.01 of a fraction) for fraction metrics,
---                                  instead of retention_target (2 when the run recorded none: the default gate);
+--                                  instead of retention_target (the default gate's when the run recorded none);
 --                                  NULL: the retention target applies
 --   identity_gate                  a speculative variant whose plain decoding is the reference passes on its
 --                                  identity evidence alone (decision.identity_gate)
@@ -22,7 +24,7 @@
 --   grid_gco2e_per_kwh             gCO2e per kWh, given by the user; NULL: carbon is not computed
 --   tie_tolerance_pct              %, objective values this close to the best are a tie
 --   min_samples                    paired samples below which a gate is not decided (quality.min_samples)
---   power                          power of the sample-size estimate for undecided gates (0.8)
+--   power                          power of the sample-size estimate for undecided gates
 
 with settings as (
     select
@@ -48,7 +50,8 @@ with settings as (
     from runs as r
 ),
 
--- The goodput limits every perf step recorded (perf.slo): the SLO when decision.slo is not set.
+-- The goodput limits every perf step recorded: the SLO of a run recorded with decision.slo null before the SLO
+-- moved under decision (null then meant perf.slo; now it means no SLO, and the steps record none).
 recorded_slo as (
     select run_id, max(goodput_slo) as label, max(slo_ttft_ms) as ttft_ms, max(slo_tpot_ms) as tpot_ms,
         max(slo_e2el_ms) as e2el_ms
@@ -68,21 +71,22 @@ final as (
         case when s.slo_json is not null and s.slo_json <> 'null' then s.ttft_ms else p.ttft_ms end as slo_ttft_ms,
         case when s.slo_json is not null and s.slo_json <> 'null' then s.tpot_ms else p.tpot_ms end as slo_tpot_ms,
         case when s.slo_json is not null and s.slo_json <> 'null' then s.e2el_ms else p.e2el_ms end as slo_e2el_ms,
-        coalesce(s.percentile, 99.0) as slo_percentile,
-        coalesce(s.confidence, 0.95) as slo_confidence,
-        coalesce(s.min_rate_ratio, 0.95) as min_rate_ratio,
+        coalesce(s.percentile, dflt.percentile) as slo_percentile,
+        coalesce(s.confidence, dflt.confidence) as slo_confidence,
+        coalesce(s.min_rate_ratio, dflt.min_rate_ratio) as min_rate_ratio,
         coalesce(s.gate_metrics,
                  case when s.primary_quality_metric is null then []::varchar[] else [s.primary_quality_metric] end)
             as gate_metrics,
-        coalesce(s.retention, 0.99) as retention_target,
-        case when s.margin_points_given then s.margin_points else 2.0 end as margin_points,
-        coalesce(s.identity_gate, false) as identity_gate,
-        coalesce(s.optimise, 'rate') as optimise,
+        coalesce(s.retention, dflt.retention) as retention_target,
+        case when s.margin_points_given then s.margin_points else dflt.margin_points end as margin_points,
+        coalesce(s.identity_gate, dflt.identity_gate) as identity_gate,
+        coalesce(s.optimise, dflt.optimise) as optimise,
         s.grid_gco2e_per_kwh,
-        coalesce(s.tie_tolerance_pct, 5.0) as tie_tolerance_pct,
-        coalesce(s.min_samples, 30) as min_samples,
-        0.8 as power
+        coalesce(s.tie_tolerance_pct, dflt.tie_tolerance_pct) as tie_tolerance_pct,
+        coalesce(s.min_samples, dflt.min_samples) as min_samples,
+        dflt.power
     from settings as s
+    cross join decision_defaults as dflt
     left join recorded_slo as p on s.run_id = p.run_id
 )
 
