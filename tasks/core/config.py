@@ -638,6 +638,8 @@ class ExtendSpec(_Strict):
 # 80 % power for an equal variant at ~520 paired items (2 % discordant) to ~1,050 (5 %); docs/decision.md says why
 # not MLPerf's 99 % retention (44,000 pairs at a 0.3 accuracy).
 DEFAULT_MARGIN_POINTS = 2.0
+# The power the gate's plan asks for an equal variant (tasks.decision.gate_plan; v_decision's power column).
+DEFAULT_POWER = 0.8
 
 
 class DecisionSpec(_Strict):

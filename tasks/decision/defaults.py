@@ -2,14 +2,14 @@
 
 v_decision reads each setting from the run's recorded config (runs.config_json) and, where the run recorded none
 (it ran before the setting existed), from this view: each default is declared once, in DecisionSpec (QualitySpec
-for min_samples, tasks.decision.design for the power of the sample-size estimates). warehouse.db creates the view
+for min_samples, config.DEFAULT_POWER for the power of the sample-size estimates). warehouse.db creates the view
 before the others.
 """
 
 from __future__ import annotations
 
-from tasks.core.config import DecisionSpec, QualitySpec
-from tasks.decision.design import DEFAULT_POWER
+from tasks.core.config import DEFAULT_POWER, DecisionSpec, QualitySpec
+from tasks.decision.what_if import literal
 
 VIEW = "decision_defaults"
 
@@ -31,16 +31,12 @@ def decision_defaults() -> dict[str, float | str | bool | None]:
     }
 
 
-def _literal(x: float | str | bool | None) -> str:
-    if x is None:
-        return "null::double"
-    if isinstance(x, bool):
-        return "true" if x else "false"
-    if isinstance(x, str):
-        return "'" + x.replace("'", "''") + "'"
-    return f"{x!r}::{'integer' if isinstance(x, int) else 'double'}"
+def _typed(x: float | str | bool | None) -> str:
+    """what_if.literal, typed as the column it stands for (an integer stays one; a null is a double)."""
+    is_int = isinstance(x, int) and not isinstance(x, bool)
+    return literal(x) + ("::integer" if is_int else "::double" if x is None or isinstance(x, float) else "")
 
 
 def defaults_sql() -> str:
     """`select <default> as <column>, ...`: the body of the decision_defaults view."""
-    return "select " + ", ".join(f"{_literal(v)} as {k}" for k, v in decision_defaults().items())
+    return "select " + ", ".join(f"{_typed(v)} as {k}" for k, v in decision_defaults().items())

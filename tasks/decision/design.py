@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 from scipy import optimize, signal, stats
 
+from tasks.core.config import DEFAULT_POWER
 from tasks.core.stat_tests import tango_z
 
 Spending = Literal["obf", "pocock"]
@@ -48,7 +49,6 @@ Spending = Literal["obf", "pocock"]
 Z_CAP = 7.0
 _GRID = 1601  # points of the recursive integration's grid per look (boundaries accurate to ~1e-6)
 _WIDTH = 9.0  # standard deviations of a count's distribution kept (the mass cut off is < 1e-18)
-DEFAULT_POWER = 0.8
 
 
 def look_schedule(first: int, max_items: int | None) -> list[int]:

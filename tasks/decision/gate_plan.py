@@ -18,9 +18,9 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tasks.core.config import RunConfig
+from tasks.core.config import DEFAULT_POWER, RunConfig
 from tasks.decision.adaptive import adaptive_suites, gating_metrics
-from tasks.decision.design import DEFAULT_POWER, n_for_power, operating
+from tasks.decision.design import n_for_power, operating
 from tasks.decision.gate import Look
 
 # An equal-quality variant flips 2-5 % of right/wrong items against its reference (INT8/INT4 on GSM8K-like

@@ -20,9 +20,13 @@ LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 
 
 def literal(x: Any) -> str:
-    """`x` as a SQL literal: NULL, a quoted string, a varchar[] of a list, a double otherwise."""
+    """`x` as a SQL literal: NULL, true/false, a quoted string, a varchar[] of a list, an integer, else a double."""
     if x is None:
         return "null"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
     if isinstance(x, str):
         return "'" + x.replace("'", "''") + "'"
     if isinstance(x, list):
@@ -61,7 +65,7 @@ def decision_columns(spec: DecisionSpec, overrides: dict[str, Any]) -> dict[str,
     if "margin_points" in overrides:
         cols["margin_points"] = literal(spec.margin_points) + "::double"
     if "identity_gate" in overrides:
-        cols["identity_gate"] = "true" if spec.identity_gate else "false"
+        cols["identity_gate"] = literal(spec.identity_gate)
     if "optimise" in overrides:
         cols["optimise"] = literal(spec.optimise)
     if "grid_gco2e_per_kwh" in overrides:
